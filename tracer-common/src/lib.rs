@@ -1,0 +1,216 @@
+//! Types shared by the eBPF programs (`tracer-ebpf`) and user space (`tracer`).
+//!
+//! Every type is `#[repr(C)]` with explicit padding so that both sides agree on the
+//! layout byte for byte; `const` assertions below pin the sizes.
+#![no_std]
+
+pub mod hist;
+
+/// Length of `task_struct::comm` (TASK_COMM_LEN).
+pub const COMM_LEN: usize = 16;
+
+/// Maximum number of perf counters read per slice in the sched_switch program.
+pub const MAX_SLICE_COUNTERS: usize = 2;
+
+/// Per-thread accumulators, keyed by TID in the `THREADS` map.
+///
+/// A thread's entry is removed at its final switch-out (TASK_DEAD) and its totals sent
+/// to user space, so a recycled TID always starts from a fresh entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// Total on-CPU time, ns.
+    pub on_cpu_ns: u64,
+    /// Completed on-CPU slices (switch-in .. switch-out).
+    pub slices: u64,
+    /// Switch-outs while blocking (prev_state not runnable).
+    pub voluntary: u64,
+    /// Switch-outs while still runnable (preempted).
+    pub involuntary: u64,
+    /// Total time runnable but waiting for a CPU, ns.
+    pub runq_wait_ns: u64,
+    /// Number of completed run-queue waits.
+    pub runq_waits: u64,
+    /// Total off-CPU time (switch-out to next switch-in), ns.
+    pub off_cpu_ns: u64,
+    /// Part of `off_cpu_ns` spent blocked (asleep).
+    pub blocked_ns: u64,
+    /// Part of `off_cpu_ns` spent preempted while runnable.
+    pub preempted_ns: u64,
+    /// Switch-ins on a different CPU than the previous one.
+    pub migrations: u64,
+    /// Counter deltas accumulated over this thread's slices (see `Config::n_counters`).
+    pub counters: [u64; MAX_SLICE_COUNTERS],
+    /// Timestamp of the last switch-out (0: not yet seen off-CPU in this window).
+    pub last_off_ns: u64,
+    /// Timestamp the thread became runnable (0: not waiting).
+    pub runnable_ns: u64,
+    /// Thread group (process) ID.
+    pub tgid: u32,
+    /// CPU of the last switch-in, or `u32::MAX`.
+    pub last_cpu: u32,
+    /// How the thread last left the CPU: [`OFF_BLOCKED`] or [`OFF_PREEMPTED`].
+    pub off_state: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// The thread blocked (slept) when it left the CPU.
+pub const OFF_BLOCKED: u32 = 1;
+/// The thread was preempted and stayed runnable.
+pub const OFF_PREEMPTED: u32 = 2;
+
+impl ThreadStats {
+    pub const fn zeroed() -> Self {
+        Self {
+            on_cpu_ns: 0,
+            slices: 0,
+            voluntary: 0,
+            involuntary: 0,
+            runq_wait_ns: 0,
+            runq_waits: 0,
+            off_cpu_ns: 0,
+            blocked_ns: 0,
+            preempted_ns: 0,
+            migrations: 0,
+            counters: [0; MAX_SLICE_COUNTERS],
+            last_off_ns: 0,
+            runnable_ns: 0,
+            tgid: 0,
+            last_cpu: u32::MAX,
+            off_state: 0,
+            _pad: 0,
+            comm: [0; COMM_LEN],
+        }
+    }
+}
+
+/// A thread's final totals, sent through the `EXITED` ring buffer when it dies so the
+/// `THREADS` entry can be freed at once (bounded map usage under thread churn).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitRecord {
+    pub tid: u32,
+    pub _pad: u32,
+    pub stats: ThreadStats,
+}
+
+/// What is running on one CPU right now (a `PERCPU_ARRAY` with one slot).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// Timestamp the current slice began (0: unknown).
+    pub slice_start_ns: u64,
+    /// Counter values at the start of the slice.
+    pub counter_base: [u64; MAX_SLICE_COUNTERS],
+    /// TID running on this CPU (0: idle or untraced).
+    pub tid: u32,
+    /// 1 when `tid` is traced and its slice is being timed.
+    pub traced: u32,
+}
+
+/// Value of the `TRACKED` map: a thread in the traced set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tracked {
+    pub tgid: u32,
+    /// [`TRACK_INHERIT`] when children (new threads and processes) join the set too.
+    pub flags: u32,
+}
+
+/// Children of this thread are traced as well.
+pub const TRACK_INHERIT: u32 = 1;
+
+/// Indices into the per-CPU `DROPS` array: events the programs could not record.
+pub mod drop {
+    /// `THREADS` was full: a thread's slice could not be recorded.
+    pub const THREADS_FULL: u32 = 0;
+    /// `EXITED` ring buffer was full: a dead thread's totals were lost.
+    pub const EXIT_RINGBUF_FULL: u32 = 1;
+    /// `TRACKED` was full: a new child could not be added to the traced set.
+    pub const TRACKED_FULL: u32 = 2;
+    /// Per-scope histogram map was full.
+    pub const HIST_FULL: u32 = 3;
+    /// `bpf_perf_event_read_value` failed for a slice counter.
+    pub const COUNTER_READ: u32 = 4;
+    pub const COUNT: u32 = 5;
+}
+
+/// Which threads are accounted.
+pub mod filter {
+    /// Every thread on the system (idle tasks excluded).
+    pub const ALL: u32 = 0;
+    /// Only threads in the `TRACKED` map.
+    pub const TRACKED: u32 = 1;
+    /// Threads whose cgroup v2 id equals `Config::cgroup_id` (joined to `TRACKED` lazily).
+    pub const CGROUP: u32 = 2;
+}
+
+/// Which histogram scope is kept.
+pub mod scope {
+    /// One set of histograms for the whole traced set (per-CPU array).
+    pub const ALL: u32 = 0;
+    /// Per process (keyed by TGID).
+    pub const PROCESS: u32 = 1;
+    /// Per thread (keyed by TID).
+    pub const THREAD: u32 = 2;
+}
+
+/// Load-time configuration, written into the programs' `.rodata` before load.
+///
+/// Task field offsets come from kernel BTF and tracepoint field offsets from tracefs
+/// format files, both resolved at run time; nothing here is a build-time constant.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// CLOCK_MONOTONIC ns when tracing began: the start of slices already running.
+    pub window_start_ns: u64,
+    /// cgroup v2 id to trace with [`filter::CGROUP`].
+    pub cgroup_id: u64,
+    /// One of [`filter`].
+    pub filter: u32,
+    /// One of [`scope`].
+    pub hist_scope: u32,
+    /// Number of slice counters in `SLICE_COUNTERS` (0..=MAX_SLICE_COUNTERS).
+    pub n_counters: u32,
+    /// Bits of the tp_btf/raw_tp `prev_state` argument meaning TASK_DEAD.
+    pub task_dead_mask: u32,
+    /// Offsets in `struct task_struct` (from BTF).
+    pub task_pid_off: u32,
+    pub task_tgid_off: u32,
+    pub task_comm_off: u32,
+    /// Offsets in the classic tracepoint records (from tracefs `format` files).
+    pub tp_switch_prev_pid: u32,
+    pub tp_switch_prev_state: u32,
+    /// Size in bytes of `prev_state` in the record (8 for `long`).
+    pub tp_switch_prev_state_size: u32,
+    pub tp_switch_next_pid: u32,
+    pub tp_switch_next_comm: u32,
+    pub tp_wakeup_pid: u32,
+    pub tp_fork_parent_pid: u32,
+    pub tp_fork_child_pid: u32,
+    /// Classic tracepoint `prev_state` bits meaning the task is dead (EXIT_DEAD|EXIT_ZOMBIE).
+    pub tp_dead_mask: u32,
+    /// Classic tracepoint `prev_state` bits meaning the task blocked (TASK_REPORT).
+    pub tp_blocked_mask: u32,
+    pub _pad: u32,
+}
+
+// Layout checks: both sides depend on these sizes.
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 144);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 152);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 32);
+const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
+const _: () = assert!(core::mem::size_of::<Config>() == 88);
+const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all are #[repr(C)] plain data without implicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::ThreadStats {}
+    unsafe impl aya::Pod for super::ExitRecord {}
+    unsafe impl aya::Pod for super::CpuState {}
+    unsafe impl aya::Pod for super::Tracked {}
+    unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::hist::HistKey {}
+}

@@ -1,0 +1,308 @@
+//! The accounting shared by every attach mode.
+//!
+//! At a switch: the previous thread's slice is closed (on-CPU time, slice count,
+//! voluntary/involuntary, off-CPU start, runnable again if preempted); the next thread's
+//! run-queue wait and off-CPU time are closed and its slice opened in per-CPU state.
+//! The cost on the hot path: one per-CPU lookup, one `THREADS` lookup per traced side,
+//! histogram slots (array lookups in the default scope) and, with a target, one
+//! `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU lookup and
+//! the filter lookup only.
+use aya_ebpf::helpers::{
+    bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    bpf_perf_event_read_value,
+};
+use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
+use tracer_common::{
+    drop, filter,
+    hist::{bucket_index, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
+    scope, CpuState, ExitRecord, ThreadStats, Tracked, OFF_BLOCKED, OFF_PREEMPTED,
+    MAX_SLICE_COUNTERS, TRACK_INHERIT,
+};
+
+use crate::{
+    config,
+    maps::{
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1,
+        THREADS, TRACKED,
+    },
+    Leave, Task,
+};
+
+/// Whether a thread is in the traced set, and its TGID when the set knows it.
+#[inline(always)]
+fn traced(t: &Task) -> Option<u32> {
+    if t.tid == 0 {
+        return None; // the idle task of every CPU
+    }
+    if config().filter == filter::ALL {
+        return Some(t.tgid);
+    }
+    // SAFETY: the value is copied out at once.
+    unsafe { TRACKED.get(&t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
+}
+
+/// cgroup mode: a thread found running in the target cgroup joins the traced set at its
+/// first switch-out (it is `current` there, so the cgroup id is one helper call away).
+#[inline(always)]
+fn join_cgroup(prev: &Task) -> bool {
+    let c = config();
+    if c.filter != filter::CGROUP || prev.tid == 0 {
+        return false;
+    }
+    if unsafe { bpf_get_current_cgroup_id() } != c.cgroup_id {
+        return false;
+    }
+    let v = Tracked {
+        tgid: prev.tgid,
+        flags: TRACK_INHERIT,
+    };
+    if TRACKED.insert(&prev.tid, &v, 0).is_err() {
+        count_drop(drop::TRACKED_FULL);
+    }
+    true
+}
+
+#[inline(always)]
+fn hist_add(kind: u32, id: u32, v: u64) {
+    let b = bucket_index(v);
+    let c = config();
+    if c.hist_scope == scope::ALL {
+        if let Some(p) = HIST.get_ptr_mut(kind * N_BUCKETS as u32 + b as u32) {
+            // SAFETY: per-CPU slot.
+            unsafe { *p += 1 };
+        }
+        return;
+    }
+    let key = HistKey {
+        id,
+        kind: kind as u16,
+        bucket: b as u16,
+    };
+    match HIST_SCOPED.get_ptr_mut(&key) {
+        // SAFETY: per-CPU value.
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            if HIST_SCOPED.insert(&key, &1, BPF_NOEXIST as u64).is_err() {
+                count_drop(drop::HIST_FULL);
+            }
+        }
+    }
+}
+
+/// The thread's entry, created on first sight.
+#[inline(always)]
+fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
+    if let Some(p) = THREADS.get_ptr_mut(&t.tid) {
+        return Some(p);
+    }
+    let mut s = ThreadStats::zeroed();
+    s.tgid = tgid;
+    s.comm = t.comm.read();
+    if THREADS.insert(&t.tid, &s, BPF_NOEXIST as u64).is_err() {
+        // Either full, or another CPU created it in between: look again.
+        let p = THREADS.get_ptr_mut(&t.tid);
+        if p.is_none() {
+            count_drop(drop::THREADS_FULL);
+        }
+        return p;
+    }
+    THREADS.get_ptr_mut(&t.tid)
+}
+
+#[inline(always)]
+fn read_counter(i: usize) -> Option<u64> {
+    let map = if i == 0 {
+        &SLICE_COUNTER0 as *const _ as *mut core::ffi::c_void
+    } else {
+        &SLICE_COUNTER1 as *const _ as *mut core::ffi::c_void
+    };
+    let mut v = bpf_perf_event_value {
+        counter: 0,
+        enabled: 0,
+        running: 0,
+    };
+    // SAFETY: the map is a perf event array; the buffer is ours.
+    let r = unsafe {
+        bpf_perf_event_read_value(
+            map,
+            BPF_F_CURRENT_CPU as u64,
+            &mut v,
+            core::mem::size_of::<bpf_perf_event_value>() as u32,
+        )
+    };
+    if r != 0 {
+        count_drop(drop::COUNTER_READ);
+        return None;
+    }
+    Some(v.counter)
+}
+
+/// Closes the slice of `prev` (leaving the CPU) and opens the one of `next`.
+#[inline(always)]
+pub fn switch(prev: Task, leave: Leave, next: Task) {
+    let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU state, only this CPU's sched_switch touches it.
+    let cs = unsafe { &mut *cs };
+    let c = config();
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    let mut now = 0;
+
+    // ---- prev: close its slice
+    let (prev_traced, start) = if cs.slice_start_ns == 0 {
+        // First switch on this CPU since load: prev has run since before the window.
+        (traced(&prev).is_some() || join_cgroup(&prev), c.window_start_ns)
+    } else if cs.tid == prev.tid && prev.tid != 0 {
+        (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
+    } else {
+        (false, 0)
+    };
+    if prev_traced {
+        now = unsafe { bpf_ktime_get_ns() };
+        if let Some(s) = thread_entry(&prev, prev.tgid) {
+            // SAFETY: map value pointer; concurrent writers only race on counters.
+            let s = unsafe { &mut *s };
+            s.tgid = prev.tgid;
+            if start != 0 && now > start {
+                let d = now - start;
+                s.on_cpu_ns += d;
+                s.slices += 1;
+                hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);
+            }
+            for i in 0..n_counters {
+                if cs.counter_base[i] != 0 {
+                    if let Some(v) = read_counter(i) {
+                        s.counters[i] += v.wrapping_sub(cs.counter_base[i]);
+                    }
+                }
+            }
+            s.last_off_ns = now;
+            match leave {
+                Leave::Preempted => {
+                    s.involuntary += 1;
+                    s.off_state = OFF_PREEMPTED;
+                    s.runnable_ns = now;
+                }
+                Leave::Blocked => {
+                    s.voluntary += 1;
+                    s.off_state = OFF_BLOCKED;
+                }
+                Leave::Dead => {
+                    s.voluntary += 1;
+                    flush_dead(prev.tid, s);
+                }
+            }
+        }
+    }
+
+    // ---- next: close its wait, open its slice
+    cs.tid = next.tid;
+    cs.traced = 0;
+    let Some(tgid) = traced(&next) else {
+        // Untraced or idle: mark the CPU as known so the next switch does not take
+        // `prev` for a thread that ran since before the window.
+        cs.slice_start_ns = 1;
+        return;
+    };
+    if now == 0 {
+        now = unsafe { bpf_ktime_get_ns() };
+    }
+    cs.traced = 1;
+    cs.slice_start_ns = now;
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if let Some(s) = thread_entry(&next, tgid) {
+        let s = unsafe { &mut *s };
+        let id = scoped_id(c.hist_scope, next.tid, s.tgid);
+        if s.runnable_ns != 0 && now > s.runnable_ns {
+            let d = now - s.runnable_ns;
+            s.runq_wait_ns += d;
+            s.runq_waits += 1;
+            hist_add(KIND_RUNQ, id, d);
+        }
+        s.runnable_ns = 0;
+        if s.last_off_ns != 0 && now > s.last_off_ns {
+            let d = now - s.last_off_ns;
+            s.off_cpu_ns += d;
+            if s.off_state == OFF_PREEMPTED {
+                s.preempted_ns += d;
+            } else {
+                s.blocked_ns += d;
+            }
+            hist_add(KIND_OFF_CPU, id, d);
+        }
+        s.last_off_ns = 0;
+        if s.last_cpu != u32::MAX && s.last_cpu != cpu {
+            s.migrations += 1;
+        }
+        s.last_cpu = cpu;
+    }
+    for i in 0..n_counters {
+        cs.counter_base[i] = read_counter(i).unwrap_or(0);
+    }
+}
+
+#[inline(always)]
+fn scoped_id(scope_: u32, tid: u32, tgid: u32) -> u32 {
+    if scope_ == scope::PROCESS {
+        tgid
+    } else {
+        tid
+    }
+}
+
+/// A thread's final switch-out: hand its totals to user space and free its entries, so
+/// the maps stay bounded under churn and a recycled TID starts from nothing.
+#[inline(always)]
+fn flush_dead(tid: u32, s: &ThreadStats) {
+    match EXITED.reserve::<ExitRecord>(0) {
+        Some(mut e) => {
+            e.write(ExitRecord {
+                tid,
+                _pad: 0,
+                stats: *s,
+            });
+            e.submit(0);
+        }
+        None => count_drop(drop::EXIT_RINGBUF_FULL),
+    }
+    let _ = THREADS.remove(&tid);
+    if config().filter != filter::ALL {
+        let _ = TRACKED.remove(&tid);
+    }
+}
+
+/// A thread became runnable: its run-queue wait starts now.
+#[inline(always)]
+pub fn wakeup(p: Task) {
+    let Some(tgid) = traced(&p) else {
+        return;
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(s) = thread_entry(&p, tgid) {
+        // SAFETY: map value pointer.
+        unsafe { (*s).runnable_ns = now };
+    }
+}
+
+/// A new thread or process: it joins the traced set when its parent's set inherits.
+#[inline(always)]
+pub fn fork(parent: Task, child: Task) {
+    if config().filter == filter::ALL {
+        return;
+    }
+    // SAFETY: copied out at once.
+    let Some(p) = (unsafe { TRACKED.get(&parent.tid) }).copied() else {
+        return;
+    };
+    if p.flags & TRACK_INHERIT == 0 {
+        return;
+    }
+    let v = Tracked {
+        tgid: child.tgid,
+        flags: TRACK_INHERIT,
+    };
+    if TRACKED.insert(&child.tid, &v, 0).is_err() {
+        count_drop(drop::TRACKED_FULL);
+    }
+}

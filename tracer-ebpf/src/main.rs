@@ -1,0 +1,286 @@
+//! The tracer's kernel side: per-thread on-CPU time, run-queue latency and off-CPU time,
+//! with their histograms, computed at every context switch.
+//!
+//! Entry points are thin: they decode their attach point's arguments (tp_btf, raw
+//! tracepoint or classic tracepoint) into plain values and call the shared accounting in
+//! `account`. Task field offsets and tracepoint record offsets come from user space in
+//! `CONFIG` (resolved from kernel BTF and tracefs at load time).
+#![no_std]
+#![no_main]
+
+mod account;
+mod maps;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+};
+use tracer_common::{Config, COMM_LEN};
+
+/// Load-time configuration; user space overwrites it in `.rodata` before load.
+#[no_mangle]
+static CONFIG: Config = Config {
+    window_start_ns: 0,
+    cgroup_id: 0,
+    filter: 0,
+    hist_scope: 0,
+    n_counters: 0,
+    task_dead_mask: 0,
+    task_pid_off: 0,
+    task_tgid_off: 0,
+    task_comm_off: 0,
+    tp_switch_prev_pid: 0,
+    tp_switch_prev_state: 0,
+    tp_switch_prev_state_size: 0,
+    tp_switch_next_pid: 0,
+    tp_switch_next_comm: 0,
+    tp_wakeup_pid: 0,
+    tp_fork_parent_pid: 0,
+    tp_fork_child_pid: 0,
+    tp_dead_mask: 0,
+    tp_blocked_mask: 0,
+    _pad: 0,
+};
+
+#[inline(always)]
+fn config() -> &'static Config {
+    // SAFETY: read through a volatile pointer so the compiler does not constant-fold the
+    // placeholder values; the verifier sees the real, frozen `.rodata`.
+    unsafe { &*core::ptr::read_volatile(&&CONFIG) }
+}
+
+/// A task as seen at an attach point: what the accounting needs to know about it.
+#[derive(Clone, Copy)]
+pub struct Task {
+    pub tid: u32,
+    /// 0 when the attach point cannot tell (classic tracepoints).
+    pub tgid: u32,
+    /// Where its comm can be read from, if anywhere.
+    pub comm: CommSrc,
+}
+
+#[derive(Clone, Copy)]
+pub enum CommSrc {
+    None,
+    /// `task_struct::comm` at this kernel address.
+    Kernel(*const u8),
+    /// The tracepoint record at this address.
+    Record(*const u8),
+}
+
+impl CommSrc {
+    #[inline(always)]
+    fn read(self) -> [u8; COMM_LEN] {
+        let p = match self {
+            CommSrc::None => return [0; COMM_LEN],
+            CommSrc::Kernel(p) | CommSrc::Record(p) => p,
+        };
+        // SAFETY: bpf_probe_read_kernel validates the address.
+        unsafe { bpf_probe_read_kernel(p as *const [u8; COMM_LEN]) }.unwrap_or([0; COMM_LEN])
+    }
+}
+
+/// Reads a `u32` field of a kernel struct at a BTF-resolved offset.
+#[inline(always)]
+fn read_u32(base: *const u8, off: u32) -> u32 {
+    // SAFETY: bpf_probe_read_kernel validates the address.
+    unsafe { bpf_probe_read_kernel(base.add(off as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// Decodes a `task_struct *` with the BTF offsets from `CONFIG`.
+#[inline(always)]
+fn task_from_btf(p: *const u8, with_tgid: bool) -> Task {
+    let c = config();
+    Task {
+        tid: read_u32(p, c.task_pid_off),
+        tgid: if with_tgid { read_u32(p, c.task_tgid_off) } else { 0 },
+        comm: CommSrc::Kernel(unsafe { p.add(c.task_comm_off as usize) }),
+    }
+}
+
+/// The task leaving the CPU is `current`: its ids come from a helper, not a probe read.
+#[inline(always)]
+fn current_task() -> Task {
+    let id = bpf_get_current_pid_tgid();
+    Task {
+        tid: id as u32,
+        tgid: (id >> 32) as u32,
+        comm: CommSrc::None,
+    }
+}
+
+/// How the previous task left the CPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Leave {
+    /// Still runnable (preempted).
+    Preempted,
+    /// Blocked (voluntary switch).
+    Blocked,
+    /// Final switch-out of a dead task.
+    Dead,
+}
+
+/// tp_btf / raw_tp: `sched_switch(bool preempt, prev, next, unsigned int prev_state)`.
+/// `prev_state` became an argument in 5.18 (see `compat` in user space).
+#[inline(always)]
+fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
+    if prev_state & config().task_dead_mask != 0 {
+        Leave::Dead
+    } else if preempt != 0 || prev_state == 0 {
+        Leave::Preempted
+    } else {
+        Leave::Blocked
+    }
+}
+
+// ---------------------------------------------------------------- tp_btf
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
+    let preempt: u64 = ctx.arg(0);
+    let next: *const u8 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    account::switch(
+        current_task(),
+        leave_from_args(preempt & 0xff, prev_state as u32),
+        task_from_btf(next, true),
+    );
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> u32 {
+    let p: *const u8 = ctx.arg(0);
+    account::wakeup(task_from_btf(p, true));
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> u32 {
+    let p: *const u8 = ctx.arg(0);
+    account::wakeup(task_from_btf(p, true));
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
+    let child: *const u8 = ctx.arg(1);
+    account::fork(current_task(), task_from_btf(child, true));
+    0
+}
+
+// ---------------------------------------------------------------- raw tracepoint
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
+    let preempt: u64 = ctx.arg(0);
+    let next: *const u8 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    account::switch(
+        current_task(),
+        leave_from_args(preempt & 0xff, prev_state as u32),
+        task_from_btf(next, true),
+    );
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_wakeup")]
+pub fn sched_wakeup_raw(ctx: RawTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    account::wakeup(task_from_btf(p, true));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
+pub fn sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    account::wakeup(task_from_btf(p, true));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
+    let child: *const u8 = ctx.arg(1);
+    account::fork(current_task(), task_from_btf(child, true));
+    0
+}
+
+// ---------------------------------------------------------------- classic tracepoint
+
+#[inline(always)]
+fn rec_u32(ctx: &TracePointContext, off: u32) -> u32 {
+    // SAFETY: offsets come from the tracepoint's format file; read_at checks bounds.
+    unsafe { ctx.read_at::<u32>(off as usize) }.unwrap_or(0)
+}
+
+#[tracepoint(category = "sched", name = "sched_switch")]
+pub fn sched_switch_tp(ctx: TracePointContext) -> u32 {
+    let c = config();
+    let state = if c.tp_switch_prev_state_size == 8 {
+        // SAFETY: as rec_u32.
+        unsafe { ctx.read_at::<u64>(c.tp_switch_prev_state as usize) }.unwrap_or(0)
+    } else {
+        rec_u32(&ctx, c.tp_switch_prev_state) as u64
+    };
+    let leave = if state & c.tp_dead_mask as u64 != 0 {
+        Leave::Dead
+    } else if state & c.tp_blocked_mask as u64 != 0 {
+        Leave::Blocked
+    } else {
+        Leave::Preempted
+    };
+    let next = Task {
+        tid: rec_u32(&ctx, c.tp_switch_next_pid),
+        tgid: 0,
+        comm: CommSrc::Record(unsafe {
+            (ctx.as_ptr() as *const u8).add(c.tp_switch_next_comm as usize)
+        }),
+    };
+    account::switch(current_task(), leave, next);
+    0
+}
+
+#[inline(always)]
+fn woken_from_record(ctx: &TracePointContext) -> Task {
+    Task {
+        tid: rec_u32(ctx, config().tp_wakeup_pid),
+        tgid: 0,
+        comm: CommSrc::None,
+    }
+}
+
+#[tracepoint(category = "sched", name = "sched_wakeup")]
+pub fn sched_wakeup_tp(ctx: TracePointContext) -> u32 {
+    account::wakeup(woken_from_record(&ctx));
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_wakeup_new")]
+pub fn sched_wakeup_new_tp(ctx: TracePointContext) -> u32 {
+    account::wakeup(woken_from_record(&ctx));
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_fork")]
+pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
+    let child = Task {
+        tid: rec_u32(&ctx, config().tp_fork_child_pid),
+        tgid: 0,
+        comm: CommSrc::None,
+    };
+    account::fork(current_task(), child);
+    0
+}
+
+use aya_ebpf::EbpfContext as _;
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 4] = *b"GPL\0";

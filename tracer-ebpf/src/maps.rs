@@ -1,0 +1,53 @@
+//! The maps shared with user space. Sizes are defaults; user space may resize the hash
+//! maps before load (`--max-threads`).
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
+};
+use tracer_common::{
+    drop,
+    hist::{HistKey, N_BUCKETS, N_KINDS},
+    CpuState, ThreadStats, Tracked,
+};
+
+/// The slice running on each CPU.
+#[map]
+pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per-thread accumulators, keyed by TID; an entry lives while its thread does.
+#[map]
+pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
+
+/// The traced set (TID -> TGID) when a target is given; children join it at fork.
+#[map]
+pub static TRACKED: HashMap<u32, Tracked> = HashMap::with_max_entries(65536, 0);
+
+/// Final totals of threads that died, so their `THREADS` entries can go at once.
+#[map]
+pub static EXITED: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);
+
+/// Histograms of the whole traced set: `kind * N_BUCKETS + bucket`.
+#[map]
+pub static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(N_KINDS * N_BUCKETS as u32, 0);
+
+/// Per-process or per-thread histograms (`-P`, `-L`).
+#[map]
+pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(262144, 0);
+
+/// Events that could not be recorded, by `tracer_common::drop` index.
+#[map]
+pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop::COUNT, 0);
+
+/// Per-CPU perf counters read at every switch of a traced thread (slice deltas).
+#[map]
+pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map]
+pub static SLICE_COUNTER1: PerfEventArray<u32> = PerfEventArray::new(0);
+
+#[inline(always)]
+pub fn count_drop(idx: u32) {
+    if let Some(p) = DROPS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+        unsafe { *p += 1 };
+    }
+}

@@ -1,0 +1,247 @@
+//! Command line: argument definitions, the small parsers they use, and dispatch.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{error::TracerError, root::Root};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tracer",
+    version,
+    about = "Per-thread scheduling tracer: on-CPU time, run-queue latency and off-CPU histograms computed in the kernel"
+)]
+pub struct Cli {
+    /// Treat DIR as `/` for every procfs, sysfs and debugfs path (fixtures, copied trees).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Trace threads and report their scheduling (needs CAP_BPF and CAP_PERFMON, or root).
+    Run(RunArgs),
+    /// pseries hypervisor dispatch statistics and Dispatch Trace Log.
+    Dtl(DtlArgs),
+    /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
+    Check(CheckArgs),
+}
+
+/// How the programs attach to the scheduler.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// The best mode that loads and attaches here.
+    Auto,
+    /// BTF-typed tracepoints (tp_btf): cheapest, needs kernel BTF.
+    TpBtf,
+    /// Raw tracepoints: no BTF needed for attaching.
+    RawTp,
+    /// Classic tracepoints, fields at offsets from tracefs format files.
+    Tracepoint,
+    /// perf's own context-switch hooks (perf_event_task_sched_in/out) via fentry or kprobe.
+    PerfSched,
+}
+
+impl ProbeMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeMode::Auto => "auto",
+            ProbeMode::TpBtf => "tp-btf",
+            ProbeMode::RawTp => "raw-tp",
+            ProbeMode::Tracepoint => "tracepoint",
+            ProbeMode::PerfSched => "perf-sched",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Trace this process and its threads (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    #[arg(short = 't', long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Print a report of the interval's deltas every DURATION, then the totals.
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Stop after N intervals.
+    #[arg(long, value_name = "N", requires = "interval")]
+    pub count: Option<u64>,
+    /// One JSON document (JSON Lines in interval mode).
+    #[arg(long)]
+    pub json: bool,
+    /// Show only the N busiest threads.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Histograms per process.
+    #[arg(short = 'P', long = "per-process", conflicts_with = "per_thread_hist")]
+    pub per_process: bool,
+    /// Histograms per thread.
+    #[arg(short = 'L', long = "per-thread-hist")]
+    pub per_thread_hist: bool,
+    /// Histogram rows in milliseconds instead of microseconds.
+    #[arg(short = 'm', long)]
+    pub millis: bool,
+    /// perf events to count beside the trace (perf syntax: task-clock,cycles:u,r1a8).
+    #[arg(short = 'e', long = "event", value_name = "LIST", value_delimiter = ',')]
+    pub events: Vec<String>,
+    /// Count the events per thread and join them into the thread table.
+    #[arg(long)]
+    pub per_thread: bool,
+    /// Events read in the kernel at every switch for per-thread, per-slice deltas (at most 2).
+    #[arg(long = "slice-event", value_name = "EVENT", value_delimiter = ',')]
+    pub slice_events: Vec<String>,
+    /// Attach mode.
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
+    /// Capacity of the per-thread maps.
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_threads: u32,
+    /// Run COMMAND as root even when started through sudo.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DtlArgs {
+    /// Sample for this long (0: one snapshot); default until Ctrl-C.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Set vcpudispatch_stats_freq (1..HZ) for the run; restored afterwards.
+    #[arg(long, value_name = "N")]
+    pub dtl_freq: Option<u32>,
+    /// Set debugfs dtl_event_mask (0x1 cede, 0x2 preempt, 0x4 faults); restored afterwards.
+    #[arg(long, value_name = "MASK", value_parser = parse_u32_any_base)]
+    pub dtl_mask: Option<u32>,
+    /// Read the raw Dispatch Trace Log (debugfs) instead of only vcpudispatch_stats.
+    #[arg(long)]
+    pub raw: bool,
+    /// One JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckArgs {
+    /// One JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses a duration: `5s`, `250ms`, `1.5s`, `2m`, `1h`, `100us`, `10ns`; a bare number
+/// is seconds. Rejects negative, non-finite and absurd (over a year) values.
+pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
+    let bad = |why: &str| TracerError::BadDuration {
+        input: s.to_string(),
+        why: why.to_string(),
+    };
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad("empty"));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(bad("expected a number first, e.g. 5s"));
+    }
+    let v: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    let scale_ns: f64 = match unit.trim() {
+        "" | "s" | "sec" | "secs" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return Err(bad("unknown unit (use ns, us, ms, s, m or h)")),
+    };
+    let ns = v * scale_ns;
+    if !ns.is_finite() || ns > 366.0 * 86400e9 {
+        return Err(bad("too long"));
+    }
+    Ok(Duration::from_nanos(ns.round() as u64))
+}
+
+/// Parses `0x10`, `0o17`, `0b101` or decimal.
+pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
+    let t = s.trim();
+    let r = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u32::from_str_radix(h, 16)
+    } else if let Some(o) = t.strip_prefix("0o") {
+        u32::from_str_radix(o, 8)
+    } else if let Some(b) = t.strip_prefix("0b") {
+        u32::from_str_radix(b, 2)
+    } else {
+        t.parse()
+    };
+    r.map_err(|_| TracerError::BadNumber(s.to_string()))
+}
+
+/// Parses the command line, runs it and returns the exit code. Errors are printed with
+/// their context chain; never a panic for bad input.
+pub fn main() -> i32 {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp(None)
+        .init();
+    let cli = Cli::parse();
+    let root = cli.root.clone().map(Root::new).unwrap_or_default();
+    let result = match cli.command {
+        Command::Run(args) => crate::run::run(args, root),
+        Command::Dtl(args) => crate::dtl::run(&args, &root),
+        Command::Check(args) => crate::check::run(&args, &root),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tracer: error: {e:#}");
+            2
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        for bad in ["", "s", "-1s", "5x", "1..2s", "1e9999", "99999999h", "NaN"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn numbers_in_any_base() {
+        assert_eq!(parse_u32_any_base("0x7").unwrap(), 7);
+        assert_eq!(parse_u32_any_base("12").unwrap(), 12);
+        assert_eq!(parse_u32_any_base("0b11").unwrap(), 3);
+        assert!(parse_u32_any_base("0xzz").is_err());
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,43 @@
+//! Domain errors: what went wrong in terms a user can act on.
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+#[derive(Error, Debug)]
+pub enum TracerError {
+    #[error("invalid duration {input:?}: {why}")]
+    BadDuration { input: String, why: String },
+    #[error("invalid number {0:?}")]
+    BadNumber(String),
+    #[error(
+        "not privileged enough: tracing needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN, or root); \
+         try `sudo tracer ...`"
+    )]
+    NotPrivileged,
+    #[error("no such process: PID {0} does not exist")]
+    NoSuchProcess(u32),
+    #[error("no such thread: TID {0} does not exist")]
+    NoSuchThread(u32),
+    #[error("cannot start {command:?}: {source}")]
+    CommandStart {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("kernel BTF not available at {0} (needed by the tp-btf and raw-tp modes; try --probe tracepoint)")]
+    NoBtf(PathBuf),
+    #[error("tracefs is not available: {0}")]
+    NoTracefs(String),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("malformed {path}: {why}")]
+    Malformed { path: PathBuf, why: String },
+    #[error("unknown event {0:?} (see `perf list`; raw events are written rNNNN)")]
+    UnknownEvent(String),
+    #[error("cgroup {path}: {why}")]
+    Cgroup { path: PathBuf, why: String },
+    #[error("the eBPF object is not embedded in this build; build with `cargo xtask build`")]
+    NoEbpfObject,
+}
