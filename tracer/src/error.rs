@@ -34,6 +34,15 @@ pub enum TracerError {
     },
     #[error("malformed {path}: {why}")]
     Malformed { path: PathBuf, why: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "tracepoint {event} has no field {field:?} on this kernel (its format differs; try --probe tp-btf)"
+    )]
+    NoSuchField { event: String, field: String },
     #[error("unknown event {0:?} (see `perf list`; raw events are written rNNNN)")]
     UnknownEvent(String),
     #[error("cgroup {path}: {why}")]
