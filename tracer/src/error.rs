@@ -49,4 +49,21 @@ pub enum TracerError {
     Cgroup { path: PathBuf, why: String },
     #[error("the eBPF object is not embedded in this build; build with `cargo xtask build`")]
     NoEbpfObject,
+    #[error("not a pseries partition: {0} not found")]
+    NotPseries(PathBuf),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: busy (EBUSY): another Dispatch Trace Log consumer is active; {hint}")]
+    DtlBusy { path: PathBuf, hint: String },
+    #[error("{path}: the kernel rejected {value:?}: {why}")]
+    Rejected {
+        path: PathBuf,
+        value: String,
+        why: String,
+    },
+    #[error("another tracer (PID {pid}) is changing the DTL settings (state file {path}); wait for it to exit")]
+    SettingsHeld { path: PathBuf, pid: u32 },
 }
