@@ -51,11 +51,6 @@ pub enum TracerError {
     NoEbpfObject,
     #[error("not a pseries partition: {0} not found")]
     NotPseries(PathBuf),
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("{path}: busy (EBUSY): another Dispatch Trace Log consumer is active; {hint}")]
     DtlBusy { path: PathBuf, hint: String },
     #[error("{path}: the kernel rejected {value:?}: {why}")]
