@@ -1,1 +1,95 @@
+//! Helpers for the end-to-end tests: find the binaries, run the tracer, read the
+//! workloads' ground truth.
+use std::{
+    path::PathBuf,
+    process::{Command, Output},
+};
 
+use serde_json::Value;
+
+/// The tracer binary: `TRACER_BIN` (set by `cargo xtask test`), else the workspace's
+/// debug build.
+pub fn tracer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_BIN") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer")
+}
+
+/// End-to-end tests load BPF programs: they need root. Fail loudly, never skip silently.
+pub fn require_root() {
+    // SAFETY: no arguments.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "end-to-end tests load BPF programs and must run as root (cargo xtask test)"
+    );
+    assert!(
+        tracer_bin().exists(),
+        "{} is missing: build it with `cargo xtask build`",
+        tracer_bin().display()
+    );
+}
+
+/// Runs the tracer with `args`; panics with its stderr when it cannot be started.
+pub fn run_tracer(args: &[&str]) -> Output {
+    Command::new(tracer_bin())
+        .args(args)
+        .output()
+        .expect("cannot start the tracer binary")
+}
+
+/// Parses the tracer's JSON output (one document, or JSON Lines).
+pub fn json_docs(out: &Output) -> Vec<Value> {
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {e}: {l}")))
+        .collect()
+}
+
+/// One thread's ground truth written by `tracer-workload`.
+#[derive(Debug, Clone)]
+pub struct Truth {
+    pub tid: u64,
+    pub pid: u64,
+    /// CLOCK_THREAD_CPUTIME_ID at the thread's end.
+    pub cpu_ns: u64,
+    /// schedstat: on-CPU ns, run_delay ns, slices.
+    pub run_ns: u64,
+    pub wait_ns: u64,
+    pub slices: u64,
+}
+
+pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
+    let s = std::fs::read_to_string(path).expect("workload wrote no ground truth");
+    s.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("bad truth line");
+            let g = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {l}"));
+            Truth {
+                tid: g("tid"),
+                pid: g("pid"),
+                cpu_ns: g("cpu_ns"),
+                run_ns: g("run_ns"),
+                wait_ns: g("wait_ns"),
+                slices: g("slices"),
+            }
+        })
+        .collect()
+}
+
+/// A unique scratch path for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("tracer-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Thread object with this TID in a report.
+pub fn thread<'a>(doc: &'a Value, tid: u64) -> Option<&'a Value> {
+    doc["threads"]
+        .as_array()?
+        .iter()
+        .find(|t| t["tid"].as_u64() == Some(tid))
+}

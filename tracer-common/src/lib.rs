@@ -193,7 +193,8 @@ pub struct Config {
     pub tp_dead_mask: u32,
     /// Classic tracepoint `prev_state` bits meaning the task blocked (TASK_REPORT).
     pub tp_blocked_mask: u32,
-    pub _pad: u32,
+    /// Offset of `task_struct::__state`, read by perf-sched mode whose hooks carry no state.
+    pub task_state_off: u32,
 }
 
 // Layout checks: both sides depend on these sizes.

@@ -15,7 +15,7 @@ use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
-    scope, CpuState, ExitRecord, ThreadStats, Tracked, OFF_BLOCKED, OFF_PREEMPTED,
+    scope, ExitRecord, ThreadStats, Tracked, OFF_BLOCKED, OFF_PREEMPTED,
     MAX_SLICE_COUNTERS, TRACK_INHERIT,
 };
 
@@ -137,19 +137,23 @@ fn read_counter(i: usize) -> Option<u64> {
     Some(v.counter)
 }
 
-/// Closes the slice of `prev` (leaving the CPU) and opens the one of `next`.
+/// A context switch seen in one place (sched_switch): close `prev`, open `next`.
 #[inline(always)]
 pub fn switch(prev: Task, leave: Leave, next: Task) {
+    let now = switch_out(prev, leave);
+    switch_in_at(next, now);
+}
+
+/// Closes the slice of `prev`, which is leaving the CPU. Returns the timestamp taken, or
+/// 0 when none was needed.
+#[inline(always)]
+pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
-        return;
+        return 0;
     };
-    // SAFETY: per-CPU state, only this CPU's sched_switch touches it.
+    // SAFETY: per-CPU state, only this CPU's switch programs touch it.
     let cs = unsafe { &mut *cs };
     let c = config();
-    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
-    let mut now = 0;
-
-    // ---- prev: close its slice
     let (prev_traced, start) = if cs.slice_start_ns == 0 {
         // First switch on this CPU since load: prev has run since before the window.
         (traced(&prev).is_some() || join_cgroup(&prev), c.window_start_ns)
@@ -158,51 +162,75 @@ pub fn switch(prev: Task, leave: Leave, next: Task) {
     } else {
         (false, 0)
     };
-    if prev_traced {
-        now = unsafe { bpf_ktime_get_ns() };
-        if let Some(s) = thread_entry(&prev, prev.tgid) {
-            // SAFETY: map value pointer; concurrent writers only race on counters.
-            let s = unsafe { &mut *s };
-            s.tgid = prev.tgid;
-            if start != 0 && now > start {
-                let d = now - start;
-                s.on_cpu_ns += d;
-                s.slices += 1;
-                hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);
-            }
-            for i in 0..n_counters {
-                if cs.counter_base[i] != 0 {
-                    if let Some(v) = read_counter(i) {
-                        s.counters[i] += v.wrapping_sub(cs.counter_base[i]);
-                    }
-                }
-            }
-            s.last_off_ns = now;
-            match leave {
-                Leave::Preempted => {
-                    s.involuntary += 1;
-                    s.off_state = OFF_PREEMPTED;
-                    s.runnable_ns = now;
-                }
-                Leave::Blocked => {
-                    s.voluntary += 1;
-                    s.off_state = OFF_BLOCKED;
-                }
-                Leave::Dead => {
-                    s.voluntary += 1;
-                    flush_dead(prev.tid, s);
-                }
+    // The CPU is known from here on; switch_in sets the rest.
+    cs.traced = 0;
+    if cs.slice_start_ns == 0 {
+        cs.slice_start_ns = 1;
+    }
+    if !prev_traced {
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(s) = thread_entry(&prev, prev.tgid) else {
+        return now;
+    };
+    // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
+    let s = unsafe { &mut *s };
+    s.tgid = prev.tgid;
+    if start != 0 && now > start {
+        let d = now - start;
+        s.on_cpu_ns += d;
+        s.slices += 1;
+        hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);
+    }
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    for i in 0..n_counters {
+        if cs.counter_base[i] != 0 {
+            if let Some(v) = read_counter(i) {
+                s.counters[i] += v.wrapping_sub(cs.counter_base[i]);
             }
         }
     }
+    s.last_off_ns = now;
+    match leave {
+        Leave::Preempted => {
+            s.involuntary += 1;
+            s.off_state = OFF_PREEMPTED;
+            s.runnable_ns = now;
+        }
+        Leave::Blocked => {
+            s.voluntary += 1;
+            s.off_state = OFF_BLOCKED;
+        }
+        Leave::Dead => {
+            s.voluntary += 1;
+            flush_dead(prev.tid, s);
+        }
+    }
+    now
+}
 
-    // ---- next: close its wait, open its slice
+/// Opens the slice of `next`, which is about to run (perf-sched: has just started).
+#[inline(always)]
+pub fn switch_in(next: Task) {
+    switch_in_at(next, 0)
+}
+
+#[inline(always)]
+fn switch_in_at(next: Task, mut now: u64) {
+    let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU state.
+    let cs = unsafe { &mut *cs };
     cs.tid = next.tid;
     cs.traced = 0;
     let Some(tgid) = traced(&next) else {
-        // Untraced or idle: mark the CPU as known so the next switch does not take
-        // `prev` for a thread that ran since before the window.
-        cs.slice_start_ns = 1;
+        // Untraced or idle: the CPU is known, so the next switch-out does not take this
+        // thread for one that ran since before the window.
+        if cs.slice_start_ns == 0 {
+            cs.slice_start_ns = 1;
+        }
         return;
     };
     if now == 0 {
@@ -210,8 +238,10 @@ pub fn switch(prev: Task, leave: Leave, next: Task) {
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
+    let c = config();
     let cpu = unsafe { bpf_get_smp_processor_id() };
     if let Some(s) = thread_entry(&next, tgid) {
+        // SAFETY: map value pointer.
         let s = unsafe { &mut *s };
         let id = scoped_id(c.hist_scope, next.tid, s.tgid);
         if s.runnable_ns != 0 && now > s.runnable_ns {
@@ -237,6 +267,7 @@ pub fn switch(prev: Task, leave: Leave, next: Task) {
         }
         s.last_cpu = cpu;
     }
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
     }

@@ -12,9 +12,12 @@ mod account;
 mod maps;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    macros::{btf_tracepoint, fentry, kprobe, raw_tracepoint, tracepoint},
+    programs::{
+        BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext,
+        TracePointContext,
+    },
 };
 use tracer_common::{Config, COMM_LEN};
 
@@ -40,7 +43,7 @@ static CONFIG: Config = Config {
     tp_fork_child_pid: 0,
     tp_dead_mask: 0,
     tp_blocked_mask: 0,
-    _pad: 0,
+    task_state_off: 0,
 };
 
 #[inline(always)]
@@ -270,6 +273,64 @@ pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
         comm: CommSrc::None,
     };
     account::fork(current_task(), child);
+    0
+}
+
+// ---------------------------------------------------------------- perf-sched
+// perf's own context-switch hooks, `__perf_event_task_sched_out(prev, next)` (before the
+// switch, current = prev) and `__perf_event_task_sched_in(prev, task)` (after it,
+// current = task). They carry no prev_state: read `prev->__state` (BTF offset).
+
+#[inline(always)]
+fn leave_from_state(prev: *const u8) -> Leave {
+    let state = read_u32(prev, config().task_state_off);
+    if state & config().task_dead_mask != 0 {
+        Leave::Dead
+    } else if state == 0 {
+        Leave::Preempted
+    } else {
+        Leave::Blocked
+    }
+}
+
+#[inline(always)]
+fn perf_sched_out(prev: *const u8) {
+    account::switch_out(current_task(), leave_from_state(prev));
+}
+
+#[inline(always)]
+fn perf_sched_in() {
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    let mut t = task_from_btf(task, false);
+    let id = bpf_get_current_pid_tgid();
+    t.tid = id as u32;
+    t.tgid = (id >> 32) as u32;
+    account::switch_in(t);
+}
+
+#[fentry(function = "__perf_event_task_sched_out")]
+pub fn perf_sched_out_fentry(ctx: FEntryContext) -> i32 {
+    perf_sched_out(ctx.arg(0));
+    0
+}
+
+#[fentry(function = "__perf_event_task_sched_in")]
+pub fn perf_sched_in_fentry(_ctx: FEntryContext) -> i32 {
+    perf_sched_in();
+    0
+}
+
+#[kprobe]
+pub fn perf_sched_out_kprobe(ctx: ProbeContext) -> u32 {
+    if let Some(prev) = ctx.arg::<*const u8>(0) {
+        perf_sched_out(prev);
+    }
+    0
+}
+
+#[kprobe]
+pub fn perf_sched_in_kprobe(_ctx: ProbeContext) -> u32 {
+    perf_sched_in();
     0
 }
 

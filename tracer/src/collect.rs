@@ -1,1 +1,379 @@
-//! (in progress)
+//! Reading the kernel's aggregates: live threads, threads that died, histograms, drops.
+//!
+//! A snapshot is cumulative since the start of the window; interval reports are the
+//! difference of two snapshots. Threads are keyed by (TID, generation): the generation
+//! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
+//! continuation of the dead thread.
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{Context as _, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    Ebpf,
+};
+use tracer_common::{
+    drop,
+    hist::{HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS, N_KINDS},
+    scope, CpuState, ExitRecord, ThreadStats,
+};
+
+use crate::hist::Histogram;
+
+/// A thread: TID and how many earlier threads with that TID died in the window.
+pub type ThreadKey = (u32, u32);
+
+/// One thread's numbers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadRecord {
+    pub tid: u32,
+    pub stats: ThreadStats,
+    /// It died during the window (its totals came through the ring buffer).
+    pub exited: bool,
+}
+
+/// The three histograms of one scope.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistSet {
+    pub on_cpu: Histogram,
+    pub runq: Histogram,
+    pub off_cpu: Histogram,
+}
+
+impl HistSet {
+    pub fn new() -> Self {
+        HistSet {
+            on_cpu: Histogram::new(),
+            runq: Histogram::new(),
+            off_cpu: Histogram::new(),
+        }
+    }
+
+    fn kind_mut(&mut self, kind: u32) -> Option<&mut Histogram> {
+        match kind {
+            KIND_ON_CPU => Some(&mut self.on_cpu),
+            KIND_RUNQ => Some(&mut self.runq),
+            KIND_OFF_CPU => Some(&mut self.off_cpu),
+            _ => None,
+        }
+    }
+
+    pub fn merge(&mut self, o: &HistSet) {
+        self.on_cpu.merge(&o.on_cpu);
+        self.runq.merge(&o.runq);
+        self.off_cpu.merge(&o.off_cpu);
+    }
+
+    pub fn saturating_sub(&self, earlier: &HistSet) -> HistSet {
+        HistSet {
+            on_cpu: self.on_cpu.saturating_sub(&earlier.on_cpu),
+            runq: self.runq.saturating_sub(&earlier.runq),
+            off_cpu: self.off_cpu.saturating_sub(&earlier.off_cpu),
+        }
+    }
+
+    /// Histogram sums come from the threads' exact totals (the kernel keeps counts only).
+    fn set_sums(&mut self, on_cpu: u64, runq: u64, off_cpu: u64) {
+        self.on_cpu.sum_ns = on_cpu;
+        self.runq.sum_ns = runq;
+        self.off_cpu.sum_ns = off_cpu;
+    }
+}
+
+/// Everything read at one moment, cumulative since the window began.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// CLOCK_MONOTONIC of the read.
+    pub at_ns: u64,
+    pub threads: BTreeMap<ThreadKey, ThreadRecord>,
+    /// The traced set as a whole.
+    pub hist: HistSet,
+    /// Per process (TGID) or per thread (TID) with `-P` / `-L`.
+    pub scoped: BTreeMap<u32, HistSet>,
+    /// By `tracer_common::drop` index.
+    pub drops: [u64; drop::COUNT as usize],
+}
+
+/// Names of the drop counters, in index order, as shown in reports and JSON.
+pub const DROP_NAMES: [&str; drop::COUNT as usize] = [
+    "threads_map_full",
+    "exit_ringbuf_full",
+    "tracked_map_full",
+    "hist_map_full",
+    "counter_read_failed",
+];
+
+fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {
+    let mut d = *a;
+    d.on_cpu_ns = a.on_cpu_ns.saturating_sub(b.on_cpu_ns);
+    d.slices = a.slices.saturating_sub(b.slices);
+    d.voluntary = a.voluntary.saturating_sub(b.voluntary);
+    d.involuntary = a.involuntary.saturating_sub(b.involuntary);
+    d.runq_wait_ns = a.runq_wait_ns.saturating_sub(b.runq_wait_ns);
+    d.runq_waits = a.runq_waits.saturating_sub(b.runq_waits);
+    d.off_cpu_ns = a.off_cpu_ns.saturating_sub(b.off_cpu_ns);
+    d.blocked_ns = a.blocked_ns.saturating_sub(b.blocked_ns);
+    d.preempted_ns = a.preempted_ns.saturating_sub(b.preempted_ns);
+    d.migrations = a.migrations.saturating_sub(b.migrations);
+    for i in 0..d.counters.len() {
+        d.counters[i] = a.counters[i].saturating_sub(b.counters[i]);
+    }
+    d
+}
+
+fn is_idle(s: &ThreadStats) -> bool {
+    s.on_cpu_ns == 0 && s.slices == 0 && s.runq_waits == 0 && s.off_cpu_ns == 0
+}
+
+impl Snapshot {
+    /// What happened between `earlier` and `self`; threads without activity are left out.
+    pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
+        let mut threads = BTreeMap::new();
+        for (k, r) in &self.threads {
+            let stats = match earlier.threads.get(k) {
+                Some(e) => sub_stats(&r.stats, &e.stats),
+                None => r.stats,
+            };
+            if !is_idle(&stats) {
+                threads.insert(
+                    *k,
+                    ThreadRecord {
+                        tid: r.tid,
+                        stats,
+                        exited: r.exited,
+                    },
+                );
+            }
+        }
+        let mut scoped = BTreeMap::new();
+        for (id, h) in &self.scoped {
+            let d = match earlier.scoped.get(id) {
+                Some(e) => h.saturating_sub(e),
+                None => h.clone(),
+            };
+            scoped.insert(*id, d);
+        }
+        let mut drops = self.drops;
+        for (d, e) in drops.iter_mut().zip(earlier.drops.iter()) {
+            *d = d.saturating_sub(*e);
+        }
+        Snapshot {
+            at_ns: self.at_ns,
+            threads,
+            hist: self.hist.saturating_sub(&earlier.hist),
+            scoped,
+            drops,
+        }
+    }
+
+    /// Sum of on-CPU time over the traced threads.
+    pub fn on_cpu_total_ns(&self) -> u64 {
+        self.threads.values().map(|r| r.stats.on_cpu_ns).sum()
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Reads the maps; keeps the totals of threads that died.
+pub struct Collector {
+    ring: RingBuf<MapData>,
+    hist_scope: u32,
+    /// Deaths seen per TID: the generation of the TID's live thread.
+    generations: HashMap<u32, u32>,
+    exited: BTreeMap<ThreadKey, ThreadRecord>,
+    /// Per-thread histograms harvested from threads that died (`-L`).
+    exited_hists: BTreeMap<u32, HistSet>,
+    /// TIDs whose scoped histograms still have to be harvested.
+    dead_pending: Vec<u32>,
+}
+
+impl Collector {
+    pub fn new(ebpf: &mut Ebpf, hist_scope: u32) -> Result<Self> {
+        let ring = RingBuf::try_from(
+            ebpf.take_map("EXITED")
+                .context("EXITED map missing from the eBPF object")?,
+        )?;
+        Ok(Collector {
+            ring,
+            hist_scope,
+            generations: HashMap::new(),
+            exited: BTreeMap::new(),
+            exited_hists: BTreeMap::new(),
+            dead_pending: Vec::new(),
+        })
+    }
+
+    /// Takes the death records out of the ring buffer (call often: it is bounded).
+    pub fn drain(&mut self) {
+        while let Some(item) = self.ring.next() {
+            if item.len() < std::mem::size_of::<ExitRecord>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote an ExitRecord; read unaligned from the ring.
+            let rec: ExitRecord =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ExitRecord) };
+            let gen = self.generations.entry(rec.tid).or_insert(0);
+            self.exited.insert(
+                (rec.tid, *gen),
+                ThreadRecord {
+                    tid: rec.tid,
+                    stats: rec.stats,
+                    exited: true,
+                },
+            );
+            *gen += 1;
+            if self.hist_scope == scope::THREAD {
+                self.dead_pending.push(rec.tid);
+            }
+        }
+    }
+
+    /// A cumulative snapshot. With `partial_slices`, time of slices still running on each
+    /// CPU is added to their threads (the window's end cuts them).
+    pub fn snapshot(&mut self, ebpf: &mut Ebpf, partial_slices: bool) -> Result<Snapshot> {
+        self.drain();
+        let mut threads = self.exited.clone();
+        let live: BpfHashMap<_, u32, ThreadStats> =
+            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
+        let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
+        for item in live.iter() {
+            let Ok((tid, stats)) = item else { continue };
+            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
+            live_by_tid.insert(tid, key);
+            threads.insert(
+                key,
+                ThreadRecord {
+                    tid,
+                    stats,
+                    exited: false,
+                },
+            );
+        }
+        let cpu_state: PerCpuArray<_, CpuState> =
+            PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
+        let states = cpu_state.get(&0, 0)?;
+        let at_ns = crate::loader::monotonic_ns();
+        if partial_slices {
+            for cs in states.iter() {
+                if cs.traced == 0 || cs.slice_start_ns <= 1 || cs.slice_start_ns > at_ns {
+                    continue;
+                }
+                if let Some(r) = live_by_tid.get(&cs.tid).and_then(|k| threads.get_mut(k)) {
+                    r.stats.on_cpu_ns += at_ns - cs.slice_start_ns;
+                }
+            }
+        }
+
+        let mut hist = HistSet::new();
+        let mut scoped: BTreeMap<u32, HistSet> = BTreeMap::new();
+        if self.hist_scope == scope::ALL {
+            let arr: PerCpuArray<_, u64> =
+                PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
+            for kind in 0..N_KINDS {
+                let h = hist.kind_mut(kind).expect("kind in range");
+                for b in 0..N_BUCKETS {
+                    let idx = kind * N_BUCKETS as u32 + b as u32;
+                    let n: u64 = arr.get(&idx, 0)?.iter().sum();
+                    if n != 0 {
+                        h.add_bucket(b, n);
+                    }
+                }
+            }
+        } else {
+            self.harvest_dead_hists(ebpf)?;
+            let map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
+                ebpf.map("HIST_SCOPED").context("HIST_SCOPED map missing")?,
+            )?;
+            for item in map.iter() {
+                let Ok((k, v)) = item else { continue };
+                let n: u64 = v.iter().sum();
+                let set = scoped.entry(k.id).or_insert_with(HistSet::new);
+                if let Some(h) = set.kind_mut(k.kind as u32) {
+                    h.add_bucket(k.bucket as usize, n);
+                }
+            }
+            for (id, h) in &self.exited_hists {
+                scoped.entry(*id).or_insert_with(HistSet::new).merge(h);
+            }
+            for set in scoped.values() {
+                hist.merge(set);
+            }
+        }
+        // Exact sums from the thread totals.
+        let (on, rq, off) = threads.values().fold((0, 0, 0), |a, r| {
+            (
+                a.0 + r.stats.on_cpu_ns,
+                a.1 + r.stats.runq_wait_ns,
+                a.2 + r.stats.off_cpu_ns,
+            )
+        });
+        hist.set_sums(on, rq, off);
+        let mut sums: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
+        for r in threads.values() {
+            let id = if self.hist_scope == scope::PROCESS {
+                r.stats.tgid
+            } else {
+                r.tid
+            };
+            let e = sums.entry(id).or_default();
+            e.0 += r.stats.on_cpu_ns;
+            e.1 += r.stats.runq_wait_ns;
+            e.2 += r.stats.off_cpu_ns;
+        }
+        for (id, set) in scoped.iter_mut() {
+            let s = sums.get(id).copied().unwrap_or_default();
+            set.set_sums(s.0, s.1, s.2);
+        }
+
+        let drops_map: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(ebpf.map("DROPS").context("DROPS map missing")?)?;
+        let mut drops = [0u64; drop::COUNT as usize];
+        for (i, d) in drops.iter_mut().enumerate() {
+            *d = drops_map.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(Snapshot {
+            at_ns,
+            threads,
+            hist,
+            scoped,
+            drops,
+        })
+    }
+
+    /// `-L`: moves the histograms of dead threads out of the kernel map so it stays
+    /// bounded under churn.
+    fn harvest_dead_hists(&mut self, ebpf: &mut Ebpf) -> Result<()> {
+        if self.dead_pending.is_empty() {
+            return Ok(());
+        }
+        let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
+            ebpf.map_mut("HIST_SCOPED")
+                .context("HIST_SCOPED map missing")?,
+        )?;
+        let dead: std::collections::HashSet<u32> = self.dead_pending.drain(..).collect();
+        let keys: Vec<HistKey> = map
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| dead.contains(&k.id))
+            .collect();
+        for k in keys {
+            if let Ok(v) = map.get(&k, 0) {
+                let n: u64 = v.iter().sum();
+                let set = self.exited_hists.entry(k.id).or_insert_with(HistSet::new);
+                if let Some(h) = set.kind_mut(k.kind as u32) {
+                    h.add_bucket(k.bucket as usize, n);
+                }
+            }
+            let _ = map.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Entries in the kernel's per-thread map right now (bounded-usage checks).
+    pub fn live_entries(ebpf: &Ebpf) -> Result<usize> {
+        let live: BpfHashMap<_, u32, ThreadStats> =
+            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
+        Ok(live.keys().count())
+    }
+}

@@ -1,1 +1,44 @@
-//! (in progress)
+//! Every kernel quirk the tracer depends on, in one place, each naming the kernel change
+//! behind it. Values that differ between kernels are resolved at run time (BTF, tracefs);
+//! what is here are ABI constants and feature tests.
+use crate::btf::KernelBtf;
+
+/// `TASK_DEAD` in `task_struct::__state`, as passed to the tp_btf/raw_tp `sched_switch`
+/// `prev_state` argument. 0x80 since v4.14 ("sched/core: Remove TASK_ALL" renumbered the
+/// states; before it TASK_DEAD was 0x40). The tracer needs 5.18+ for the BTF modes anyway.
+pub const TASK_DEAD: u32 = 0x80;
+
+/// The classic `sched_switch` tracepoint reports `prev_state` through
+/// `__trace_sched_switch_state()`: a preempted task shows `TASK_REPORT_MAX` (0x100 since
+/// v4.14 added TASK_REPORT_IDLE = 0x80), a blocked one a bit of `TASK_REPORT` (0x7f) or
+/// TASK_REPORT_IDLE, a dying one `EXIT_DEAD` (0x10) or `EXIT_ZOMBIE` (0x20) from
+/// `exit_state`.
+pub const TP_STATE_BLOCKED_MASK: u32 = 0xff;
+pub const TP_STATE_DEAD_MASK: u32 = 0x10 | 0x20;
+
+/// The tp_btf/raw_tp `sched_switch` prototype gained `unsigned int prev_state` in v5.18
+/// (commit fa2c3254d7cf "sched/tracing: Don't re-read p->state when emitting sched_switch
+/// event"): `btf_trace_sched_switch` then has 5 parameters (the first is `void *__data`).
+/// Before that the programs would have to re-read `prev->__state`, racy by design; those
+/// kernels use the classic tracepoint mode instead.
+pub fn sched_switch_has_prev_state(btf: &KernelBtf) -> bool {
+    btf.typedef_proto_params("btf_trace_sched_switch")
+        .is_some_and(|n| n >= 5)
+}
+
+/// `task_struct::state` was renamed `__state` in v5.14 (commit 2f064a59a11f "sched: Change
+/// task_struct::state"); perf-sched mode reads it directly since its hooks carry no state.
+pub fn task_state_member(btf: &KernelBtf) -> &'static str {
+    if btf.has_member("task_struct", "__state") {
+        "__state"
+    } else {
+        "state"
+    }
+}
+
+/// The perf context-switch hooks: `__perf_event_task_sched_out(prev, next)` and
+/// `__perf_event_task_sched_in(prev, task)`. They only run while the `perf_sched_events`
+/// static key is on, which any per-task perf event turns on (kernel/events/core.c,
+/// `account_event()`), so perf-sched mode keeps a dummy per-task event open.
+pub const PERF_SCHED_OUT: &str = "__perf_event_task_sched_out";
+pub const PERF_SCHED_IN: &str = "__perf_event_task_sched_in";

@@ -14,6 +14,7 @@ pub mod dtl;
 pub mod error;
 pub mod hist;
 pub mod hypervisor;
+pub mod launch;
 pub mod loader;
 pub mod privileges;
 pub mod procfs;

@@ -1,1 +1,407 @@
-//! (in progress)
+//! Loading and attaching the kernel programs in one of the probe modes.
+//!
+//! Only the programs the chosen mode needs are loaded (verification is the expensive
+//! part of start-up). `auto` tries the modes best first and keeps the reason each better
+//! one was refused, so the report can say why it runs in the mode it does.
+use std::path::Path;
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{
+    programs::{BtfTracePoint, FEntry, KProbe, RawTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
+};
+use tracer_common::Config;
+
+use crate::{
+    btf::KernelBtf,
+    cli::ProbeMode,
+    compat,
+    error::TracerError,
+    root::Root,
+    tracefs,
+};
+
+/// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
+
+/// Where the kernel describes its own types.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// What user space decides before load.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    pub probe: ProbeMode,
+    /// One of `tracer_common::filter`.
+    pub filter: u32,
+    pub cgroup_id: u64,
+    /// One of `tracer_common::scope`.
+    pub hist_scope: u32,
+    pub n_counters: u32,
+    pub max_threads: u32,
+    /// CLOCK_MONOTONIC at the start of the window.
+    pub window_start_ns: u64,
+}
+
+/// Loaded and attached programs with their maps.
+pub struct Tracer {
+    pub ebpf: Ebpf,
+    /// The mode in use.
+    pub mode: ProbeMode,
+    /// Better modes that were tried first, with the reason each was refused.
+    pub refused: Vec<(ProbeMode, String)>,
+    programs: Vec<&'static str>,
+    /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
+    _sched_hook_event: Option<std::os::fd::OwnedFd>,
+}
+
+/// Programs of each mode: (program name, attach target).
+fn programs_of(mode: ProbeMode, with_fork: bool) -> Vec<(&'static str, &'static str)> {
+    let mut v = match mode {
+        ProbeMode::TpBtf => vec![
+            ("sched_switch_btf", "sched_switch"),
+            ("sched_wakeup_btf", "sched_wakeup"),
+            ("sched_wakeup_new_btf", "sched_wakeup_new"),
+        ],
+        ProbeMode::RawTp => vec![
+            ("sched_switch_raw", "sched_switch"),
+            ("sched_wakeup_raw", "sched_wakeup"),
+            ("sched_wakeup_new_raw", "sched_wakeup_new"),
+        ],
+        ProbeMode::Tracepoint => vec![
+            ("sched_switch_tp", "sched_switch"),
+            ("sched_wakeup_tp", "sched_wakeup"),
+            ("sched_wakeup_new_tp", "sched_wakeup_new"),
+        ],
+        ProbeMode::PerfSched | ProbeMode::Auto => vec![],
+    };
+    if with_fork {
+        v.push(match mode {
+            ProbeMode::TpBtf => ("sched_fork_btf", "sched_process_fork"),
+            ProbeMode::RawTp => ("sched_fork_raw", "sched_process_fork"),
+            _ => ("sched_fork_tp", "sched_process_fork"),
+        });
+    }
+    v
+}
+
+/// The embedded object, or a clear error when this binary was built without it.
+pub fn object() -> Result<&'static [u8], TracerError> {
+    if OBJECT.is_empty() {
+        Err(TracerError::NoEbpfObject)
+    } else {
+        Ok(OBJECT)
+    }
+}
+
+/// Fills the task_struct offsets from kernel BTF (tp_btf and raw_tp modes).
+fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
+    if !compat::sched_switch_has_prev_state(kbtf) {
+        return Err(anyhow!(
+            "this kernel's sched_switch tracepoint has no prev_state argument (before 5.18)"
+        ));
+    }
+    cfg.task_pid_off = kbtf.member_offset("task_struct", "pid")?;
+    cfg.task_tgid_off = kbtf.member_offset("task_struct", "tgid")?;
+    cfg.task_comm_off = kbtf.member_offset("task_struct", "comm")?;
+    cfg.task_dead_mask = compat::TASK_DEAD;
+    Ok(())
+}
+
+/// Fills the record offsets from tracefs format files (classic tracepoint mode).
+fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
+    let dir = tracefs::tracefs_dir(root)?;
+    let sw = tracefs::event_format(&dir, "sched", "sched_switch")?;
+    cfg.tp_switch_prev_pid = sw.field("prev_pid")?.offset;
+    let st = sw.field("prev_state")?;
+    cfg.tp_switch_prev_state = st.offset;
+    cfg.tp_switch_prev_state_size = st.size;
+    cfg.tp_switch_next_pid = sw.field("next_pid")?.offset;
+    cfg.tp_switch_next_comm = sw.field("next_comm")?.offset;
+    let wk = tracefs::event_format(&dir, "sched", "sched_wakeup")?;
+    cfg.tp_wakeup_pid = wk.field("pid")?.offset;
+    let wn = tracefs::event_format(&dir, "sched", "sched_wakeup_new")?;
+    if wn.field("pid")?.offset != cfg.tp_wakeup_pid {
+        return Err(anyhow!(
+            "sched_wakeup and sched_wakeup_new records differ in layout"
+        ));
+    }
+    let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
+    cfg.tp_fork_parent_pid = fk.field("parent_pid")?.offset;
+    cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
+    cfg.tp_dead_mask = compat::TP_STATE_DEAD_MASK;
+    cfg.tp_blocked_mask = compat::TP_STATE_BLOCKED_MASK;
+    Ok(())
+}
+
+impl Tracer {
+    /// Loads the programs for `opts.probe` (trying modes in order for `auto`), lets `seed`
+    /// fill the maps (the traced set) before anything is attached, then attaches.
+    pub fn start(
+        opts: &LoadOptions,
+        root: &Root,
+        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+    ) -> Result<Tracer> {
+        let modes: &[ProbeMode] = match opts.probe {
+            ProbeMode::Auto => &[ProbeMode::TpBtf, ProbeMode::RawTp, ProbeMode::Tracepoint],
+            m => std::slice::from_ref(match m {
+                ProbeMode::TpBtf => &ProbeMode::TpBtf,
+                ProbeMode::RawTp => &ProbeMode::RawTp,
+                ProbeMode::Tracepoint => &ProbeMode::Tracepoint,
+                _ => &ProbeMode::PerfSched,
+            }),
+        };
+        let mut refused = Vec::new();
+        for &mode in modes {
+            match Self::try_mode(mode, opts, root, seed) {
+                Ok(mut t) => {
+                    t.refused = refused;
+                    return Ok(t);
+                }
+                Err(e) if opts.probe == ProbeMode::Auto => {
+                    log::info!("probe mode {} refused: {e:#}", mode.name());
+                    refused.push((mode, format!("{e:#}")));
+                }
+                Err(e) => {
+                    return Err(e.context(format!("probe mode {} does not work here", mode.name())))
+                }
+            }
+        }
+        let why: Vec<String> = refused
+            .iter()
+            .map(|(m, e)| format!("{}: {e}", m.name()))
+            .collect();
+        Err(anyhow!("no probe mode works on this kernel:\n  {}", why.join("\n  ")))
+    }
+
+    fn try_mode(
+        mode: ProbeMode,
+        opts: &LoadOptions,
+        root: &Root,
+        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+    ) -> Result<Tracer> {
+        let mut cfg = Config {
+            window_start_ns: opts.window_start_ns,
+            cgroup_id: opts.cgroup_id,
+            filter: opts.filter,
+            hist_scope: opts.hist_scope,
+            n_counters: opts.n_counters,
+            ..Default::default()
+        };
+        let with_fork = opts.filter != tracer_common::filter::ALL;
+        let mut kernel_btf: Option<Btf> = None;
+        let mut sched_hook_event = None;
+        match mode {
+            ProbeMode::TpBtf | ProbeMode::RawTp | ProbeMode::PerfSched => {
+                let kbtf = KernelBtf::from_file(&root.path(VMLINUX_BTF))?;
+                btf_config(&mut cfg, &kbtf)?;
+                if mode == ProbeMode::PerfSched {
+                    cfg.task_state_off =
+                        kbtf.member_offset("task_struct", compat::task_state_member(&kbtf))?;
+                }
+                if mode != ProbeMode::RawTp {
+                    kernel_btf = Some(Btf::from_sys_fs().context("parsing kernel BTF")?);
+                }
+            }
+            ProbeMode::Tracepoint => tracefs_config(&mut cfg, root)?,
+            ProbeMode::Auto => unreachable!("auto is expanded by start()"),
+        }
+        if mode == ProbeMode::PerfSched {
+            sched_hook_event = Some(perf_sched_hook_event()?);
+        }
+        let mut ebpf = EbpfLoader::new()
+            .set_global("CONFIG", &cfg, true)
+            .set_max_entries("THREADS", opts.max_threads)
+            .set_max_entries("TRACKED", opts.max_threads)
+            .load(object()?)
+            .context("loading the eBPF object")?;
+        let progs = if mode == ProbeMode::PerfSched {
+            perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), with_fork, root)?
+        } else {
+            let progs = programs_of(mode, with_fork);
+            for (name, target) in &progs {
+                load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
+                    .with_context(|| format!("loading {name}"))?;
+            }
+            progs
+        };
+        seed(&mut ebpf)?;
+        for (name, target) in &progs {
+            attach_program(&mut ebpf, name, target)
+                .with_context(|| format!("attaching {name} to {target}"))?;
+        }
+        Ok(Tracer {
+            ebpf,
+            mode,
+            refused: Vec::new(),
+            programs: progs.iter().map(|(n, _)| *n).collect(),
+            _sched_hook_event: sched_hook_event,
+        })
+    }
+
+    /// Detaches and unloads every program; the maps stay readable.
+    pub fn detach(&mut self) {
+        for name in self.programs.drain(..) {
+            if let Some(p) = self.ebpf.program_mut(name) {
+                let r = match p {
+                    aya::programs::Program::BtfTracePoint(p) => p.unload(),
+                    aya::programs::Program::RawTracePoint(p) => p.unload(),
+                    aya::programs::Program::TracePoint(p) => p.unload(),
+                    aya::programs::Program::FEntry(p) => p.unload(),
+                    aya::programs::Program::KProbe(p) => p.unload(),
+                    _ => Ok(()),
+                };
+                if let Err(e) = r {
+                    log::warn!("unloading {name}: {e}");
+                }
+            }
+        }
+    }
+}
+
+fn load_program(
+    ebpf: &mut Ebpf,
+    mode: ProbeMode,
+    name: &str,
+    target: &str,
+    btf: Option<&Btf>,
+) -> Result<()> {
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?;
+    match mode {
+        ProbeMode::TpBtf => {
+            let p: &mut BtfTracePoint = prog.try_into()?;
+            p.load(target, btf.ok_or_else(|| anyhow!("kernel BTF needed"))?)?;
+        }
+        ProbeMode::RawTp => {
+            let p: &mut RawTracePoint = prog.try_into()?;
+            p.load()?;
+        }
+        ProbeMode::Tracepoint => {
+            let p: &mut TracePoint = prog.try_into()?;
+            p.load()?;
+        }
+        _ => return Err(anyhow!("no loader for {name} in mode {}", mode.name())),
+    }
+    Ok(())
+}
+
+fn attach_program(ebpf: &mut Ebpf, name: &str, target: &str) -> Result<()> {
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow!("program {name} missing"))?;
+    match prog {
+        aya::programs::Program::BtfTracePoint(p) => {
+            p.attach()?;
+        }
+        aya::programs::Program::RawTracePoint(p) => {
+            p.attach(target)?;
+        }
+        aya::programs::Program::TracePoint(p) => {
+            p.attach("sched", target)?;
+        }
+        aya::programs::Program::FEntry(p) => {
+            p.attach()?;
+        }
+        aya::programs::Program::KProbe(p) => {
+            p.attach(target, 0)?;
+        }
+        _ => return Err(anyhow!("unexpected program type for {name}")),
+    }
+    Ok(())
+}
+
+/// perf-sched mode: perf's switch hooks through fentry, else kprobes, plus the best
+/// wakeup tracepoints for run-queue latency.
+fn perf_sched_programs(
+    ebpf: &mut Ebpf,
+    btf: Option<&Btf>,
+    with_fork: bool,
+    _root: &Root,
+) -> Result<Vec<(&'static str, &'static str)>> {
+    let btf = btf.ok_or_else(|| anyhow!("kernel BTF needed"))?;
+    let mut progs: Vec<(&'static str, &'static str)> = Vec::new();
+    let fentry = (|| -> Result<()> {
+        for (name, target) in [
+            ("perf_sched_out_fentry", compat::PERF_SCHED_OUT),
+            ("perf_sched_in_fentry", compat::PERF_SCHED_IN),
+        ] {
+            let p: &mut FEntry = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("program {name} missing"))?
+                .try_into()?;
+            p.load(target, btf)?;
+        }
+        Ok(())
+    })();
+    match fentry {
+        Ok(()) => {
+            progs.push(("perf_sched_out_fentry", compat::PERF_SCHED_OUT));
+            progs.push(("perf_sched_in_fentry", compat::PERF_SCHED_IN));
+        }
+        Err(fe) => {
+            let kp = (|| -> Result<()> {
+                if !Path::new("/sys/kernel/tracing/kprobe_events").exists()
+                    && !Path::new("/sys/bus/event_source/devices/kprobe").exists()
+                {
+                    return Err(anyhow!("kernel has no kprobes (CONFIG_KPROBES off)"));
+                }
+                for name in ["perf_sched_out_kprobe", "perf_sched_in_kprobe"] {
+                    let p: &mut KProbe = ebpf
+                        .program_mut(name)
+                        .ok_or_else(|| anyhow!("program {name} missing"))?
+                        .try_into()?;
+                    p.load()?;
+                }
+                Ok(())
+            })();
+            if let Err(ke) = kp {
+                return Err(anyhow!("fentry refused ({fe:#}); kprobe refused ({ke:#})"));
+            }
+            progs.push(("perf_sched_out_kprobe", compat::PERF_SCHED_OUT));
+            progs.push(("perf_sched_in_kprobe", compat::PERF_SCHED_IN));
+        }
+    }
+    for (name, target) in programs_of(ProbeMode::TpBtf, with_fork) {
+        if name.starts_with("sched_switch") {
+            continue;
+        }
+        load_program(ebpf, ProbeMode::TpBtf, name, target, Some(btf))?;
+        progs.push((name, target));
+    }
+    Ok(progs)
+}
+
+/// A dummy per-task software event on ourselves: while one exists, the kernel's
+/// `perf_sched_events` key is on and `__perf_event_task_sched_in/out` run.
+fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // perf_event_attr: type (u32), size (u32), config (u64), then flags we leave zero
+    // (enabled, counting user and kernel). 128 bytes is PERF_ATTR_SIZE_VER8.
+    let mut attr = [0u64; 16];
+    const PERF_TYPE_SOFTWARE: u64 = 1;
+    const PERF_COUNT_SW_DUMMY: u64 = 9;
+    attr[0] = PERF_TYPE_SOFTWARE | (128u64 << 32);
+    attr[1] = PERF_COUNT_SW_DUMMY;
+    // SAFETY: attr is a valid, zero-padded perf_event_attr; pid 0 = this process.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, libc::PERF_FLAG_FD_CLOEXEC)
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error())
+            .context("opening a per-task perf event to switch perf's sched hooks on");
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -1,1 +1,448 @@
-//! (in progress)
+//! Reports: pure functions from collected numbers to text or JSON.
+use serde_json::{json, Map, Value};
+use tracer_common::scope;
+
+use crate::{
+    collect::{HistSet, Snapshot, ThreadRecord, DROP_NAMES},
+    hist::{format_bcc, human_ns, Unit},
+};
+
+/// A section produced by another module (counters, hypervisor), already rendered both ways.
+#[derive(Clone, Debug)]
+pub struct Section {
+    /// Top-level JSON key.
+    pub key: &'static str,
+    pub json: Value,
+    pub text: String,
+}
+
+/// Everything one report shows.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// "total" or "interval".
+    pub kind: &'static str,
+    /// 1-based interval number in interval mode.
+    pub interval: Option<u64>,
+    pub duration_ns: u64,
+    pub probe: String,
+    /// Better probe modes that were refused, with why.
+    pub probe_refused: Vec<(String, String)>,
+    pub snapshot: Snapshot,
+    /// Overrides the BPF-derived figure when task-clock was counted (perf's definition).
+    pub cpus_utilized_task_clock: Option<f64>,
+    /// Names of the per-slice counter events, in slot order.
+    pub slice_events: Vec<String>,
+    pub sections: Vec<Section>,
+    pub notices: Vec<String>,
+    /// Command line and exit code of `-- COMMAND`.
+    pub command: Option<(Vec<String>, Option<i32>)>,
+}
+
+/// How to show it.
+#[derive(Clone, Copy, Debug)]
+pub struct ReportOptions {
+    pub top: Option<usize>,
+    pub unit: Unit,
+    /// One of `tracer_common::scope`.
+    pub hist_scope: u32,
+}
+
+/// Threads, busiest first.
+fn sorted_threads(s: &Snapshot) -> Vec<&ThreadRecord> {
+    let mut v: Vec<&ThreadRecord> = s.threads.values().collect();
+    v.sort_by(|a, b| {
+        b.stats
+            .on_cpu_ns
+            .cmp(&a.stats.on_cpu_ns)
+            .then(a.tid.cmp(&b.tid))
+    });
+    v
+}
+
+/// C string from the kernel's fixed-size comm.
+pub fn comm_str(c: &[u8]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+impl Report {
+    /// On-CPU time of the traced set divided by the window: "CPUs utilized" as perf stat
+    /// defines it (task-clock / wall time), taken from task-clock when it was counted.
+    pub fn cpus_utilized(&self) -> f64 {
+        if let Some(v) = self.cpus_utilized_task_clock {
+            return v;
+        }
+        if self.duration_ns == 0 {
+            return 0.0;
+        }
+        self.snapshot.on_cpu_total_ns() as f64 / self.duration_ns as f64
+    }
+
+    fn share(&self, ns: u64) -> f64 {
+        if self.duration_ns == 0 {
+            0.0
+        } else {
+            ns as f64 / self.duration_ns as f64
+        }
+    }
+}
+
+fn hists_json(h: &HistSet) -> Value {
+    json!({
+        "on_cpu": h.on_cpu.summary(),
+        "runq": h.runq.summary(),
+        "off_cpu": h.off_cpu.summary(),
+    })
+}
+
+fn thread_json(r: &Report, t: &ThreadRecord, o: &ReportOptions) -> Value {
+    let s = &t.stats;
+    let mut m = Map::new();
+    m.insert("tid".into(), json!(t.tid));
+    m.insert("pid".into(), json!(s.tgid));
+    m.insert("comm".into(), json!(comm_str(&s.comm)));
+    m.insert("on_cpu_ns".into(), json!(s.on_cpu_ns));
+    m.insert("cpu_share".into(), json!(r.share(s.on_cpu_ns)));
+    m.insert("slices".into(), json!(s.slices));
+    m.insert("voluntary_switches".into(), json!(s.voluntary));
+    m.insert("involuntary_switches".into(), json!(s.involuntary));
+    m.insert("runq_wait_ns".into(), json!(s.runq_wait_ns));
+    m.insert("runq_waits".into(), json!(s.runq_waits));
+    m.insert("off_cpu_ns".into(), json!(s.off_cpu_ns));
+    m.insert("blocked_ns".into(), json!(s.blocked_ns));
+    m.insert("preempted_ns".into(), json!(s.preempted_ns));
+    m.insert("migrations".into(), json!(s.migrations));
+    m.insert("exited".into(), json!(t.exited));
+    if !r.slice_events.is_empty() {
+        let c: Map<String, Value> = r
+            .slice_events
+            .iter()
+            .zip(s.counters.iter())
+            .map(|(e, v)| (e.clone(), json!(v)))
+            .collect();
+        m.insert("slice_counters".into(), Value::Object(c));
+    }
+    if o.hist_scope == scope::THREAD {
+        if let Some(h) = r.snapshot.scoped.get(&t.tid) {
+            m.insert("histograms".into(), hists_json(h));
+        }
+    }
+    Value::Object(m)
+}
+
+/// Per-process rows: (pid, comm of the main thread or first seen, on-CPU ns, threads).
+fn processes(s: &Snapshot) -> Vec<(u32, String, u64, usize)> {
+    let mut by: std::collections::BTreeMap<u32, (String, u64, usize)> = Default::default();
+    for t in s.threads.values() {
+        let e = by.entry(t.stats.tgid).or_default();
+        if e.0.is_empty() || t.tid == t.stats.tgid {
+            e.0 = comm_str(&t.stats.comm);
+        }
+        e.1 += t.stats.on_cpu_ns;
+        e.2 += 1;
+    }
+    let mut v: Vec<_> = by.into_iter().map(|(p, (c, n, k))| (p, c, n, k)).collect();
+    v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// The report as one JSON document (the schema is in the README).
+pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
+    let mut m = Map::new();
+    m.insert("kind".into(), json!(r.kind));
+    if let Some(i) = r.interval {
+        m.insert("interval".into(), json!(i));
+    }
+    m.insert("duration_ns".into(), json!(r.duration_ns));
+    m.insert("probe".into(), json!(r.probe));
+    m.insert(
+        "probe_refused".into(),
+        Value::Array(
+            r.probe_refused
+                .iter()
+                .map(|(mode, why)| json!({"mode": mode, "reason": why}))
+                .collect(),
+        ),
+    );
+    m.insert("cpus_utilized".into(), json!(r.cpus_utilized()));
+    m.insert("on_cpu_ns".into(), json!(r.snapshot.on_cpu_total_ns()));
+    let threads = sorted_threads(&r.snapshot);
+    let shown = o.top.unwrap_or(usize::MAX);
+    m.insert(
+        "threads".into(),
+        Value::Array(
+            threads
+                .iter()
+                .take(shown)
+                .map(|t| thread_json(r, t, o))
+                .collect(),
+        ),
+    );
+    m.insert("threads_total".into(), json!(threads.len()));
+    m.insert("histograms".into(), hists_json(&r.snapshot.hist));
+    if o.hist_scope == scope::PROCESS {
+        let procs: Vec<Value> = processes(&r.snapshot)
+            .into_iter()
+            .map(|(pid, comm, on, n)| {
+                let mut p = json!({"pid": pid, "comm": comm, "on_cpu_ns": on, "threads": n});
+                if let Some(h) = r.snapshot.scoped.get(&pid) {
+                    p["histograms"] = hists_json(h);
+                }
+                p
+            })
+            .collect();
+        m.insert("processes".into(), Value::Array(procs));
+    }
+    let drops: Map<String, Value> = DROP_NAMES
+        .iter()
+        .zip(r.snapshot.drops.iter())
+        .map(|(n, v)| (n.to_string(), json!(v)))
+        .collect();
+    m.insert("drops".into(), Value::Object(drops));
+    for s in &r.sections {
+        m.insert(s.key.into(), s.json.clone());
+    }
+    if let Some((argv, code)) = &r.command {
+        m.insert("command".into(), json!({"argv": argv, "exit_code": code}));
+    }
+    m.insert("notices".into(), json!(r.notices));
+    Value::Object(m)
+}
+
+fn fmt_secs(ns: u64) -> String {
+    format!("{:.3} s", ns as f64 / 1e9)
+}
+
+/// The human-readable report.
+pub fn format_text(r: &Report, o: &ReportOptions) -> String {
+    let mut out = String::new();
+    let head = match r.interval {
+        Some(i) => format!("interval {i}"),
+        None => "total".to_string(),
+    };
+    out += &format!(
+        "tracer {head}: {} window, probe {}, {:.3} CPUs utilized\n",
+        fmt_secs(r.duration_ns),
+        r.probe,
+        r.cpus_utilized()
+    );
+    for (mode, why) in &r.probe_refused {
+        out += &format!("  (probe {mode} refused: {why})\n");
+    }
+    if let Some((argv, code)) = &r.command {
+        let code = code.map_or("killed".to_string(), |c| c.to_string());
+        out += &format!("  command: {} (exit {code})\n", argv.join(" "));
+    }
+    out += "\n";
+
+    let threads = sorted_threads(&r.snapshot);
+    let shown = o.top.unwrap_or(usize::MAX);
+    out += &format!(
+        "{:>8} {:>8} {:<16} {:>10} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
+        "TID", "PID", "COMM", "ON-CPU", "%CPU", "SLICES", "VOL", "INVOL", "RUNQ-WAIT", "OFF-CPU", "MIGR"
+    );
+    for e in &r.slice_events {
+        out += &format!(" {:>14}", truncate(e, 14));
+    }
+    out += "\n";
+    for t in threads.iter().take(shown) {
+        let s = &t.stats;
+        let mut comm = comm_str(&s.comm);
+        if t.exited {
+            comm.push_str(" (exited)");
+        }
+        out += &format!(
+            "{:>8} {:>8} {:<16} {:>10} {:>6.1} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
+            t.tid,
+            s.tgid,
+            truncate(&comm, 16),
+            human_ns(s.on_cpu_ns),
+            100.0 * r.share(s.on_cpu_ns),
+            s.slices,
+            s.voluntary,
+            s.involuntary,
+            human_ns(s.runq_wait_ns),
+            human_ns(s.off_cpu_ns),
+            s.migrations
+        );
+        for v in s.counters.iter().take(r.slice_events.len()) {
+            out += &format!(" {:>14}", v);
+        }
+        out += "\n";
+    }
+    if threads.len() > shown {
+        out += &format!("  ... {} more threads (--top)\n", threads.len() - shown);
+    }
+    if threads.is_empty() {
+        out += "  (no traced thread ran in this window)\n";
+    }
+
+    out += "\n";
+    out += &hist_block("", &r.snapshot.hist, o.unit);
+    match o.hist_scope {
+        scope::PROCESS => {
+            for (pid, comm, _, _) in processes(&r.snapshot).iter().take(shown) {
+                if let Some(h) = r.snapshot.scoped.get(pid) {
+                    out += &hist_block(&format!("pid {pid} ({comm}) "), h, o.unit);
+                }
+            }
+        }
+        scope::THREAD => {
+            for t in threads.iter().take(shown) {
+                if let Some(h) = r.snapshot.scoped.get(&t.tid) {
+                    let label = format!("tid {} ({}) ", t.tid, comm_str(&t.stats.comm));
+                    out += &hist_block(&label, h, o.unit);
+                }
+            }
+        }
+        _ => {}
+    }
+    for s in &r.sections {
+        if !s.text.is_empty() {
+            out += "\n";
+            out += &s.text;
+            if !s.text.ends_with('\n') {
+                out += "\n";
+            }
+        }
+    }
+    let drops: Vec<String> = DROP_NAMES
+        .iter()
+        .zip(r.snapshot.drops.iter())
+        .filter(|(_, v)| **v > 0)
+        .map(|(n, v)| format!("{n}={v}"))
+        .collect();
+    if !drops.is_empty() {
+        out += &format!(
+            "\nWARNING: events lost in the kernel: {} (raise --max-threads, or see `tracer check`)\n",
+            drops.join(" ")
+        );
+    }
+    for n in &r.notices {
+        out += &format!("note: {n}\n");
+    }
+    out
+}
+
+fn hist_block(label: &str, h: &HistSet, unit: Unit) -> String {
+    let mut out = String::new();
+    for (name, hh) in [
+        ("on-CPU slice", &h.on_cpu),
+        ("run-queue latency", &h.runq),
+        ("off-CPU time", &h.off_cpu),
+    ] {
+        out += &format_bcc(&format!("{label}{name}"), hh, unit);
+        out += "\n";
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::ThreadRecord;
+    use tracer_common::ThreadStats;
+
+    fn sample() -> Report {
+        let mut snap = Snapshot::default();
+        for (tid, on) in [(11u32, 3_000_000u64), (12, 9_000_000)] {
+            let mut s = ThreadStats::zeroed();
+            s.tgid = 10;
+            s.on_cpu_ns = on;
+            s.slices = 3;
+            s.voluntary = 2;
+            s.involuntary = 1;
+            s.comm[..4].copy_from_slice(b"work");
+            snap.threads.insert(
+                (tid, 0),
+                ThreadRecord {
+                    tid,
+                    stats: s,
+                    exited: tid == 11,
+                },
+            );
+        }
+        snap.hist = HistSet::new();
+        snap.hist.on_cpu.record(3_000_000);
+        Report {
+            kind: "total",
+            interval: None,
+            duration_ns: 12_000_000,
+            probe: "tp-btf".into(),
+            probe_refused: vec![],
+            snapshot: snap,
+            cpus_utilized_task_clock: None,
+            slice_events: vec![],
+            sections: vec![],
+            notices: vec![],
+            command: None,
+        }
+    }
+
+    const OPTS: ReportOptions = ReportOptions {
+        top: None,
+        unit: Unit::Usecs,
+        hist_scope: scope::ALL,
+    };
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let v = to_json(&sample(), &OPTS);
+        assert_eq!(v["duration_ns"], 12_000_000);
+        assert_eq!(v["probe"], "tp-btf");
+        assert!((v["cpus_utilized"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        let t = &v["threads"][0];
+        assert_eq!(t["tid"], 12, "busiest first");
+        for k in [
+            "tid",
+            "pid",
+            "comm",
+            "on_cpu_ns",
+            "slices",
+            "voluntary_switches",
+            "involuntary_switches",
+            "runq_wait_ns",
+            "runq_waits",
+            "off_cpu_ns",
+            "migrations",
+        ] {
+            assert!(t.get(k).is_some(), "thread field {k}");
+        }
+        assert_eq!(t["comm"], "work");
+        for k in ["on_cpu", "runq", "off_cpu"] {
+            assert!(v["histograms"][k]["count"].is_u64(), "{k}");
+        }
+        assert_eq!(v["histograms"]["on_cpu"]["count"], 1);
+        assert_eq!(v["drops"]["threads_map_full"], 0);
+    }
+
+    #[test]
+    fn text_lists_threads_busiest_first_and_honours_top() {
+        let r = sample();
+        let t = format_text(&r, &OPTS);
+        let a = t.find("      12 ").unwrap();
+        let b = t.find("      11 ").unwrap();
+        assert!(a < b);
+        assert!(t.contains("(exited)"));
+        let t = format_text(
+            &r,
+            &ReportOptions {
+                top: Some(1),
+                ..OPTS
+            },
+        );
+        assert!(!t.contains("      11 "));
+        assert!(t.contains("1 more threads"));
+    }
+
+    #[test]
+    fn drops_are_warned_about() {
+        let mut r = sample();
+        r.snapshot.drops[0] = 7;
+        assert!(format_text(&r, &OPTS).contains("threads_map_full=7"));
+    }
+}

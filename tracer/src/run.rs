@@ -1,6 +1,525 @@
-//! `tracer run` (being written).
-use crate::{cli::RunArgs, root::Root};
+//! `tracer run`: validate, start the command held, load and attach, count, wait, report.
+use std::{os::fd::OwnedFd, time::Duration};
 
-pub fn run(_args: RunArgs, _root: Root) -> anyhow::Result<i32> {
-    anyhow::bail!("`tracer run` is not implemented yet")
+use anyhow::{anyhow, Context as _, Result};
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use tracer_common::{filter, scope, Tracked, MAX_SLICE_COUNTERS, TRACK_INHERIT};
+
+use crate::{
+    cli::RunArgs,
+    collect::{Collector, Snapshot},
+    counters::{self, CounterSnapshot, CounterTarget, Counters},
+    hist::Unit,
+    hypervisor,
+    launch::{self, Held},
+    loader::{self, LoadOptions, Tracer},
+    privileges, procfs,
+    report::{self, Report, ReportOptions, Section},
+    root::Root,
+};
+
+/// The traced set chosen on the command line.
+struct Targets {
+    /// (tid, Tracked) pairs to seed the in-kernel set with.
+    seed: Vec<(u32, Tracked)>,
+    filter: u32,
+    cgroup_id: u64,
+    counter_target: CounterTarget,
+}
+
+fn resolve_targets(args: &RunArgs, root: &Root, child: Option<u32>) -> Result<Targets> {
+    let mut seed = Vec::new();
+    let mut threads = Vec::new();
+    for &pid in &args.pids {
+        for tid in procfs::threads_of(root, pid)? {
+            // New threads of the process join; so do its children in the tracepoint mode,
+            // whose fork record cannot tell a thread from a process (see README).
+            seed.push((
+                tid,
+                Tracked {
+                    tgid: pid,
+                    flags: TRACK_INHERIT,
+                },
+            ));
+            threads.push((pid, tid));
+        }
+    }
+    for &tid in &args.tids {
+        let tgid = procfs::tgid_of(root, tid)?;
+        seed.push((tid, Tracked { tgid, flags: 0 }));
+        threads.push((tgid, tid));
+    }
+    let mut cgroup_id = 0;
+    let mut filter = if seed.is_empty() && child.is_none() {
+        filter::ALL
+    } else {
+        filter::TRACKED
+    };
+    if let Some(cg) = &args.cgroup {
+        cgroup_id = procfs::cgroup_id(cg)?;
+        for tid in procfs::cgroup_threads(cg)? {
+            let tgid = procfs::tgid_of(root, tid).unwrap_or(0);
+            seed.push((
+                tid,
+                Tracked {
+                    tgid,
+                    flags: TRACK_INHERIT,
+                },
+            ));
+            threads.push((tgid, tid));
+        }
+        filter = filter::CGROUP;
+    }
+    if let Some(pid) = child {
+        seed.push((
+            pid,
+            Tracked {
+                tgid: pid,
+                flags: TRACK_INHERIT,
+            },
+        ));
+    }
+    let counter_target = match child {
+        Some(pid) => CounterTarget::Inherit { pid },
+        None if filter == filter::ALL => CounterTarget::Cpus(procfs::online_cpus(root)?),
+        None => CounterTarget::Threads(threads),
+    };
+    Ok(Targets {
+        seed,
+        filter,
+        cgroup_id,
+        counter_target,
+    })
+}
+
+/// Puts per-CPU perf counter fds into a perf event array (BPF_MAP_UPDATE_ELEM), which
+/// aya's user-space PerfEventArray does not offer for arbitrary events.
+fn set_perf_array(ebpf: &Ebpf, map: &str, fds: &[(u32, OwnedFd)]) -> Result<()> {
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    let m = ebpf.map(map).ok_or_else(|| anyhow!("{map} missing"))?;
+    let aya::maps::Map::PerfEventArray(data) = m else {
+        return Err(anyhow!("{map} is not a perf event array"));
+    };
+    let map_fd = data.fd().as_fd().as_raw_fd();
+    for (cpu, fd) in fds {
+        let key: u32 = *cpu;
+        let value: u32 = fd.as_raw_fd() as u32;
+        // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, pad, key ptr, value ptr, flags.
+        let mut attr = [0u64; 4];
+        attr[0] = map_fd as u64;
+        attr[1] = &key as *const u32 as u64;
+        attr[2] = &value as *const u32 as u64;
+        const BPF_MAP_UPDATE_ELEM: i64 = 2;
+        // SAFETY: attr is a valid bpf_attr prefix for this command.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                attr.as_ptr(),
+                std::mem::size_of_val(&attr),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("storing the CPU {cpu} counter in {map}"));
+        }
+    }
+    Ok(())
+}
+
+/// Opens the per-slice counters the kernel reads at each switch; unsupported ones are
+/// skipped with a notice, not fatal.
+fn open_slice_counters(
+    args: &RunArgs,
+    root: &Root,
+    notices: &mut Vec<String>,
+) -> Result<Vec<(String, Vec<(u32, OwnedFd)>)>> {
+    if args.slice_events.len() > MAX_SLICE_COUNTERS {
+        return Err(anyhow!(
+            "at most {MAX_SLICE_COUNTERS} --slice-event counters are supported"
+        ));
+    }
+    let cpus = procfs::online_cpus(root)?;
+    let mut out = Vec::new();
+    for name in &args.slice_events {
+        let spec = counters::parse_event(name)?;
+        match counters::open_per_cpu(&spec, &cpus) {
+            Ok(fds) => out.push((name.clone(), fds)),
+            Err(e) => notices.push(format!(
+                "--slice-event {name}: not counted per slice ({e}); the rest of the run goes on"
+            )),
+        }
+    }
+    Ok(out)
+}
+
+/// What ends the run.
+enum End {
+    Duration,
+    Count,
+    Signal(&'static str),
+    CommandExited(i32),
+}
+
+pub fn run(args: RunArgs, root: Root) -> Result<i32> {
+    if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
+        return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
+    }
+    // Validate everything cheap before touching the kernel.
+    for &pid in &args.pids {
+        procfs::threads_of(&root, pid)?;
+    }
+    for &tid in &args.tids {
+        procfs::tgid_of(&root, tid)?;
+    }
+    let event_specs = if args.events.is_empty() {
+        counters::default_events()
+    } else {
+        counters::parse_events(&args.events)?
+    };
+    privileges::check()?;
+    loader::object()?;
+
+    let held: Option<Held> = if args.command.is_empty() {
+        None
+    } else {
+        let as_user = if args.as_root {
+            None
+        } else {
+            privileges::sudo_user()
+        };
+        Some(launch::spawn_held(&args.command, as_user)?)
+    };
+    trace(&args, &root, held, &event_specs)
+}
+
+fn hist_scope(args: &RunArgs) -> u32 {
+    if args.per_thread_hist {
+        scope::THREAD
+    } else if args.per_process {
+        scope::PROCESS
+    } else {
+        scope::ALL
+    }
+}
+
+struct Session {
+    tracer: Tracer,
+    collector: Collector,
+    counters: Option<Counters>,
+    _slice_fds: Vec<(String, Vec<(u32, OwnedFd)>)>,
+    slice_events: Vec<String>,
+    hyp_before: Option<hypervisor::Snapshot>,
+    notices: Vec<String>,
+    t0: u64,
+}
+
+fn trace(
+    args: &RunArgs,
+    root: &Root,
+    held: Option<Held>,
+    event_specs: &[counters::EventSpec],
+) -> Result<i32> {
+    let child = held.as_ref().map(|h| h.pid);
+    let session = match setup(args, root, child, event_specs) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(h) = held {
+                h.abort();
+            }
+            return Err(e);
+        }
+    };
+    let mut session = session;
+    if let Err(e) = privileges::drop_all() {
+        session
+            .notices
+            .push(format!("could not drop capabilities after attaching: {e}"));
+    }
+    let child_pid = match held {
+        Some(h) => Some(h.release(&args.command)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    rt.block_on(event_loop(args, root, session, child_pid))
+}
+
+fn setup(
+    args: &RunArgs,
+    root: &Root,
+    child: Option<u32>,
+    event_specs: &[counters::EventSpec],
+) -> Result<Session> {
+    let targets = resolve_targets(args, root, child)?;
+    let mut notices = Vec::new();
+    let slice = open_slice_counters(args, root, &mut notices)?;
+    let scope_ = hist_scope(args);
+    let t0 = loader::monotonic_ns();
+    let opts = LoadOptions {
+        probe: args.probe,
+        filter: targets.filter,
+        cgroup_id: targets.cgroup_id,
+        hist_scope: scope_,
+        n_counters: slice.len() as u32,
+        max_threads: args.max_threads,
+        window_start_ns: t0,
+    };
+    let seed = |ebpf: &mut Ebpf| -> Result<()> {
+        if targets.seed.is_empty() {
+            return Ok(());
+        }
+        let mut m: BpfHashMap<_, u32, Tracked> =
+            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
+        for (tid, t) in &targets.seed {
+            m.insert(tid, t, 0)
+                .with_context(|| format!("adding TID {tid} to the traced set"))?;
+        }
+        Ok(())
+    };
+    let mut tracer = Tracer::start(&opts, root, &seed)?;
+    for (i, (_, fds)) in slice.iter().enumerate() {
+        set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
+    }
+    let collector = Collector::new(&mut tracer.ebpf, scope_)?;
+    let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
+        None
+    } else {
+        let c = Counters::open(event_specs, &targets.counter_target, args.per_thread)?;
+        c.enable()?;
+        Some(c)
+    };
+    let hyp_before = match hypervisor::Snapshot::take(root) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            notices.push(format!("hypervisor view unavailable: {e}"));
+            None
+        }
+    };
+    Ok(Session {
+        slice_events: slice.iter().map(|(n, _)| n.clone()).collect(),
+        tracer,
+        collector,
+        counters,
+        _slice_fds: slice,
+        hyp_before,
+        notices,
+        t0,
+    })
+}
+
+async fn wait_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => "SIGINT",
+        _ = term.recv() => "SIGTERM",
+    }
+}
+
+async fn event_loop(
+    args: &RunArgs,
+    root: &Root,
+    mut s: Session,
+    child: Option<u32>,
+) -> Result<i32> {
+    let opts = ReportOptions {
+        top: args.top,
+        unit: if args.millis { Unit::Msecs } else { Unit::Usecs },
+        hist_scope: hist_scope(args),
+    };
+    let mut child_exit = child.map(|pid| tokio::task::spawn_blocking(move || launch::wait_exit(pid)));
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut drain = tokio::time::interval(Duration::from_millis(100));
+    let mut tick = args.interval.map(|i| {
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let mut prev_snap = Snapshot {
+        at_ns: s.t0,
+        ..Default::default()
+    };
+    let mut prev_counters: Option<CounterSnapshot> = None;
+    let mut intervals = 0u64;
+    let signal = wait_signal();
+    tokio::pin!(signal);
+
+    let end = loop {
+        tokio::select! {
+            sig = &mut signal => break End::Signal(sig),
+            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break End::Duration,
+            code = async { match child_exit.as_mut() { Some(h) => h.await.unwrap_or(255), None => std::future::pending().await } } => break End::CommandExited(code),
+            _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
+                intervals += 1;
+                let snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+                let delta = snap.delta(&prev_snap);
+                let csnap = match &s.counters { Some(c) => Some(c.read()?), None => None };
+                let cdelta = match (&csnap, &prev_counters) {
+                    (Some(now), Some(before)) => Some(now.delta(before)),
+                    (Some(now), None) => Some(now.clone()),
+                    _ => None,
+                };
+                let r = build_report(&s, "interval", Some(intervals), delta, snap.at_ns - prev_snap.at_ns, cdelta.as_ref(), None, None, root);
+                print_report(&r, &opts, args.json);
+                prev_snap = snap;
+                prev_counters = csnap;
+                if args.count.is_some_and(|n| intervals >= n) {
+                    break End::Count;
+                }
+            }
+            _ = drain.tick() => s.collector.drain(),
+        }
+    };
+
+    // The window ends here: detach first so the final numbers are stable.
+    s.tracer.detach();
+    let t1 = loader::monotonic_ns();
+    let csnap = match &s.counters {
+        Some(c) => {
+            c.disable()?;
+            Some(c.read()?)
+        }
+        None => None,
+    };
+    let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+    snap.at_ns = t1;
+    if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev_snap.at_ns {
+        // The rest of the window after the last tick, so the intervals add up to the totals.
+        let cdelta = match (&csnap, &prev_counters) {
+            (Some(now), Some(before)) => Some(now.delta(before)),
+            (Some(now), None) => Some(now.clone()),
+            _ => None,
+        };
+        let r = build_report(
+            &s,
+            "interval",
+            Some(intervals + 1),
+            snap.delta(&prev_snap),
+            t1 - prev_snap.at_ns,
+            cdelta.as_ref(),
+            None,
+            None,
+            root,
+        );
+        print_report(&r, &opts, args.json);
+    }
+    let exit_code = match end {
+        End::CommandExited(code) => Some(code),
+        End::Signal(sig) => {
+            if let Some(pid) = child {
+                // The command goes on without us only if we were told to stop.
+                log::info!("{sig}: stopping; command PID {pid} keeps running");
+            }
+            None
+        }
+        End::Duration | End::Count => None,
+    };
+    let hyp = match &s.hyp_before {
+        Some(before) => hypervisor::Snapshot::take(root)
+            .ok()
+            .map(|after| hypervisor::report(before, &after, None, t1 - s.t0)),
+        None => None,
+    };
+    let command = (!args.command.is_empty()).then(|| (args.command.clone(), exit_code));
+    let r = build_report(
+        &s,
+        "total",
+        None,
+        snap,
+        t1 - s.t0,
+        csnap.as_ref(),
+        hyp,
+        command,
+        root,
+    );
+    print_report(&r, &opts, args.json);
+    Ok(exit_code.unwrap_or(0))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_report(
+    s: &Session,
+    kind: &'static str,
+    interval: Option<u64>,
+    mut snapshot: Snapshot,
+    duration_ns: u64,
+    counters: Option<&CounterSnapshot>,
+    hyp: Option<hypervisor::HypervisorReport>,
+    command: Option<(Vec<String>, Option<i32>)>,
+    root: &Root,
+) -> Report {
+    // Threads first seen at switch-in through a classic tracepoint have no comm yet.
+    for r in snapshot.threads.values_mut() {
+        if r.stats.comm[0] == 0 {
+            if let Some(c) = procfs::comm(root, r.stats.tgid, r.tid) {
+                let b = c.as_bytes();
+                let n = b.len().min(r.stats.comm.len() - 1);
+                r.stats.comm[..n].copy_from_slice(&b[..n]);
+            }
+        }
+    }
+    let mut sections = Vec::new();
+    let mut task_clock_util = None;
+    let mut notices = s.notices.clone();
+    if let Some(c) = counters {
+        let cr = counters::report(c, duration_ns);
+        task_clock_util = cr.cpus_utilized;
+        if let Some(tc) = counters::task_clock_ns(c) {
+            let bpf = snapshot.on_cpu_total_ns() as f64;
+            if tc > 0.0 {
+                notices.push(format!(
+                    "cross-check: on-CPU time from the BPF programs {:.3} ms vs task-clock {:.3} ms ({:+.2}%)",
+                    bpf / 1e6,
+                    tc / 1e6,
+                    100.0 * (bpf - tc) / tc
+                ));
+            }
+        }
+        sections.push(Section {
+            key: "counters",
+            json: serde_json::to_value(&cr).unwrap_or_default(),
+            text: counters::format_text(&cr),
+        });
+    }
+    if let Some(h) = hyp {
+        sections.push(Section {
+            key: "hypervisor",
+            json: serde_json::to_value(&h).unwrap_or_default(),
+            text: hypervisor::format_text(&h),
+        });
+    }
+    Report {
+        kind,
+        interval,
+        duration_ns,
+        probe: s.tracer.mode.name().to_string(),
+        probe_refused: s
+            .tracer
+            .refused
+            .iter()
+            .map(|(m, why)| (m.name().to_string(), why.clone()))
+            .collect(),
+        snapshot,
+        cpus_utilized_task_clock: task_clock_util,
+        slice_events: s.slice_events.clone(),
+        sections,
+        notices,
+        command,
+    }
+}
+
+fn print_report(r: &Report, o: &ReportOptions, json: bool) {
+    if json {
+        println!("{}", report::to_json(r, o));
+    } else {
+        println!("{}", report::format_text(r, o));
+    }
 }

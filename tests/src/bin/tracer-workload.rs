@@ -1,0 +1,137 @@
+//! Workloads for the end-to-end tests. Each thread records the kernel's own accounting
+//! for itself just before it ends (schedstat and CLOCK_THREAD_CPUTIME_ID), so the tests
+//! have ground truth even for threads that are gone when the tracer reports.
+//!
+//! Usage: tracer-workload MODE --out FILE [options]
+//!   busy-sleep --threads N --work-ms W --sleep-ms S --duration-ms D
+//!   spin --threads N --cpu C --duration-ms D      (all pinned to CPU C)
+//!   churn --per-sec N --duration-ms D             (short threads, each a little work)
+use std::{
+    fs::File,
+    io::Write,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn gettid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn schedstat(tid: u32) -> (u64, u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
+    let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (v.first().copied().unwrap_or(0), v.get(1).copied().unwrap_or(0), v.get(2).copied().unwrap_or(0))
+}
+
+/// One thread's ground truth, as a JSON line.
+fn record(out: &Mutex<Vec<String>>) {
+    let tid = gettid();
+    let cpu = thread_cpu_ns();
+    let (run, wait, slices) = schedstat(tid);
+    out.lock().unwrap().push(format!(
+        "{{\"tid\":{tid},\"pid\":{},\"cpu_ns\":{cpu},\"run_ns\":{run},\"wait_ns\":{wait},\"slices\":{slices}}}",
+        std::process::id()
+    ));
+}
+
+fn spin_for(ns: u64) {
+    let end = thread_cpu_ns() + ns;
+    while thread_cpu_ns() < end {
+        std::hint::spin_loop();
+    }
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; we set one bit.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let mode = args.get(1).cloned().unwrap_or_default();
+    let out_path = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let duration = Duration::from_millis(arg(&args, "--duration-ms", 1000));
+    let start = Instant::now();
+    let mut handles = Vec::new();
+    match mode.as_str() {
+        "busy-sleep" => {
+            let work = arg(&args, "--work-ms", 5) * 1_000_000;
+            let sleep = Duration::from_millis(arg(&args, "--sleep-ms", 5));
+            for _ in 0..arg(&args, "--threads", 4) {
+                let out = out.clone();
+                handles.push(std::thread::spawn(move || {
+                    while start.elapsed() < duration {
+                        spin_for(work);
+                        std::thread::sleep(sleep);
+                    }
+                    record(&out);
+                }));
+            }
+        }
+        "spin" => {
+            let cpu = arg(&args, "--cpu", 0) as usize;
+            for _ in 0..arg(&args, "--threads", 3) {
+                let out = out.clone();
+                handles.push(std::thread::spawn(move || {
+                    pin(cpu);
+                    while start.elapsed() < duration {
+                        spin_for(100_000);
+                    }
+                    record(&out);
+                }));
+            }
+        }
+        "churn" => {
+            let per_sec = arg(&args, "--per-sec", 1000).max(1);
+            let gap = Duration::from_nanos(1_000_000_000 / per_sec);
+            let mut next = Instant::now();
+            while start.elapsed() < duration {
+                let h = std::thread::spawn(|| spin_for(20_000));
+                let _ = h.join();
+                next += gap;
+                if let Some(d) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(d);
+                }
+            }
+        }
+        _ => {
+            eprintln!("usage: tracer-workload busy-sleep|spin|churn --out FILE [options]");
+            std::process::exit(2);
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    record(&out);
+    if let Some(p) = out_path {
+        let mut f = File::create(&p).expect("cannot create --out file");
+        for l in out.lock().unwrap().iter() {
+            writeln!(f, "{l}").unwrap();
+        }
+    }
+}

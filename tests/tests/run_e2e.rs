@@ -1,0 +1,249 @@
+//! `tracer run` end to end, as root: real programs loaded and attached, numbers checked
+//! against the kernel's own accounting (schedstat, CLOCK_THREAD_CPUTIME_ID).
+use serde_json::Value;
+use tracer_tests::{json_docs, read_truth, require_root, run_tracer, scratch, thread, Truth};
+
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
+
+/// Runs `tracer run --json [extra] -- tracer-workload ARGS --out F` and returns the
+/// documents and the workload's ground truth.
+fn traced(extra: &[&str], workload: &[&str], name: &str) -> (Vec<Value>, Vec<Truth>) {
+    require_root();
+    let out_file = scratch(name);
+    let out_s = out_file.to_str().unwrap().to_string();
+    let mut args = vec!["run", "--json"];
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.push(WORKLOAD);
+    args.extend_from_slice(workload);
+    args.extend_from_slice(&["--out", &out_s]);
+    let out = run_tracer(&args);
+    assert!(
+        out.status.success(),
+        "tracer failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = json_docs(&out);
+    let truth = read_truth(&out_file);
+    let _ = std::fs::remove_file(&out_file);
+    (docs, truth)
+}
+
+fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
+    let d = a.abs_diff(b);
+    d <= abs_ns || (d as f64) <= rel * b as f64
+}
+
+#[test]
+fn on_cpu_time_matches_schedstat_per_thread() {
+    let (docs, truth) = traced(
+        &[],
+        &["busy-sleep", "--threads", "4", "--work-ms", "3", "--sleep-ms", "2", "--duration-ms", "1500"],
+        "oncpu",
+    );
+    let doc = docs.last().expect("a report");
+    assert_eq!(doc["kind"], "total");
+    assert!(doc["probe"].is_string());
+    assert_eq!(truth.len(), 5, "4 workers and the main thread");
+    let mut sum_run = 0;
+    for t in &truth {
+        let th = thread(doc, t.tid).unwrap_or_else(|| panic!("thread {} missing from {doc}", t.tid));
+        let ours = th["on_cpu_ns"].as_u64().unwrap();
+        assert_eq!(th["pid"].as_u64(), Some(t.pid));
+        // The thread read its schedstat a moment before it ended: allow 1% or 1 ms.
+        assert!(
+            within(ours, t.run_ns, 0.01, 1_000_000),
+            "tid {}: ours {ours} ns, schedstat {} ns, thread clock {} ns",
+            t.tid,
+            t.run_ns,
+            t.cpu_ns
+        );
+        assert!(th["slices"].as_u64().unwrap() > 0);
+        assert!(th["voluntary_switches"].as_u64().unwrap() > 0, "the workers sleep");
+        sum_run += t.run_ns;
+    }
+    let dur = doc["duration_ns"].as_u64().unwrap();
+    let util = doc["cpus_utilized"].as_f64().unwrap();
+    let expect = sum_run as f64 / dur as f64;
+    assert!(
+        (util - expect).abs() <= 0.03 * expect,
+        "cpus_utilized {util} vs schedstat-based {expect}"
+    );
+}
+
+#[test]
+fn runq_latency_matches_schedstat_run_delay() {
+    // Three spinners pinned to one CPU wait for each other all the time.
+    let (docs, truth) = traced(
+        &[],
+        &["spin", "--threads", "3", "--cpu", "0", "--duration-ms", "1500"],
+        "runq",
+    );
+    let doc = docs.last().unwrap();
+    let spinners: Vec<&Truth> = truth.iter().filter(|t| t.tid != t.pid).collect();
+    assert_eq!(spinners.len(), 3);
+    for t in spinners {
+        let th = thread(doc, t.tid).expect("spinner reported");
+        let ours = th["runq_wait_ns"].as_u64().unwrap();
+        assert!(t.wait_ns > 100_000_000, "spinners on one CPU must wait: {t:?}");
+        assert!(
+            within(ours, t.wait_ns, 0.03, 0),
+            "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
+            t.tid,
+            t.wait_ns
+        );
+        assert!(th["runq_waits"].as_u64().unwrap() > 0);
+        assert!(th["involuntary_switches"].as_u64().unwrap() > 0);
+    }
+    let h = &doc["histograms"]["runq"];
+    assert!(h["count"].as_u64().unwrap() > 0);
+    assert!(h["p50_ns"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn histograms_find_the_work_and_sleep_times() {
+    // One worker: 4 ms of CPU, then 10 ms asleep, about 100 times.
+    let (docs, truth) = traced(
+        &["-L"],
+        &["busy-sleep", "--threads", "1", "--work-ms", "4", "--sleep-ms", "10", "--duration-ms", "1500"],
+        "hist",
+    );
+    let doc = docs.last().unwrap();
+    let worker = truth.iter().find(|t| t.tid != t.pid).unwrap();
+    let th = thread(doc, worker.tid).unwrap();
+    let h = &th["histograms"];
+    let on_p50 = h["on_cpu"]["p50_ns"].as_u64().unwrap() as f64;
+    let off_p50 = h["off_cpu"]["p50_ns"].as_u64().unwrap() as f64;
+    // A 4 ms burst may be cut by a tick or a preemption, so the median slice is at most
+    // the work time; on this mostly idle machine it is the whole burst.
+    assert!(
+        (on_p50 - 4e6).abs() <= 0.04 * 4e6,
+        "on-CPU p50 {on_p50} ns, expected ~4 ms: {h}"
+    );
+    // nanosleep overshoots by the timer slack (50 us by default).
+    assert!(
+        off_p50 >= 10e6 * 0.98 && off_p50 <= 10e6 * 1.04,
+        "off-CPU p50 {off_p50} ns, expected ~10 ms: {h}"
+    );
+    for k in ["on_cpu", "runq", "off_cpu"] {
+        let s = &h[k];
+        let p50 = s["p50_ns"].as_u64().unwrap_or(0);
+        let p99 = s["p99_ns"].as_u64().unwrap_or(0);
+        let max = s["max_ns"].as_u64().unwrap_or(0);
+        assert!(p50 <= p99 && p99 <= max, "{k}: percentiles out of order: {s}");
+        let n: u64 = s["buckets"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+        assert_eq!(n, s["count"].as_u64().unwrap(), "{k}: buckets add up to count");
+    }
+    // The kernel counts a slice and a histogram entry in the same step.
+    assert_eq!(h["on_cpu"]["count"], th["slices"]);
+    assert_eq!(h["runq"]["count"], th["runq_waits"]);
+    assert_eq!(th["exited"], true);
+}
+
+#[test]
+fn interval_deltas_add_up_to_the_totals() {
+    let (docs, _truth) = traced(
+        &["-i", "300ms"],
+        &["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "3", "--duration-ms", "1400"],
+        "interval",
+    );
+    let intervals: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "interval").collect();
+    let total = docs.iter().find(|d| d["kind"] == "total").expect("totals at the end");
+    assert!(intervals.len() >= 4, "one document per 300 ms interval, got {}", intervals.len());
+    for (i, d) in intervals.iter().enumerate() {
+        assert_eq!(d["interval"].as_u64(), Some(i as u64 + 1));
+    }
+    let dur: u64 = intervals.iter().map(|d| d["duration_ns"].as_u64().unwrap()).sum();
+    assert!(dur.abs_diff(total["duration_ns"].as_u64().unwrap()) < 1_000_000);
+    for t in total["threads"].as_array().unwrap() {
+        let tid = t["tid"].as_u64().unwrap();
+        for k in ["on_cpu_ns", "slices", "voluntary_switches", "runq_wait_ns", "off_cpu_ns"] {
+            let sum: u64 = intervals
+                .iter()
+                .filter_map(|d| thread(d, tid))
+                .map(|x| x[k].as_u64().unwrap())
+                .sum();
+            assert_eq!(sum, t[k].as_u64().unwrap(), "tid {tid} {k}: intervals vs total");
+        }
+    }
+    for k in ["on_cpu", "runq", "off_cpu"] {
+        let sum: u64 = intervals.iter().map(|d| d["histograms"][k]["count"].as_u64().unwrap()).sum();
+        assert_eq!(sum, total["histograms"][k]["count"].as_u64().unwrap(), "{k} histogram counts");
+    }
+}
+
+#[test]
+fn pid_target_traces_only_that_process() {
+    require_root();
+    let out_file = scratch("pid");
+    let mut child = std::process::Command::new(WORKLOAD)
+        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "2500"])
+        .args(["--out", out_file.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_docs(&out).pop().unwrap();
+    let threads = doc["threads"].as_array().unwrap();
+    assert!(threads.len() >= 2, "{doc}");
+    for t in threads {
+        assert_eq!(t["pid"].as_u64().unwrap().to_string(), pid, "only the target: {t}");
+    }
+    let dur = doc["duration_ns"].as_u64().unwrap();
+    assert!((900_000_000..1_500_000_000).contains(&dur), "duration {dur}");
+    let _ = std::fs::remove_file(out_file);
+}
+
+#[test]
+fn system_wide_reports_many_threads() {
+    require_root();
+    let out = run_tracer(&["run", "--json", "-d", "500ms"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_docs(&out).pop().unwrap();
+    assert!(!doc["threads"].as_array().unwrap().is_empty());
+    assert!(doc["threads"].as_array().unwrap().iter().all(|t| t["tid"] != 0), "no idle task");
+    let util = doc["cpus_utilized"].as_f64().unwrap();
+    let ncpu = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(util > 0.0 && util <= ncpu * 1.01, "cpus_utilized {util}");
+}
+
+#[test]
+fn command_exit_status_is_propagated() {
+    require_root();
+    let out = run_tracer(&["run", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn bad_targets_fail_fast_with_a_clear_error() {
+    require_root();
+    let t = std::time::Instant::now();
+    let out = run_tracer(&["run", "-p", "999999999"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such process"));
+    let out = run_tracer(&["run", "--", "/nonexistent/command"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+    let out = run_tracer(&["run", "-d", "5x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid duration"));
+    assert!(t.elapsed().as_secs() < 5, "errors must be fast");
+}
+
+#[test]
+fn unprivileged_run_names_the_capabilities() {
+    require_root();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(tracer_tests::tracer_bin())
+        .args(["run", "-d", "1s"])
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
