@@ -1,1 +1,500 @@
-//! (in progress)
+//! The few procfs, sysfs and cgroupfs readers the tracer needs.
+//!
+//! Hand parsing keeps `--root` trivial: every path goes through [`Root`], so tests and
+//! trees copied off other machines work the same as the live system.
+use std::io::ErrorKind;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::TracerError;
+use crate::root::Root;
+
+/// statfs magic of a cgroup v2 mount.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+/// Far above any kernel's NR_CPUS (8192), so a corrupt list cannot allocate gigabytes.
+const MAX_CPU: u32 = 1 << 16;
+
+/// Per-thread scheduler statistics, from `/proc/<pid>/task/<tid>/schedstat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Schedstat {
+    /// Time spent on a CPU, ns.
+    pub run_ns: u64,
+    /// Time spent runnable waiting for a CPU (run_delay), ns.
+    pub wait_ns: u64,
+    /// Number of timeslices run on a CPU.
+    pub slices: u64,
+}
+
+fn read(path: &Path) -> Result<String, TracerError> {
+    std::fs::read_to_string(path).map_err(|source| TracerError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads a thread's schedstat. A missing thread is `NoSuchThread`; a thread without the
+/// file (kernel without CONFIG_SCHED_INFO) is a read error naming the path.
+pub fn schedstat(root: &Root, pid: u32, tid: u32) -> Result<Schedstat, TracerError> {
+    let task = root.path(format!("/proc/{pid}/task/{tid}"));
+    let path = task.join("schedstat");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => parse_schedstat(&text, &path),
+        Err(e) if e.kind() == ErrorKind::NotFound && !task.is_dir() => {
+            Err(TracerError::NoSuchThread(tid))
+        }
+        Err(source) => Err(TracerError::Read { path, source }),
+    }
+}
+
+/// Parses `"<run ns> <run_delay ns> <timeslices>\n"`.
+pub fn parse_schedstat(text: &str, path: &Path) -> Result<Schedstat, TracerError> {
+    let bad = |why: String| TracerError::Malformed {
+        path: path.to_path_buf(),
+        why,
+    };
+    let mut it = text.split_ascii_whitespace().map(|w| {
+        w.parse::<u64>()
+            .map_err(|_| bad(format!("{w:?} is not a number")))
+    });
+    let mut next = |what: &str| {
+        it.next()
+            .unwrap_or_else(|| Err(bad(format!("no {what} field in {:?}", text.trim()))))
+    };
+    Ok(Schedstat {
+        run_ns: next("run time")?,
+        wait_ns: next("run delay")?,
+        slices: next("timeslice")?,
+    })
+}
+
+/// Numeric entries of a directory, sorted.
+fn numeric_entries(dir: &Path) -> std::io::Result<Vec<u32>> {
+    let mut ids: Vec<u32> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// The TIDs of process `pid`, sorted.
+pub fn threads_of(root: &Root, pid: u32) -> Result<Vec<u32>, TracerError> {
+    let dir = root.path(format!("/proc/{pid}/task"));
+    match numeric_entries(&dir) {
+        Ok(ids) if !ids.is_empty() => Ok(ids),
+        // A zombie's task dir can be empty: it has no threads left to trace.
+        Ok(_) => Err(TracerError::NoSuchProcess(pid)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(TracerError::NoSuchProcess(pid)),
+        Err(source) => Err(TracerError::Read { path: dir, source }),
+    }
+}
+
+/// The process (thread group) a thread belongs to, from `/proc/<tid>/status`.
+pub fn tgid_of(root: &Root, tid: u32) -> Result<u32, TracerError> {
+    // /proc/<tid> works for any thread, though only group leaders are listed.
+    let path = root.path(format!("/proc/{tid}/status"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Err(TracerError::NoSuchThread(tid)),
+        Err(source) => return Err(TracerError::Read { path, source }),
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| TracerError::Malformed {
+            path,
+            why: "no numeric Tgid: line".into(),
+        })
+}
+
+/// A thread's command name, or None when it is gone.
+pub fn comm(root: &Root, pid: u32, tid: u32) -> Option<String> {
+    let text = std::fs::read(root.path(format!("/proc/{pid}/task/{tid}/comm"))).ok()?;
+    let text = text.strip_suffix(b"\n").unwrap_or(&text);
+    Some(String::from_utf8_lossy(text).into_owned())
+}
+
+/// The online CPUs, from `/sys/devices/system/cpu/online`.
+pub fn online_cpus(root: &Root) -> Result<Vec<u32>, TracerError> {
+    let path = root.path("/sys/devices/system/cpu/online");
+    let text = read(&path)?;
+    parse_cpu_list(&text).map_err(|why| TracerError::Malformed { path, why })
+}
+
+/// Parses a kernel CPU list such as `0-3,5,7-8` into sorted, distinct CPU numbers.
+/// An empty list (e.g. the `offline` file of a machine with all CPUs up) is valid.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, String> {
+    let num = |w: &str| -> Result<u32, String> {
+        let n = w
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| format!("bad CPU number {w:?} in {s:?}"))?;
+        if n >= MAX_CPU {
+            return Err(format!("CPU number {n} out of range in {s:?}"));
+        }
+        Ok(n)
+    };
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.trim().is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if a > b {
+                    return Err(format!("reversed range {part:?} in {s:?}"));
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(num(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+/// The kernel release (`uname -r`) of the system under `root`.
+pub fn kernel_release(root: &Root) -> Option<String> {
+    let text = std::fs::read_to_string(root.path("/proc/sys/kernel/osrelease")).ok()?;
+    Some(text.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+fn cgroup_err(path: &Path, why: impl Into<String>) -> TracerError {
+    TracerError::Cgroup {
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+/// The id of a cgroup v2 directory: its inode number, which is what
+/// `bpf_get_current_cgroup_id()` returns in the kernel.
+pub fn cgroup_id(path: &Path) -> Result<u64, TracerError> {
+    let meta = std::fs::metadata(path).map_err(|e| cgroup_err(path, e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(cgroup_err(path, "not a directory"));
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| cgroup_err(path, "path contains a NUL byte"))?;
+    // SAFETY: statfs is plain data, so all-zero is valid; statfs() fills it and gets a
+    // NUL-terminated path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(cgroup_err(
+            path,
+            std::io::Error::last_os_error().to_string(),
+        ));
+    }
+    // f_type's integer type differs between libc targets.
+    #[allow(clippy::unnecessary_cast)]
+    let magic = st.f_type as i64;
+    if magic != CGROUP2_SUPER_MAGIC {
+        return Err(cgroup_err(
+            path,
+            format!(
+                "not on a cgroup v2 mount (filesystem magic {magic:#x}); \
+                 use a directory under /sys/fs/cgroup on a cgroup2 system"
+            ),
+        ));
+    }
+    Ok(meta.ino())
+}
+
+/// The TIDs in a cgroup v2 directory (`cgroup.threads`), sorted.
+pub fn cgroup_threads(path: &Path) -> Result<Vec<u32>, TracerError> {
+    let file = path.join("cgroup.threads");
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| cgroup_err(path, format!("cannot read {}: {e}", file.display())))?;
+    let mut tids = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            l.trim()
+                .parse::<u32>()
+                .map_err(|_| cgroup_err(path, format!("bad TID {l:?} in cgroup.threads")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// The file behind a sysctl name: `kernel.pid_max` -> `/proc/sys/kernel/pid_max`
+/// (a name with slashes is taken as a path under /proc/sys, as sysctl(8) does).
+fn sysctl_path(root: &Root, name: &str) -> Result<PathBuf, TracerError> {
+    let rel = if name.contains('/') {
+        name.to_string()
+    } else {
+        name.replace('.', "/")
+    };
+    let ok = !rel.is_empty()
+        && rel
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if !ok {
+        return Err(TracerError::Malformed {
+            path: PathBuf::from("/proc/sys"),
+            why: format!("bad sysctl name {name:?}"),
+        });
+    }
+    Ok(root.path(format!("/proc/sys/{rel}")))
+}
+
+/// Reads a sysctl, without its trailing newline.
+pub fn read_sysctl(root: &Root, name: &str) -> Result<String, TracerError> {
+    let text = read(&sysctl_path(root, name)?)?;
+    Ok(text.trim_end_matches('\n').to_string())
+}
+
+/// Writes a sysctl (needs privileges on the live system).
+pub fn write_sysctl(root: &Root, name: &str, value: &str) -> Result<(), TracerError> {
+    let path = sysctl_path(root, name)?;
+    // No create: a sysctl that does not exist must be an error, not a new file.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|source| TracerError::Write {
+            path: path.clone(),
+            source,
+        })?;
+    std::io::Write::write_all(&mut f, value.as_bytes())
+        .map_err(|source| TracerError::Write { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh fixture directory under the system temp dir.
+    fn fixture(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tracer-procfs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir fixture");
+        dir
+    }
+
+    fn put(dir: &Path, rel: &str, text: &str) {
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(p, text).expect("write fixture");
+    }
+
+    #[test]
+    fn schedstat_parses() {
+        let p = Path::new("/proc/1/task/1/schedstat");
+        assert_eq!(
+            parse_schedstat("123456 7890 42\n", p).ok(),
+            Some(Schedstat {
+                run_ns: 123456,
+                wait_ns: 7890,
+                slices: 42
+            })
+        );
+        for bad in ["", "1 2", "1 x 3", "-1 2 3", "99999999999999999999999 1 1"] {
+            let e = parse_schedstat(bad, p).unwrap_err().to_string();
+            assert!(e.contains("/proc/1/task/1/schedstat"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-3,5,7-8\n"), Ok(vec![0, 1, 2, 3, 5, 7, 8]));
+        assert_eq!(parse_cpu_list("0"), Ok(vec![0]));
+        assert_eq!(parse_cpu_list("\n"), Ok(vec![]));
+        assert_eq!(parse_cpu_list("3,1-2,2"), Ok(vec![1, 2, 3]));
+        for bad in ["a", "3-1", "0-", "-1", "0-4294967295", "1;2", "0--2"] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn fixture_tree() {
+        let d = fixture("tree");
+        let root = Root::new(&d);
+        put(&d, "proc/100/task/100/schedstat", "10 20 3\n");
+        put(&d, "proc/100/task/100/comm", "main\n");
+        put(&d, "proc/100/task/101/schedstat", "1 2 3\n");
+        put(&d, "proc/100/task/101/comm", "worker 1\n");
+        std::fs::create_dir_all(d.join("proc/100/task/102")).expect("mkdir");
+        put(&d, "proc/100/task/not-a-tid", "");
+        put(
+            &d,
+            "proc/101/status",
+            "Name:\tworker\nTgid:\t100\nPid:\t101\n",
+        );
+        put(&d, "proc/102/status", "Name:\tbroken\n");
+        put(&d, "sys/devices/system/cpu/online", "0-1,4\n");
+        put(&d, "proc/sys/kernel/osrelease", "6.18.0-test\n");
+        put(&d, "proc/sys/kernel/pid_max", "4194304\n");
+
+        assert_eq!(threads_of(&root, 100).ok(), Some(vec![100, 101, 102]));
+        assert!(matches!(
+            threads_of(&root, 7),
+            Err(TracerError::NoSuchProcess(7))
+        ));
+        assert_eq!(schedstat(&root, 100, 101).ok().map(|s| s.slices), Some(3));
+        assert!(matches!(
+            schedstat(&root, 100, 999),
+            Err(TracerError::NoSuchThread(999))
+        ));
+        let e = schedstat(&root, 100, 102).unwrap_err().to_string();
+        assert!(e.contains("task/102/schedstat"), "{e}");
+        assert_eq!(comm(&root, 100, 101).as_deref(), Some("worker 1"));
+        assert_eq!(comm(&root, 100, 999), None);
+        assert_eq!(tgid_of(&root, 101).ok(), Some(100));
+        assert!(matches!(
+            tgid_of(&root, 5),
+            Err(TracerError::NoSuchThread(5))
+        ));
+        let e = tgid_of(&root, 102).unwrap_err().to_string();
+        assert!(e.contains("102/status"), "{e}");
+        assert_eq!(online_cpus(&root).ok(), Some(vec![0, 1, 4]));
+        assert_eq!(kernel_release(&root).as_deref(), Some("6.18.0-test"));
+        assert_eq!(
+            read_sysctl(&root, "kernel.pid_max").ok().as_deref(),
+            Some("4194304")
+        );
+        assert_eq!(
+            read_sysctl(&root, "kernel/pid_max").ok().as_deref(),
+            Some("4194304")
+        );
+        write_sysctl(&root, "kernel.pid_max", "32768").expect("write");
+        assert_eq!(
+            read_sysctl(&root, "kernel.pid_max").ok().as_deref(),
+            Some("32768")
+        );
+        let e = read_sysctl(&root, "kernel.nope").unwrap_err().to_string();
+        assert!(e.contains("proc/sys/kernel/nope"), "{e}");
+        let e = write_sysctl(&root, "kernel.nope", "1")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("proc/sys/kernel/nope"), "{e}");
+        assert!(!d.join("proc/sys/kernel/nope").exists());
+        for bad in ["", "kernel..x", "../etc/passwd", "a//b", "."] {
+            assert!(read_sysctl(&root, bad).is_err(), "{bad:?}");
+        }
+
+        let empty = Root::new(d.join("nothing"));
+        let e = online_cpus(&empty).unwrap_err().to_string();
+        assert!(e.contains("cpu/online"), "{e}");
+        assert_eq!(kernel_release(&empty), None);
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    #[test]
+    fn cgroup_on_a_plain_directory_is_refused() {
+        let d = fixture("cg");
+        put(&d, "cgroup.threads", "12\n\n10\n");
+        assert_eq!(cgroup_threads(&d).ok(), Some(vec![10, 12]));
+        put(&d, "cgroup.threads", "12\nx\n");
+        assert!(matches!(
+            cgroup_threads(&d),
+            Err(TracerError::Cgroup { .. })
+        ));
+        let e = cgroup_threads(&d.join("missing")).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+        // A temp dir is not on cgroup2 (unless /tmp is very unusual).
+        if let Err(e) = cgroup_id(&d) {
+            assert!(e.to_string().contains("cgroup v2"), "{e}");
+        }
+        assert!(cgroup_id(&d.join("missing")).is_err());
+        assert!(cgroup_id(&d.join("cgroup.threads")).is_err());
+        let _ = std::fs::remove_dir_all(d);
+    }
+
+    /// The first cgroup2 mount point of the live system (hybrid setups put it at
+    /// /sys/fs/cgroup/unified).
+    fn cgroup2_mount() -> Option<PathBuf> {
+        let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+        mounts.lines().find_map(|l| {
+            let mut f = l.split_whitespace().skip(1);
+            match (f.next(), f.next()) {
+                (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
+                _ => None,
+            }
+        })
+    }
+
+    #[test]
+    fn live_cgroup_of_this_process() {
+        let Some(mount) = cgroup2_mount() else {
+            eprintln!("skipped: no cgroup2 mount");
+            return;
+        };
+        let text = std::fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+        let rel = text
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup2 line");
+        let dir = mount.join(rel.trim_start_matches('/'));
+        let id = cgroup_id(&dir).expect("cgroup id of our own cgroup");
+        assert!(id > 0);
+        let tids = cgroup_threads(&dir).expect("cgroup.threads");
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        assert!(tids.contains(&me), "{me} not in {tids:?}");
+
+        // A new child cgroup has its own id and no threads.
+        let child = mount.join(format!("tracer-procfs-test-{}", std::process::id()));
+        if std::fs::create_dir(&child).is_ok() {
+            let cid = cgroup_id(&child);
+            let threads = cgroup_threads(&child);
+            let _ = std::fs::remove_dir(&child);
+            let cid = cid.expect("child cgroup id");
+            assert!(cid > 0 && cid != id);
+            assert_eq!(threads.ok(), Some(vec![]));
+        }
+    }
+
+    #[test]
+    fn live_this_process() {
+        let root = Root::default();
+        let pid = std::process::id();
+        let handle = std::thread::spawn(|| {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            tid
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let tids = threads_of(&root, pid).expect("own threads");
+        assert!(tids.contains(&pid));
+        assert!(tids.len() >= 2, "{tids:?}");
+        for &t in &tids {
+            assert_eq!(tgid_of(&root, t).ok(), Some(pid));
+        }
+        assert!(comm(&root, pid, pid).is_some());
+
+        // The harness runs tests on their own threads: measure this one.
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let before = schedstat(&root, pid, me).expect("schedstat");
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let after = schedstat(&root, pid, me).expect("schedstat");
+        // Runtime is folded in at ticks and switches, so allow for a tick or two.
+        assert!(
+            after.run_ns >= before.run_ns + 5_000_000,
+            "{before:?} -> {after:?}"
+        );
+        assert!(after.slices >= before.slices);
+        assert!(after.wait_ns >= before.wait_ns);
+        let _ = handle.join();
+
+        let cpus = online_cpus(&root).expect("online cpus");
+        assert!(!cpus.is_empty());
+        assert!(kernel_release(&root).is_some_and(|r| !r.is_empty()));
+        let pid_max: u32 = read_sysctl(&root, "kernel.pid_max")
+            .expect("pid_max")
+            .parse()
+            .expect("number");
+        assert!(pid_max >= 301);
+        assert!(matches!(
+            threads_of(&root, u32::MAX),
+            Err(TracerError::NoSuchProcess(_))
+        ));
+    }
+}
