@@ -726,11 +726,7 @@ pub fn run(args: &DtlArgs, root: &Root) -> anyhow::Result<i32> {
     if !vcpudispatch::is_pseries(root) {
         return Err(TracerError::NotPseries(root.path(vcpudispatch::STATS_PATH)).into());
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let report = rt.block_on(collect(args, root))?;
+    let report = collect_blocking(args, root)?;
     if args.json {
         println!(
             "{}",
@@ -740,6 +736,15 @@ pub fn run(args: &DtlArgs, root: &Root) -> anyhow::Result<i32> {
         print!("{}", format_text(&report));
     }
     Ok(0)
+}
+
+/// [`collect`] on a runtime of its own, for callers without one.
+pub fn collect_blocking(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(collect(args, root))
 }
 
 /// Samples per `args`, changing settings only through a [`SettingsGuard`] that puts them
