@@ -61,4 +61,25 @@ pub enum TracerError {
     },
     #[error("another tracer (PID {pid}) is changing the DTL settings (state file {path}); wait for it to exit")]
     SettingsHeld { path: PathBuf, pid: u32 },
+    #[error(
+        "not permitted to count perf event {event:?} ({errno}): counting needs CAP_PERFMON (or \
+         CAP_SYS_ADMIN, or root) or kernel.perf_event_paranoid <= {needed} (it is {paranoid}), \
+         and ptrace access to the target; try `sudo tracer ...`"
+    )]
+    PerfNotPermitted {
+        event: String,
+        errno: String,
+        needed: i32,
+        paranoid: String,
+    },
+    #[error("perf event {event:?} is not supported on this machine: {reason}")]
+    EventNotSupported { event: String, reason: String },
+    #[error("perf event {event:?}: {what}: {source}")]
+    Perf {
+        event: String,
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("nothing to count: the {0} list is empty")]
+    EmptyCounterTarget(&'static str),
 }
