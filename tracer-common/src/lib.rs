@@ -163,8 +163,6 @@ pub mod scope {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// CLOCK_MONOTONIC ns when tracing began: the start of slices already running.
-    pub window_start_ns: u64,
     /// cgroup v2 id to trace with [`filter::CGROUP`].
     pub cgroup_id: u64,
     /// One of [`filter`].
@@ -202,7 +200,7 @@ const _: () = assert!(core::mem::size_of::<ThreadStats>() == 144);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 152);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 88);
+const _: () = assert!(core::mem::size_of::<Config>() == 80);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

@@ -8,7 +8,7 @@
 //! `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU lookup and
 //! the filter lookup only.
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
     bpf_perf_event_read_value,
 };
 use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
@@ -23,7 +23,7 @@ use crate::{
     config,
     maps::{
         count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1,
-        THREADS, TRACKED,
+        THREADS, TRACKED, WINDOW,
     },
     Leave, Task,
 };
@@ -155,8 +155,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let cs = unsafe { &mut *cs };
     let c = config();
     let (prev_traced, start) = if cs.slice_start_ns == 0 {
-        // First switch on this CPU since load: prev has run since before the window.
-        (traced(&prev).is_some() || join_cgroup(&prev), c.window_start_ns)
+        // First switch on this CPU since load: prev has run since before the window
+        // opened; its slice counts from the opening (nothing before it is ours).
+        let open = WINDOW.get(0).copied().unwrap_or(0);
+        (open != 0 && (traced(&prev).is_some() || join_cgroup(&prev)), open)
     } else if cs.tid == prev.tid && prev.tid != 0 {
         (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
     } else {
@@ -285,7 +287,11 @@ fn scoped_id(scope_: u32, tid: u32, tgid: u32) -> u32 {
 /// A thread's final switch-out: hand its totals to user space and free its entries, so
 /// the maps stay bounded under churn and a recycled TID starts from nothing.
 #[inline(always)]
-fn flush_dead(tid: u32, s: &ThreadStats) {
+fn flush_dead(tid: u32, s: &mut ThreadStats) {
+    // The dying thread is `current`: its comm now is the final one (after any exec).
+    if let Ok(comm) = bpf_get_current_comm() {
+        s.comm = comm;
+    }
     match EXITED.reserve::<ExitRecord>(0) {
         Some(mut e) => {
             e.write(ExitRecord {

@@ -24,7 +24,6 @@ use tracer_common::{Config, COMM_LEN};
 /// Load-time configuration; user space overwrites it in `.rodata` before load.
 #[no_mangle]
 static CONFIG: Config = Config {
-    window_start_ns: 0,
     cgroup_id: 0,
     filter: 0,
     hist_scope: 0,
@@ -170,6 +169,17 @@ pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
     let child: *const u8 = ctx.arg(1);
     account::fork(current_task(), task_from_btf(child, true));
+    0
+}
+
+/// The cost floor for `cargo xtask bench`: a tp_btf sched_switch program that only
+/// bumps a per-CPU counter. Not used by `tracer run`.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn floor_switch(_ctx: BtfTracePointContext) -> u32 {
+    if let Some(p) = maps::FLOOR.get_ptr_mut(0) {
+        // SAFETY: per-CPU slot.
+        unsafe { *p += 1 };
+    }
     0
 }
 

@@ -2,13 +2,18 @@
 //! maps before load (`--max-threads`).
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
 use tracer_common::{
     drop,
     hist::{HistKey, N_BUCKETS, N_KINDS},
     CpuState, ThreadStats, Tracked,
 };
+
+/// CLOCK_MONOTONIC ns at which user space declared the window open (after attaching):
+/// the start of slices that were already running then. 0 until written.
+#[map]
+pub static WINDOW: Array<u64> = Array::with_max_entries(1, 0);
 
 /// The slice running on each CPU.
 #[map]
@@ -43,6 +48,10 @@ pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop::COUNT, 
 pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
 pub static SLICE_COUNTER1: PerfEventArray<u32> = PerfEventArray::new(0);
+
+/// The benchmark floor: switches counted by the empty program (`floor_switch`).
+#[map]
+pub static FLOOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 pub fn count_drop(idx: u32) {

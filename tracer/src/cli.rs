@@ -28,6 +28,13 @@ pub enum Command {
     Dtl(DtlArgs),
     /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
     Check(CheckArgs),
+    /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
+    #[command(hide = true)]
+    Floor {
+        /// How long to stay attached.
+        #[arg(short = 'd', long, value_parser = parse_duration, default_value = "10s")]
+        duration: Duration,
+    },
 }
 
 /// How the programs attach to the scheduler.
@@ -203,6 +210,7 @@ pub fn main() -> i32 {
         Command::Run(args) => crate::run::run(args, root),
         Command::Dtl(args) => crate::dtl::run(&args, &root),
         Command::Check(args) => crate::check::run(&args, &root),
+        Command::Floor { duration } => crate::loader::run_floor(duration),
     };
     match result {
         Ok(code) => code,

@@ -38,8 +38,6 @@ pub struct LoadOptions {
     pub hist_scope: u32,
     pub n_counters: u32,
     pub max_threads: u32,
-    /// CLOCK_MONOTONIC at the start of the window.
-    pub window_start_ns: u64,
 }
 
 /// Loaded and attached programs with their maps.
@@ -180,7 +178,6 @@ impl Tracer {
         seed: &dyn Fn(&mut Ebpf) -> Result<()>,
     ) -> Result<Tracer> {
         let mut cfg = Config {
-            window_start_ns: opts.window_start_ns,
             cgroup_id: opts.cgroup_id,
             filter: opts.filter,
             hist_scope: opts.hist_scope,
@@ -209,9 +206,9 @@ impl Tracer {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
         let mut ebpf = EbpfLoader::new()
-            .set_global("CONFIG", &cfg, true)
-            .set_max_entries("THREADS", opts.max_threads)
-            .set_max_entries("TRACKED", opts.max_threads)
+            .override_global("CONFIG", &cfg, true)
+            .map_max_entries("THREADS", opts.max_threads)
+            .map_max_entries("TRACKED", opts.max_threads)
             .load(object()?)
             .context("loading the eBPF object")?;
         let progs = if mode == ProbeMode::PerfSched {
@@ -236,6 +233,17 @@ impl Tracer {
             programs: progs.iter().map(|(n, _)| *n).collect(),
             _sched_hook_event: sched_hook_event,
         })
+    }
+
+    /// Opens the window now (after attaching): slices already running when it opens
+    /// count from here. Returns the opening time (CLOCK_MONOTONIC ns).
+    pub fn open_window(&mut self) -> Result<u64> {
+        let mut w: aya::maps::Array<_, u64> = aya::maps::Array::try_from(
+            self.ebpf.map_mut("WINDOW").context("WINDOW map missing")?,
+        )?;
+        let t0 = monotonic_ns();
+        w.set(0, t0, 0).context("opening the window")?;
+        Ok(t0)
     }
 
     /// Detaches and unloads every program; the maps stay readable.
@@ -385,7 +393,7 @@ fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
     attr[1] = PERF_COUNT_SW_DUMMY;
     // SAFETY: attr is a valid, zero-padded perf_event_attr; pid 0 = this process.
     let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, libc::PERF_FLAG_FD_CLOEXEC)
+        libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 8u64 /* PERF_FLAG_FD_CLOEXEC */)
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error())
@@ -404,4 +412,48 @@ pub fn monotonic_ns() -> u64 {
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Attaches only the empty `floor_switch` program for `duration` (or until SIGINT or
+/// SIGTERM), then prints how many switches it counted: the benchmark's cost floor.
+pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
+    crate::privileges::check()?;
+    let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
+    let mut ebpf = EbpfLoader::new()
+        .load(object()?)
+        .context("loading the eBPF object")?;
+    let p: &mut BtfTracePoint = ebpf
+        .program_mut("floor_switch")
+        .ok_or_else(|| anyhow!("floor_switch missing"))?
+        .try_into()?;
+    p.load("sched_switch", &btf)?;
+    p.attach()?;
+    eprintln!("floor: attached");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        signal_flag(sig, &stop);
+    }
+    let end = std::time::Instant::now() + duration;
+    while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let arr: aya::maps::PerCpuArray<_, u64> =
+        aya::maps::PerCpuArray::try_from(ebpf.map("FLOOR").context("FLOOR missing")?)?;
+    let n: u64 = arr.get(&0, 0)?.iter().sum();
+    println!("{{\"switches\": {n}}}");
+    Ok(0)
+}
+
+/// Sets `flag` when `sig` arrives (the floor command has no async runtime).
+fn signal_flag(sig: i32, flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    static FLAG: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
+        std::sync::OnceLock::new();
+    let _ = FLAG.set(flag.clone());
+    extern "C" fn handler(_: i32) {
+        if let Some(f) = FLAG.get() {
+            f.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    // SAFETY: the handler only does an atomic store.
+    unsafe { libc::signal(sig, handler as *const () as usize) };
 }

@@ -257,7 +257,6 @@ fn setup(
     let mut notices = Vec::new();
     let slice = open_slice_counters(args, root, &mut notices)?;
     let scope_ = hist_scope(args);
-    let t0 = loader::monotonic_ns();
     let opts = LoadOptions {
         probe: args.probe,
         filter: targets.filter,
@@ -265,7 +264,6 @@ fn setup(
         hist_scope: scope_,
         n_counters: slice.len() as u32,
         max_threads: args.max_threads,
-        window_start_ns: t0,
     };
     let seed = |ebpf: &mut Ebpf| -> Result<()> {
         if targets.seed.is_empty() {
@@ -284,6 +282,7 @@ fn setup(
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }
     let collector = Collector::new(&mut tracer.ebpf, scope_)?;
+    let t0 = tracer.open_window()?;
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
     } else {
