@@ -41,6 +41,9 @@ pub struct ThreadStats {
     pub migrations: u64,
     /// Counter deltas accumulated over this thread's slices (see `Config::n_counters`).
     pub counters: [u64; MAX_SLICE_COUNTERS],
+    /// The scheduler's `se.sum_exec_runtime` at the last switch-out (0: unknown), the
+    /// base of the next slice.
+    pub last_sum_exec: u64,
     /// Timestamp of the last switch-out (0: not yet seen off-CPU in this window).
     pub last_off_ns: u64,
     /// Timestamp the thread became runnable (0: not waiting).
@@ -74,6 +77,7 @@ impl ThreadStats {
             preempted_ns: 0,
             migrations: 0,
             counters: [0; MAX_SLICE_COUNTERS],
+            last_sum_exec: 0,
             last_off_ns: 0,
             runnable_ns: 0,
             tgid: 0,
@@ -193,14 +197,18 @@ pub struct Config {
     pub tp_blocked_mask: u32,
     /// Offset of `task_struct::__state`, read by perf-sched mode whose hooks carry no state.
     pub task_state_off: u32,
+    /// Offset of `task_struct::se.sum_exec_runtime` (0: unknown, slices are timed with
+    /// bpf_ktime_get_ns only).
+    pub task_sum_exec_off: u32,
+    pub _pad: u32,
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 144);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 152);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 152);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 160);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 32);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 80);
+const _: () = assert!(core::mem::size_of::<Config>() == 88);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

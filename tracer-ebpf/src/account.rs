@@ -179,8 +179,20 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
     let s = unsafe { &mut *s };
     s.tgid = prev.tgid;
-    if start != 0 && now > start {
-        let d = now - start;
+    // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
+    // known; else switch-in to now. The two differ where the kernel skips a clock update
+    // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
+    // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
+    let sum = crate::current_sum_exec();
+    let slice = if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
+        Some(sum - s.last_sum_exec)
+    } else if start != 0 && now > start {
+        Some(now - start)
+    } else {
+        None
+    };
+    s.last_sum_exec = sum;
+    if let Some(d) = slice {
         s.on_cpu_ns += d;
         s.slices += 1;
         hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);

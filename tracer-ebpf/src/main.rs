@@ -43,6 +43,8 @@ static CONFIG: Config = Config {
     tp_dead_mask: 0,
     tp_blocked_mask: 0,
     task_state_off: 0,
+    task_sum_exec_off: 0,
+    _pad: 0,
 };
 
 #[inline(always)]
@@ -88,6 +90,19 @@ impl CommSrc {
 fn read_u32(base: *const u8, off: u32) -> u32 {
     // SAFETY: bpf_probe_read_kernel validates the address.
     unsafe { bpf_probe_read_kernel(base.add(off as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// The scheduler's own runtime of the task leaving the CPU (`current`), or 0 when the
+/// offset is unknown. At the switch-out point `update_curr()` has already run for it.
+#[inline(always)]
+pub fn current_sum_exec() -> u64 {
+    let off = config().task_sum_exec_off;
+    if off == 0 {
+        return 0;
+    }
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // SAFETY: bpf_probe_read_kernel validates the address.
+    unsafe { bpf_probe_read_kernel(task.add(off as usize) as *const u64) }.unwrap_or(0)
 }
 
 /// Decodes a `task_struct *` with the BTF offsets from `CONFIG`.

@@ -102,7 +102,14 @@ fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
     cfg.task_tgid_off = kbtf.member_offset("task_struct", "tgid")?;
     cfg.task_comm_off = kbtf.member_offset("task_struct", "comm")?;
     cfg.task_dead_mask = compat::TASK_DEAD;
+    cfg.task_sum_exec_off = sum_exec_offset(kbtf).unwrap_or(0);
     Ok(())
+}
+
+/// `task_struct.se.sum_exec_runtime`: the scheduler's runtime, read at switch-out.
+fn sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
+    Ok(kbtf.member_offset("task_struct", "se")?
+        + kbtf.member_offset("sched_entity", "sum_exec_runtime")?)
 }
 
 /// Fills the record offsets from tracefs format files (classic tracepoint mode).
@@ -126,6 +133,10 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
     cfg.tp_fork_parent_pid = fk.field("parent_pid")?.offset;
     cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
+    // Optional here: with kernel BTF the slices follow the scheduler's own accounting.
+    if let Ok(kbtf) = KernelBtf::from_file(&root.path(VMLINUX_BTF)) {
+        cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
+    }
     cfg.tp_dead_mask = compat::TP_STATE_DEAD_MASK;
     cfg.tp_blocked_mask = compat::TP_STATE_BLOCKED_MASK;
     Ok(())
