@@ -93,3 +93,59 @@ pub fn thread<'a>(doc: &'a Value, tid: u64) -> Option<&'a Value> {
         .iter()
         .find(|t| t["tid"].as_u64() == Some(tid))
 }
+
+/// Names of the tracer's programs (as the kernel truncates them: 15 characters).
+pub const OUR_PROGRAMS: &[&str] = &[
+    "sched_switch_bt",
+    "sched_wakeup_bt",
+    "sched_wakeup_ne",
+    "sched_fork_btf",
+    "sched_switch_ra",
+    "sched_wakeup_ra",
+    "sched_fork_raw",
+    "sched_switch_tp",
+    "sched_wakeup_tp",
+    "sched_fork_tp",
+    "floor_switch",
+];
+
+/// IDs and names of the tracer's programs loaded in the kernel right now (any process).
+pub fn our_loaded_programs() -> std::collections::BTreeMap<u32, String> {
+    aya::programs::loaded_programs()
+        .filter_map(|p| p.ok())
+        .filter_map(|p| Some((p.id(), p.name_as_str()?.to_string())))
+        .filter(|(_, n)| OUR_PROGRAMS.iter().any(|o| n.starts_with(o)))
+        .collect()
+}
+
+/// Programs of ours loaded now that were not in `before` (other tracers running on the
+/// machine, e.g. a developer's, do not count).
+pub fn new_programs(
+    before: &std::collections::BTreeMap<u32, String>,
+) -> std::collections::BTreeMap<u32, String> {
+    our_loaded_programs()
+        .into_iter()
+        .filter(|(id, _)| !before.contains_key(id))
+        .collect()
+}
+
+/// Restores a sysctl when dropped, also when the test fails.
+pub struct SysctlGuard {
+    path: PathBuf,
+    old: String,
+}
+
+impl SysctlGuard {
+    pub fn set(name: &str, value: &str) -> SysctlGuard {
+        let path = PathBuf::from("/proc/sys").join(name.replace('.', "/"));
+        let old = std::fs::read_to_string(&path).expect("readable sysctl");
+        std::fs::write(&path, value).expect("writable sysctl");
+        SysctlGuard { path, old }
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, self.old.trim());
+    }
+}

@@ -91,6 +91,8 @@ pub struct Snapshot {
     pub scoped: BTreeMap<u32, HistSet>,
     /// By `tracer_common::drop` index.
     pub drops: [u64; drop::COUNT as usize],
+    /// Entries in the kernel's per-thread map at the read (live threads only).
+    pub live_entries: usize,
 }
 
 /// Names of the drop counters, in index order, as shown in reports and JSON.
@@ -162,6 +164,7 @@ impl Snapshot {
             hist: self.hist.saturating_sub(&earlier.hist),
             scoped,
             drops,
+            live_entries: self.live_entries,
         }
     }
 
@@ -237,8 +240,10 @@ impl Collector {
         let live: BpfHashMap<_, u32, ThreadStats> =
             BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
         let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
+        let mut live_entries = 0;
         for item in live.iter() {
             let Ok((tid, stats)) = item else { continue };
+            live_entries += 1;
             let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
             live_by_tid.insert(tid, key);
             threads.insert(
@@ -338,6 +343,7 @@ impl Collector {
             hist,
             scoped,
             drops,
+            live_entries,
         })
     }
 

@@ -36,6 +36,8 @@ pub struct Report {
     pub notices: Vec<String>,
     /// Command line and exit code of `-- COMMAND`.
     pub command: Option<(Vec<String>, Option<i32>)>,
+    /// Capacity of the kernel's per-thread map (`--max-threads`).
+    pub max_threads: u32,
 }
 
 /// How to show it.
@@ -199,6 +201,10 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
         .map(|(n, v)| (n.to_string(), json!(v)))
         .collect();
     m.insert("drops".into(), Value::Object(drops));
+    m.insert(
+        "maps".into(),
+        json!({"threads_live": r.snapshot.live_entries, "threads_capacity": r.max_threads}),
+    );
     for s in &r.sections {
         m.insert(s.key.into(), s.json.clone());
     }
@@ -380,6 +386,7 @@ mod tests {
             sections: vec![],
             notices: vec![],
             command: None,
+            max_threads: 65536,
         }
     }
 

@@ -212,6 +212,7 @@ struct Session {
     hyp_before: Option<hypervisor::Snapshot>,
     notices: Vec<String>,
     t0: u64,
+    max_threads: u32,
 }
 
 fn trace(
@@ -306,6 +307,7 @@ fn setup(
         hyp_before,
         notices,
         t0,
+        max_threads: args.max_threads,
     })
 }
 
@@ -512,6 +514,7 @@ fn build_report(
         sections,
         notices,
         command,
+        max_threads: s.max_threads,
     }
 }
 

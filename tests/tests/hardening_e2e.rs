@@ -1,0 +1,218 @@
+//! Issue 6, end to end as root: probe modes against schedstat, `tracer check`, kill -9
+//! leaves nothing attached, thread churn keeps maps bounded, recycled PIDs start clean,
+//! bad input fails fast.
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracer_tests::{
+    json_docs, new_programs, our_loaded_programs, read_truth, require_root, run_tracer, scratch, thread,
+    tracer_bin, SysctlGuard,
+};
+
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
+
+fn run_mode(mode: &str) -> (Value, Vec<tracer_tests::Truth>) {
+    let out_file = scratch(&format!("mode-{mode}"));
+    let out = run_tracer(&[
+        "run", "--json", "--probe", mode, "--", WORKLOAD, "busy-sleep", "--threads", "3",
+        "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "1200", "--out",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_docs(&out).pop().unwrap();
+    let truth = read_truth(&out_file);
+    let _ = std::fs::remove_file(out_file);
+    (doc, truth)
+}
+
+#[test]
+fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
+    require_root();
+    for mode in ["tp-btf", "raw-tp", "tracepoint"] {
+        let (doc, truth) = run_mode(mode);
+        assert_eq!(doc["probe"], mode);
+        for t in truth.iter().filter(|t| t.tid != t.pid) {
+            let th = thread(&doc, t.tid).unwrap_or_else(|| panic!("{mode}: tid {} missing", t.tid));
+            let ours = th["on_cpu_ns"].as_u64().unwrap();
+            let rel = (ours as f64 - t.run_ns as f64).abs() / t.run_ns as f64;
+            assert!(rel <= 0.02, "{mode}: tid {} ours {ours} schedstat {}", t.tid, t.run_ns);
+        }
+    }
+}
+
+#[test]
+fn perf_sched_mode_fails_cleanly_with_the_reason() {
+    require_root();
+    let out = run_tracer(&["run", "--probe", "perf-sched", "-d", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        // A kernel with fentry or kprobes (not this VM): then it must have worked.
+        let o = run_tracer(&["run", "--json", "--probe", "perf-sched", "-d", "300ms"]);
+        assert_eq!(json_docs(&o).pop().unwrap()["probe"], "perf-sched");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("perf-sched") && err.contains("fentry") && err.contains("kprobe"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn auto_mode_says_which_mode_and_why() {
+    require_root();
+    let out = run_tracer(&["run", "--json", "-d", "200ms"]);
+    let doc = json_docs(&out).pop().unwrap();
+    // tp_btf works on this kernel: auto takes it and nothing better was refused.
+    assert_eq!(doc["probe"], "tp-btf");
+    assert_eq!(doc["probe_refused"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn check_reports_what_this_machine_offers() {
+    require_root();
+    let before = our_loaded_programs();
+    let out = run_tracer(&["check", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["run_ok"], true);
+    let mode = |m: &str| {
+        doc["probe_modes"].as_array().unwrap().iter().find(|x| x["name"] == m).cloned().unwrap()
+    };
+    for m in ["tp-btf", "raw-tp", "tracepoint"] {
+        assert_eq!(mode(m)["ok"], true, "{m}: {}", mode(m));
+    }
+    assert_eq!(mode("perf-sched")["ok"], false);
+    let ev = |e: &str| doc["events"].as_array().unwrap().iter().find(|x| x["name"] == e).cloned().unwrap();
+    assert_eq!(ev("task-clock")["ok"], true);
+    assert_eq!(ev("cycles")["ok"], false, "no hardware counters in this VM");
+    let item = |e: &str| doc["items"].as_array().unwrap().iter().find(|x| x["name"] == e).cloned().unwrap();
+    assert_eq!(item("kernel BTF")["ok"], true);
+    assert_eq!(item("pseries DTL")["ok"], false);
+    // check itself leaves nothing attached.
+    assert!(new_programs(&before).is_empty(), "{:?}", new_programs(&before));
+}
+
+#[test]
+fn kill_9_leaves_no_program_attached() {
+    require_root();
+    let before = our_loaded_programs();
+    let mut child = Command::new(tracer_bin())
+        .args(["run", "-d", "60s"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!new_programs(&before).is_empty(), "tracer never attached");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let t = Instant::now();
+    while !new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(new_programs(&before).is_empty(), "left attached: {:?}", new_programs(&before));
+}
+
+#[test]
+fn sigint_and_sigterm_print_the_final_report() {
+    require_root();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let before = our_loaded_programs();
+        let child = Command::new(tracer_bin())
+            .args(["run", "--json", "-d", "60s"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: our own child.
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "signal {sig}: {}", out.status);
+        let doc = json_docs(&out).pop().expect("final report");
+        assert!(doc["duration_ns"].as_u64().unwrap() < 30_000_000_000);
+        assert!(!doc["threads"].as_array().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn thread_churn_keeps_maps_bounded_and_values_possible() {
+    require_root();
+    // 3000 short threads per second for 20 s, reported every 2 s.
+    let out = run_tracer(&[
+        "run", "--json", "-i", "2s", "--max-threads", "4096", "--", WORKLOAD, "churn",
+        "--per-sec", "3000", "--duration-ms", "20000",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let docs = json_docs(&out);
+    let total = docs.iter().find(|d| d["kind"] == "total").unwrap();
+    let dur = total["duration_ns"].as_u64().unwrap();
+    let threads = total["threads"].as_array().unwrap();
+    assert!(threads.len() > 20_000, "churned {} threads", threads.len());
+    for d in docs.iter().filter(|d| d["kind"] == "interval") {
+        let live = d["maps"]["threads_live"].as_u64().unwrap();
+        assert!(live < 100, "live map entries must stay bounded: {live}");
+    }
+    assert_eq!(total["drops"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>(), 0);
+    for t in threads {
+        for k in ["on_cpu_ns", "runq_wait_ns", "off_cpu_ns"] {
+            assert!(t[k].as_u64().unwrap() <= dur, "impossible {k}: {t}");
+        }
+    }
+}
+
+#[test]
+fn recycled_pids_never_inherit_a_dead_threads_numbers() {
+    require_root();
+    // Global PIDs recycle only through the global pid_max (minimum 301).
+    let _guard = SysctlGuard::set("kernel.pid_max", "4096");
+    let out = run_tracer(&[
+        "run", "--json", "--", WORKLOAD, "churn", "--per-sec", "2000", "--duration-ms", "6000",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_docs(&out).pop().unwrap();
+    let threads = doc["threads"].as_array().unwrap();
+    let mut seen = std::collections::HashMap::new();
+    for t in threads {
+        *seen.entry(t["tid"].as_u64().unwrap()).or_insert(0u32) += 1;
+    }
+    let recycled = seen.values().filter(|&&n| n > 1).count();
+    assert!(recycled > 100, "the test must recycle TIDs: only {recycled} were");
+    // Each churn thread spins 20 us and ends: any row carrying more than a few ms of CPU,
+    // many slices or a long wait would be a dead thread's numbers inherited.
+    for t in threads.iter().filter(|t| t["tid"] != t["pid"]) {
+        assert!(t["on_cpu_ns"].as_u64().unwrap() < 20_000_000, "{t}");
+        assert!(t["slices"].as_u64().unwrap() < 50, "{t}");
+        assert!(t["runq_wait_ns"].as_u64().unwrap() < 500_000_000, "{t}");
+        assert!(t["off_cpu_ns"].as_u64().unwrap() < 500_000_000, "{t}");
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error_never_a_panic() {
+    require_root();
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "-e", "no-such-event"], "unknown event"),
+        (&["run", "-e", "cycles:q"], "unknown event"),
+        (&["run", "--duration=-5s"], "invalid duration"),
+        (&["run", "-i", "0.5x"], "invalid duration"),
+        (&["run", "-t", "999999999"], "no such thread"),
+        (&["run", "--cgroup", "/nonexistent/cgroup"], "cgroup"),
+    ];
+    for (args, want) in cases {
+        let t = Instant::now();
+        let out = run_tracer(args);
+        let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        assert!(!out.status.success(), "{args:?} must fail");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+}
