@@ -95,7 +95,7 @@ fn per_thread_counters_for_a_pid_target() {
     require_root();
     let out_file = scratch("perthread");
     let mut child = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "2000"])
+        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
         .args(["--out", out_file.to_str().unwrap()])
         .spawn()
         .unwrap();
@@ -107,6 +107,7 @@ fn per_thread_counters_for_a_pid_target() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "800ms", "-e", "task-clock", "--per-thread"]);
+    let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(out_file);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -189,13 +189,14 @@ fn pid_target_traces_only_that_process() {
     require_root();
     let out_file = scratch("pid");
     let mut child = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "2500"])
+        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
         .args(["--out", out_file.to_str().unwrap()])
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
     let pid = child.id().to_string();
     let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
+    let _ = child.kill();
     let _ = child.wait();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = json_docs(&out).pop().unwrap();
@@ -257,4 +258,47 @@ fn unprivileged_run_names_the_capabilities() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+}
+
+#[test]
+fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let base = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+        })
+        .expect("a cgroup2 mount");
+    let cg = std::path::PathBuf::from(base).join(format!("tracer-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).expect("create a test cgroup");
+    let out_file = scratch("cgroup");
+    let mut inside = std::process::Command::new(WORKLOAD)
+        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args(["--out", out_file.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    std::fs::write(cg.join("cgroup.procs"), inside.id().to_string()).unwrap();
+    let mut outside = std::process::Command::new(WORKLOAD)
+        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args(["--out", &format!("{}-out", out_file.display())])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let out = run_tracer(&["run", "--json", "--cgroup", cg.to_str().unwrap(), "-d", "1s"]);
+    for c in [&mut inside, &mut outside] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = std::fs::remove_dir(&cg);
+    let _ = std::fs::remove_file(&out_file);
+    let _ = std::fs::remove_file(format!("{}-out", out_file.display()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc = json_docs(&out).pop().unwrap();
+    let threads = doc["threads"].as_array().unwrap();
+    assert!(threads.len() >= 2, "{doc}");
+    for t in threads {
+        assert_eq!(t["pid"].as_u64(), Some(inside.id() as u64), "only the cgroup's tasks: {t}");
+    }
 }

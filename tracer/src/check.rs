@@ -116,11 +116,14 @@ pub fn gather(root: &Root) -> CheckReport {
             None => "kernel.bpf_stats_enabled not available".to_string(),
         },
     ));
-    let cg2 = root.path("/sys/fs/cgroup/cgroup.controllers").exists();
+    let cg2 = procfs::cgroup2_mount(root);
     items.push(item(
         "cgroup v2",
-        cg2,
-        if cg2 { "mounted at /sys/fs/cgroup" } else { "not mounted: --cgroup will not work" },
+        cg2.is_some(),
+        match &cg2 {
+            Some(d) => format!("mounted at {}", d.display()),
+            None => "not mounted: --cgroup will not work".to_string(),
+        },
     ));
     let vds = root.path("/proc/powerpc/vcpudispatch_stats");
     let dtl = root.path("/sys/kernel/debug/powerpc/dtl");

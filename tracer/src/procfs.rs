@@ -198,6 +198,18 @@ pub fn cgroup_id(path: &Path) -> Result<u64, TracerError> {
     Ok(meta.ino())
 }
 
+/// The first cgroup2 mount point (hybrid setups put it at /sys/fs/cgroup/unified).
+pub fn cgroup2_mount(root: &Root) -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string(root.path("/proc/mounts")).ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace().skip(1);
+        match (f.next(), f.next()) {
+            (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
+            _ => None,
+        }
+    })
+}
+
 /// The TIDs in a cgroup v2 directory (`cgroup.threads`), sorted.
 pub fn cgroup_threads(path: &Path) -> Result<Vec<u32>, TracerError> {
     let file = path.join("cgroup.threads");
@@ -402,22 +414,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(d);
     }
 
-    /// The first cgroup2 mount point of the live system (hybrid setups put it at
-    /// /sys/fs/cgroup/unified).
-    fn cgroup2_mount() -> Option<PathBuf> {
-        let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-        mounts.lines().find_map(|l| {
-            let mut f = l.split_whitespace().skip(1);
-            match (f.next(), f.next()) {
-                (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
-                _ => None,
-            }
-        })
-    }
-
     #[test]
     fn live_cgroup_of_this_process() {
-        let Some(mount) = cgroup2_mount() else {
+        let Some(mount) = cgroup2_mount(&Root::default()) else {
             eprintln!("skipped: no cgroup2 mount");
             return;
         };
