@@ -66,7 +66,10 @@ pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
     s.lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).expect("bad truth line");
-            let g = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {l}"));
+            let g = |k: &str| {
+                v[k].as_u64()
+                    .unwrap_or_else(|| panic!("{k} missing in {l}"))
+            };
             Truth {
                 tid: g("tid"),
                 pid: g("pid"),
@@ -87,7 +90,7 @@ pub fn scratch(name: &str) -> PathBuf {
 }
 
 /// Thread object with this TID in a report.
-pub fn thread<'a>(doc: &'a Value, tid: u64) -> Option<&'a Value> {
+pub fn thread(doc: &Value, tid: u64) -> Option<&Value> {
     doc["threads"]
         .as_array()?
         .iter()

@@ -19,11 +19,31 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
     require_root();
     let out_file = scratch("counters");
     let out = run_tracer(&[
-        "run", "--json", "-e", "task-clock,context-switches,cycles:u", "--slice-event",
-        "task-clock", "--", WORKLOAD, "busy-sleep", "--threads", "3", "--work-ms", "2",
-        "--sleep-ms", "3", "--duration-ms", "1500", "--out", out_file.to_str().unwrap(),
+        "run",
+        "--json",
+        "-e",
+        "task-clock,context-switches,cycles:u",
+        "--slice-event",
+        "task-clock",
+        "--",
+        WORKLOAD,
+        "busy-sleep",
+        "--threads",
+        "3",
+        "--work-ms",
+        "2",
+        "--sleep-ms",
+        "3",
+        "--duration-ms",
+        "1500",
+        "--out",
+        out_file.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let truth = read_truth(&out_file);
     let _ = std::fs::remove_file(out_file);
@@ -40,7 +60,11 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
     // "CPUs utilized" is task-clock / elapsed when task-clock is counted.
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let dur = doc["duration_ns"].as_u64().unwrap() as f64;
-    assert!((util - tc_ns / dur).abs() <= 0.02 * util, "{util} vs {}", tc_ns / dur);
+    assert!(
+        (util - tc_ns / dur).abs() <= 0.02 * util,
+        "{util} vs {}",
+        tc_ns / dur
+    );
 
     // context-switches counts switch-outs of the command's threads, as the BPF side does,
     // except each thread's final switch (perf_event_exit_task() closes the counters in
@@ -49,10 +73,17 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
     let threads = doc["threads"].as_array().unwrap();
     let bpf: u64 = threads
         .iter()
-        .map(|t| t["voluntary_switches"].as_u64().unwrap() + t["involuntary_switches"].as_u64().unwrap())
+        .map(|t| {
+            t["voluntary_switches"].as_u64().unwrap() + t["involuntary_switches"].as_u64().unwrap()
+        })
         .sum();
-    let extra = bpf.checked_sub(cs).unwrap_or_else(|| panic!("perf saw more: {cs} vs {bpf}"));
-    assert!(extra <= threads.len() as u64 + 3, "context-switches {cs} vs BPF switches {bpf}");
+    let extra = bpf
+        .checked_sub(cs)
+        .unwrap_or_else(|| panic!("perf saw more: {cs} vs {bpf}"));
+    assert!(
+        extra <= threads.len() as u64 + 3,
+        "context-switches {cs} vs BPF switches {bpf}"
+    );
 
     // No hardware counters in this VM: not supported, never 0.
     let cy = counter(&doc, "cycles:u");
@@ -65,7 +96,11 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
         let th = thread(&doc, t.tid).unwrap();
         let sc = th["slice_counters"]["task-clock"].as_u64().unwrap() as f64;
         let on = th["on_cpu_ns"].as_u64().unwrap() as f64;
-        assert!((sc - on).abs() <= 0.02 * on, "tid {}: slice task-clock {sc} vs on-CPU {on}", t.tid);
+        assert!(
+            (sc - on).abs() <= 0.02 * on,
+            "tid {}: slice task-clock {sc} vs on-CPU {on}",
+            t.tid
+        );
     }
 }
 
@@ -73,9 +108,16 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
 fn text_report_shows_not_supported_and_the_cross_check() {
     require_root();
     let out = run_tracer(&["run", "-e", "task-clock,cycles:u", "--", "sleep", "0.2"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("<not supported>") && text.contains("cycles:u"), "{text}");
+    assert!(
+        text.contains("<not supported>") && text.contains("cycles:u"),
+        "{text}"
+    );
     assert!(text.contains("CPUs utilized"), "{text}");
     assert!(text.contains("cross-check"), "{text}");
 }
@@ -83,8 +125,20 @@ fn text_report_shows_not_supported_and_the_cross_check() {
 #[test]
 fn unsupported_slice_event_is_a_notice_not_a_failure() {
     require_root();
-    let out = run_tracer(&["run", "--json", "--slice-event", "cycles", "--", "sleep", "0.1"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "--slice-event",
+        "cycles",
+        "--",
+        "sleep",
+        "0.1",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let notices = doc["notices"].to_string();
     assert!(notices.contains("cycles"), "{notices}");
@@ -95,23 +149,52 @@ fn per_thread_counters_for_a_pid_target() {
     require_root();
     let out_file = scratch("perthread");
     let mut child = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args([
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "20000",
+        ])
         .args(["--out", out_file.to_str().unwrap()])
         .spawn()
         .unwrap();
     let pid = child.id().to_string();
     let t = std::time::Instant::now();
-    while std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0) < 3
+    while std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+        < 3
         && t.elapsed().as_secs() < 5
     {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "800ms", "-e", "task-clock", "--per-thread"]);
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "-p",
+        &pid,
+        "-d",
+        "800ms",
+        "-e",
+        "task-clock",
+        "--per-thread",
+    ]);
     let _ = child.kill();
     let _ = child.wait();
     let _ = std::fs::remove_file(out_file);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
-    let per = doc["counters"]["per_thread"].as_object().expect("per_thread counters");
+    let per = doc["counters"]["per_thread"]
+        .as_object()
+        .expect("per_thread counters");
     assert!(per.len() >= 3, "{per:?}");
 }

@@ -8,8 +8,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    json_docs, new_programs, our_loaded_programs, read_truth, require_root, run_tracer, scratch, thread,
-    tracer_bin, SysctlGuard,
+    json_docs, new_programs, our_loaded_programs, read_truth, require_root, run_tracer, scratch,
+    thread, tracer_bin, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -17,11 +17,29 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 fn run_mode(mode: &str) -> (Value, Vec<tracer_tests::Truth>) {
     let out_file = scratch(&format!("mode-{mode}"));
     let out = run_tracer(&[
-        "run", "--json", "--probe", mode, "--", WORKLOAD, "busy-sleep", "--threads", "3",
-        "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "1200", "--out",
+        "run",
+        "--json",
+        "--probe",
+        mode,
+        "--",
+        WORKLOAD,
+        "busy-sleep",
+        "--threads",
+        "3",
+        "--work-ms",
+        "2",
+        "--sleep-ms",
+        "2",
+        "--duration-ms",
+        "1200",
+        "--out",
         out_file.to_str().unwrap(),
     ]);
-    assert!(out.status.success(), "{mode}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{mode}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let truth = read_truth(&out_file);
     let _ = std::fs::remove_file(out_file);
@@ -38,7 +56,12 @@ fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
             let th = thread(&doc, t.tid).unwrap_or_else(|| panic!("{mode}: tid {} missing", t.tid));
             let ours = th["on_cpu_ns"].as_u64().unwrap();
             let rel = (ours as f64 - t.run_ns as f64).abs() / t.run_ns as f64;
-            assert!(rel <= 0.02, "{mode}: tid {} ours {ours} schedstat {}", t.tid, t.run_ns);
+            assert!(
+                rel <= 0.02,
+                "{mode}: tid {} ours {ours} schedstat {}",
+                t.tid,
+                t.run_ns
+            );
         }
     }
 }
@@ -55,7 +78,10 @@ fn perf_sched_mode_fails_cleanly_with_the_reason() {
         return;
     }
     assert_eq!(out.status.code(), Some(2));
-    assert!(err.contains("perf-sched") && err.contains("fentry") && err.contains("kprobe"), "{err}");
+    assert!(
+        err.contains("perf-sched") && err.contains("fentry") && err.contains("kprobe"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -74,24 +100,54 @@ fn check_reports_what_this_machine_offers() {
     require_root();
     let before = our_loaded_programs();
     let out = run_tracer(&["check", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["run_ok"], true);
     let mode = |m: &str| {
-        doc["probe_modes"].as_array().unwrap().iter().find(|x| x["name"] == m).cloned().unwrap()
+        doc["probe_modes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == m)
+            .cloned()
+            .unwrap()
     };
     for m in ["tp-btf", "raw-tp", "tracepoint"] {
         assert_eq!(mode(m)["ok"], true, "{m}: {}", mode(m));
     }
     assert_eq!(mode("perf-sched")["ok"], false);
-    let ev = |e: &str| doc["events"].as_array().unwrap().iter().find(|x| x["name"] == e).cloned().unwrap();
+    let ev = |e: &str| {
+        doc["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == e)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(ev("task-clock")["ok"], true);
     assert_eq!(ev("cycles")["ok"], false, "no hardware counters in this VM");
-    let item = |e: &str| doc["items"].as_array().unwrap().iter().find(|x| x["name"] == e).cloned().unwrap();
+    let item = |e: &str| {
+        doc["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == e)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(item("kernel BTF")["ok"], true);
     assert_eq!(item("pseries DTL")["ok"], false);
     // check itself leaves nothing attached.
-    assert!(new_programs(&before).is_empty(), "{:?}", new_programs(&before));
+    assert!(
+        new_programs(&before).is_empty(),
+        "{:?}",
+        new_programs(&before)
+    );
 }
 
 #[test]
@@ -114,7 +170,11 @@ fn kill_9_leaves_no_program_attached() {
     while !new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(new_programs(&before).is_empty(), "left attached: {:?}", new_programs(&before));
+    assert!(
+        new_programs(&before).is_empty(),
+        "left attached: {:?}",
+        new_programs(&before)
+    );
 }
 
 #[test]
@@ -147,10 +207,25 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
     require_root();
     // 3000 short threads per second for 20 s, reported every 2 s.
     let out = run_tracer(&[
-        "run", "--json", "-i", "2s", "--max-threads", "4096", "--", WORKLOAD, "churn",
-        "--per-sec", "3000", "--duration-ms", "20000",
+        "run",
+        "--json",
+        "-i",
+        "2s",
+        "--max-threads",
+        "4096",
+        "--",
+        WORKLOAD,
+        "churn",
+        "--per-sec",
+        "3000",
+        "--duration-ms",
+        "20000",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let docs = json_docs(&out);
     let total = docs.iter().find(|d| d["kind"] == "total").unwrap();
     let dur = total["duration_ns"].as_u64().unwrap();
@@ -160,7 +235,15 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
         let live = d["maps"]["threads_live"].as_u64().unwrap();
         assert!(live < 100, "live map entries must stay bounded: {live}");
     }
-    assert_eq!(total["drops"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>(), 0);
+    assert_eq!(
+        total["drops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>(),
+        0
+    );
     for t in threads {
         for k in ["on_cpu_ns", "runq_wait_ns", "off_cpu_ns"] {
             assert!(t[k].as_u64().unwrap() <= dur, "impossible {k}: {t}");
@@ -174,9 +257,21 @@ fn recycled_pids_never_inherit_a_dead_threads_numbers() {
     // Global PIDs recycle only through the global pid_max (minimum 301).
     let _guard = SysctlGuard::set("kernel.pid_max", "4096");
     let out = run_tracer(&[
-        "run", "--json", "--", WORKLOAD, "churn", "--per-sec", "2000", "--duration-ms", "6000",
+        "run",
+        "--json",
+        "--",
+        WORKLOAD,
+        "churn",
+        "--per-sec",
+        "2000",
+        "--duration-ms",
+        "6000",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let threads = doc["threads"].as_array().unwrap();
     let mut seen = std::collections::HashMap::new();
@@ -184,7 +279,10 @@ fn recycled_pids_never_inherit_a_dead_threads_numbers() {
         *seen.entry(t["tid"].as_u64().unwrap()).or_insert(0u32) += 1;
     }
     let recycled = seen.values().filter(|&&n| n > 1).count();
-    assert!(recycled > 100, "the test must recycle TIDs: only {recycled} were");
+    assert!(
+        recycled > 100,
+        "the test must recycle TIDs: only {recycled} were"
+    );
     // Each churn thread spins 20 us and ends: any row carrying more than a few ms of CPU,
     // many slices or a long wait would be a dead thread's numbers inherited.
     for t in threads.iter().filter(|t| t["tid"] != t["pid"]) {

@@ -50,7 +50,17 @@ fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
 fn on_cpu_time_matches_schedstat_per_thread() {
     let (docs, truth) = traced(
         &[],
-        &["busy-sleep", "--threads", "4", "--work-ms", "3", "--sleep-ms", "2", "--duration-ms", "1500"],
+        &[
+            "busy-sleep",
+            "--threads",
+            "4",
+            "--work-ms",
+            "3",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "1500",
+        ],
         "oncpu",
     );
     let doc = docs.last().expect("a report");
@@ -59,7 +69,8 @@ fn on_cpu_time_matches_schedstat_per_thread() {
     assert_eq!(truth.len(), 5, "4 workers and the main thread");
     let mut sum_run = 0;
     for t in &truth {
-        let th = thread(doc, t.tid).unwrap_or_else(|| panic!("thread {} missing from {doc}", t.tid));
+        let th =
+            thread(doc, t.tid).unwrap_or_else(|| panic!("thread {} missing from {doc}", t.tid));
         let ours = th["on_cpu_ns"].as_u64().unwrap();
         assert_eq!(th["pid"].as_u64(), Some(t.pid));
         // The thread read its schedstat a moment before it ended: allow 1% or 1 ms.
@@ -71,7 +82,10 @@ fn on_cpu_time_matches_schedstat_per_thread() {
             t.cpu_ns
         );
         assert!(th["slices"].as_u64().unwrap() > 0);
-        assert!(th["voluntary_switches"].as_u64().unwrap() > 0, "the workers sleep");
+        assert!(
+            th["voluntary_switches"].as_u64().unwrap() > 0,
+            "the workers sleep"
+        );
         sum_run += t.run_ns;
     }
     let dur = doc["duration_ns"].as_u64().unwrap();
@@ -88,7 +102,15 @@ fn runq_latency_matches_schedstat_run_delay() {
     // Three spinners pinned to one CPU wait for each other all the time.
     let (docs, truth) = traced(
         &[],
-        &["spin", "--threads", "3", "--cpu", "0", "--duration-ms", "1500"],
+        &[
+            "spin",
+            "--threads",
+            "3",
+            "--cpu",
+            "0",
+            "--duration-ms",
+            "1500",
+        ],
         "runq",
     );
     let doc = docs.last().unwrap();
@@ -97,7 +119,10 @@ fn runq_latency_matches_schedstat_run_delay() {
     for t in spinners {
         let th = thread(doc, t.tid).expect("spinner reported");
         let ours = th["runq_wait_ns"].as_u64().unwrap();
-        assert!(t.wait_ns > 100_000_000, "spinners on one CPU must wait: {t:?}");
+        assert!(
+            t.wait_ns > 100_000_000,
+            "spinners on one CPU must wait: {t:?}"
+        );
         assert!(
             within(ours, t.wait_ns, 0.03, 0),
             "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
@@ -119,7 +144,17 @@ fn histograms_find_the_work_and_sleep_times() {
     let (docs, truth) = traced_with(
         &["-L"],
         &["chrt", "-f", "20"],
-        &["busy-sleep", "--threads", "1", "--work-ms", "4", "--sleep-ms", "10", "--duration-ms", "1500"],
+        &[
+            "busy-sleep",
+            "--threads",
+            "1",
+            "--work-ms",
+            "4",
+            "--sleep-ms",
+            "10",
+            "--duration-ms",
+            "1500",
+        ],
         "hist",
     );
     let doc = docs.last().unwrap();
@@ -134,7 +169,7 @@ fn histograms_find_the_work_and_sleep_times() {
     );
     // nanosleep overshoots by the timer slack (50 us by default).
     assert!(
-        off_p50 >= 10e6 * 0.98 && off_p50 <= 10e6 * 1.04,
+        (10e6 * 0.98..=10e6 * 1.04).contains(&off_p50),
         "off-CPU p50 {off_p50} ns, expected ~10 ms: {h}"
     );
     for k in ["on_cpu", "runq", "off_cpu"] {
@@ -142,9 +177,21 @@ fn histograms_find_the_work_and_sleep_times() {
         let p50 = s["p50_ns"].as_u64().unwrap_or(0);
         let p99 = s["p99_ns"].as_u64().unwrap_or(0);
         let max = s["max_ns"].as_u64().unwrap_or(0);
-        assert!(p50 <= p99 && p99 <= max, "{k}: percentiles out of order: {s}");
-        let n: u64 = s["buckets"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
-        assert_eq!(n, s["count"].as_u64().unwrap(), "{k}: buckets add up to count");
+        assert!(
+            p50 <= p99 && p99 <= max,
+            "{k}: percentiles out of order: {s}"
+        );
+        let n: u64 = s["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            n,
+            s["count"].as_u64().unwrap(),
+            "{k}: buckets add up to count"
+        );
     }
     // The kernel counts a slice and a histogram entry in the same step.
     assert_eq!(h["on_cpu"]["count"], th["slices"]);
@@ -156,31 +203,68 @@ fn histograms_find_the_work_and_sleep_times() {
 fn interval_deltas_add_up_to_the_totals() {
     let (docs, _truth) = traced(
         &["-i", "300ms"],
-        &["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "3", "--duration-ms", "1400"],
+        &[
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "3",
+            "--duration-ms",
+            "1400",
+        ],
         "interval",
     );
     let intervals: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "interval").collect();
-    let total = docs.iter().find(|d| d["kind"] == "total").expect("totals at the end");
-    assert!(intervals.len() >= 4, "one document per 300 ms interval, got {}", intervals.len());
+    let total = docs
+        .iter()
+        .find(|d| d["kind"] == "total")
+        .expect("totals at the end");
+    assert!(
+        intervals.len() >= 4,
+        "one document per 300 ms interval, got {}",
+        intervals.len()
+    );
     for (i, d) in intervals.iter().enumerate() {
         assert_eq!(d["interval"].as_u64(), Some(i as u64 + 1));
     }
-    let dur: u64 = intervals.iter().map(|d| d["duration_ns"].as_u64().unwrap()).sum();
+    let dur: u64 = intervals
+        .iter()
+        .map(|d| d["duration_ns"].as_u64().unwrap())
+        .sum();
     assert!(dur.abs_diff(total["duration_ns"].as_u64().unwrap()) < 1_000_000);
     for t in total["threads"].as_array().unwrap() {
         let tid = t["tid"].as_u64().unwrap();
-        for k in ["on_cpu_ns", "slices", "voluntary_switches", "runq_wait_ns", "off_cpu_ns"] {
+        for k in [
+            "on_cpu_ns",
+            "slices",
+            "voluntary_switches",
+            "runq_wait_ns",
+            "off_cpu_ns",
+        ] {
             let sum: u64 = intervals
                 .iter()
                 .filter_map(|d| thread(d, tid))
                 .map(|x| x[k].as_u64().unwrap())
                 .sum();
-            assert_eq!(sum, t[k].as_u64().unwrap(), "tid {tid} {k}: intervals vs total");
+            assert_eq!(
+                sum,
+                t[k].as_u64().unwrap(),
+                "tid {tid} {k}: intervals vs total"
+            );
         }
     }
     for k in ["on_cpu", "runq", "off_cpu"] {
-        let sum: u64 = intervals.iter().map(|d| d["histograms"][k]["count"].as_u64().unwrap()).sum();
-        assert_eq!(sum, total["histograms"][k]["count"].as_u64().unwrap(), "{k} histogram counts");
+        let sum: u64 = intervals
+            .iter()
+            .map(|d| d["histograms"][k]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            sum,
+            total["histograms"][k]["count"].as_u64().unwrap(),
+            "{k} histogram counts"
+        );
     }
 }
 
@@ -189,7 +273,17 @@ fn pid_target_traces_only_that_process() {
     require_root();
     let out_file = scratch("pid");
     let mut child = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args([
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "20000",
+        ])
         .args(["--out", out_file.to_str().unwrap()])
         .spawn()
         .unwrap();
@@ -198,15 +292,26 @@ fn pid_target_traces_only_that_process() {
     let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
     let _ = child.kill();
     let _ = child.wait();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let threads = doc["threads"].as_array().unwrap();
     assert!(threads.len() >= 2, "{doc}");
     for t in threads {
-        assert_eq!(t["pid"].as_u64().unwrap().to_string(), pid, "only the target: {t}");
+        assert_eq!(
+            t["pid"].as_u64().unwrap().to_string(),
+            pid,
+            "only the target: {t}"
+        );
     }
     let dur = doc["duration_ns"].as_u64().unwrap();
-    assert!((900_000_000..1_500_000_000).contains(&dur), "duration {dur}");
+    assert!(
+        (900_000_000..1_500_000_000).contains(&dur),
+        "duration {dur}"
+    );
     let _ = std::fs::remove_file(out_file);
 }
 
@@ -214,10 +319,21 @@ fn pid_target_traces_only_that_process() {
 fn system_wide_reports_many_threads() {
     require_root();
     let out = run_tracer(&["run", "--json", "-d", "500ms"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     assert!(!doc["threads"].as_array().unwrap().is_empty());
-    assert!(doc["threads"].as_array().unwrap().iter().all(|t| t["tid"] != 0), "no idle task");
+    assert!(
+        doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["tid"] != 0),
+        "no idle task"
+    );
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let ncpu = std::thread::available_parallelism().unwrap().get() as f64;
     assert!(util > 0.0 && util <= ncpu * 1.01, "cpus_utilized {util}");
@@ -227,7 +343,12 @@ fn system_wide_reports_many_threads() {
 fn command_exit_status_is_propagated() {
     require_root();
     let out = run_tracer(&["run", "--", "sh", "-c", "exit 3"]);
-    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -250,14 +371,23 @@ fn bad_targets_fail_fast_with_a_clear_error() {
 fn unprivileged_run_names_the_capabilities() {
     require_root();
     let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
         .arg(tracer_tests::tracer_bin())
         .args(["run", "-d", "1s"])
         .output()
         .expect("setpriv (util-linux) is needed");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("CAP_BPF") && err.contains("CAP_PERFMON"), "{err}");
+    assert!(
+        err.contains("CAP_BPF") && err.contains("CAP_PERFMON"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -275,18 +405,45 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     std::fs::create_dir(&cg).expect("create a test cgroup");
     let out_file = scratch("cgroup");
     let mut inside = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args([
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "20000",
+        ])
         .args(["--out", out_file.to_str().unwrap()])
         .spawn()
         .unwrap();
     std::fs::write(cg.join("cgroup.procs"), inside.id().to_string()).unwrap();
     let mut outside = std::process::Command::new(WORKLOAD)
-        .args(["busy-sleep", "--threads", "2", "--work-ms", "2", "--sleep-ms", "2", "--duration-ms", "20000"])
+        .args([
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "20000",
+        ])
         .args(["--out", &format!("{}-out", out_file.display())])
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let out = run_tracer(&["run", "--json", "--cgroup", cg.to_str().unwrap(), "-d", "1s"]);
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "--cgroup",
+        cg.to_str().unwrap(),
+        "-d",
+        "1s",
+    ]);
     for c in [&mut inside, &mut outside] {
         let _ = c.kill();
         let _ = c.wait();
@@ -294,11 +451,19 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     let _ = std::fs::remove_dir(&cg);
     let _ = std::fs::remove_file(&out_file);
     let _ = std::fs::remove_file(format!("{}-out", out_file.display()));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc = json_docs(&out).pop().unwrap();
     let threads = doc["threads"].as_array().unwrap();
     assert!(threads.len() >= 2, "{doc}");
     for t in threads {
-        assert_eq!(t["pid"].as_u64(), Some(inside.id() as u64), "only the cgroup's tasks: {t}");
+        assert_eq!(
+            t["pid"].as_u64(),
+            Some(inside.id() as u64),
+            "only the cgroup's tasks: {t}"
+        );
     }
 }

@@ -7,23 +7,23 @@
 //! histogram slots (array lookups in the default scope) and, with a target, one
 //! `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU lookup and
 //! the filter lookup only.
+use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use aya_ebpf::helpers::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
     bpf_perf_event_read_value,
 };
-use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
-    scope, ExitRecord, ThreadStats, Tracked, OFF_BLOCKED, OFF_PREEMPTED,
-    MAX_SLICE_COUNTERS, TRACK_INHERIT,
+    scope, ExitRecord, ThreadStats, Tracked, MAX_SLICE_COUNTERS, OFF_BLOCKED, OFF_PREEMPTED,
+    TRACK_INHERIT,
 };
 
 use crate::{
     config,
     maps::{
-        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1,
-        THREADS, TRACKED, WINDOW,
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1, THREADS,
+        TRACKED, WINDOW,
     },
     Leave, Task,
 };
@@ -158,7 +158,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // First switch on this CPU since load: prev has run since before the window
         // opened; its slice counts from the opening (nothing before it is ours).
         let open = WINDOW.get(0).copied().unwrap_or(0);
-        (open != 0 && (traced(&prev).is_some() || join_cgroup(&prev)), open)
+        (
+            open != 0 && (traced(&prev).is_some() || join_cgroup(&prev)),
+            open,
+        )
     } else if cs.tid == prev.tid && prev.tid != 0 {
         (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
     } else {

@@ -15,8 +15,7 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
     macros::{btf_tracepoint, fentry, kprobe, raw_tracepoint, tracepoint},
     programs::{
-        BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext,
-        TracePointContext,
+        BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext, TracePointContext,
     },
 };
 use tracer_common::{Config, COMM_LEN};
@@ -111,7 +110,11 @@ fn task_from_btf(p: *const u8, with_tgid: bool) -> Task {
     let c = config();
     Task {
         tid: read_u32(p, c.task_pid_off),
-        tgid: if with_tgid { read_u32(p, c.task_tgid_off) } else { 0 },
+        tgid: if with_tgid {
+            read_u32(p, c.task_tgid_off)
+        } else {
+            0
+        },
         comm: CommSrc::Kernel(unsafe { p.add(c.task_comm_off as usize) }),
     }
 }

@@ -9,8 +9,9 @@ use serde::Serialize;
 use crate::{
     cli::{CheckArgs, ProbeMode},
     collect::Collector,
-    counters, privileges, procfs,
+    counters,
     loader::{self, LoadOptions, Tracer},
+    privileges, procfs,
     root::Root,
     tracefs,
 };
@@ -42,7 +43,9 @@ fn item(name: &str, ok: bool, detail: impl Into<String>) -> Item {
 }
 
 fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Loads and attaches one mode system-wide, waits a moment and checks events arrived.
@@ -62,9 +65,17 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
             let seen = Collector::live_entries(&t.ebpf).unwrap_or(0);
             t.detach();
             if seen > 0 {
-                item(mode.name(), true, format!("loads, attaches, saw {seen} threads in 50 ms"))
+                item(
+                    mode.name(),
+                    true,
+                    format!("loads, attaches, saw {seen} threads in 50 ms"),
+                )
             } else {
-                item(mode.name(), false, "attached but saw no context switch in 50 ms")
+                item(
+                    mode.name(),
+                    false,
+                    "attached but saw no context switch in 50 ms",
+                )
             }
         }
         Err(e) => item(mode.name(), false, format!("{e:#}")),
@@ -90,7 +101,10 @@ pub fn gather(root: &Root) -> CheckReport {
         if btf.exists() {
             format!("{}", btf.display())
         } else {
-            format!("{} missing: tp-btf, raw-tp and perf-sched need it (CONFIG_DEBUG_INFO_BTF)", btf.display())
+            format!(
+                "{} missing: tp-btf, raw-tp and perf-sched need it (CONFIG_DEBUG_INFO_BTF)",
+                btf.display()
+            )
         },
     ));
     match tracefs::tracefs_dir(root) {
@@ -148,7 +162,11 @@ pub fn gather(root: &Root) -> CheckReport {
         .map(|m| try_probe(m, root))
         .collect()
     } else {
-        vec![item("probe modes", false, "not tested: needs privileges and the live system")]
+        vec![item(
+            "probe modes",
+            false,
+            "not tested: needs privileges and the live system",
+        )]
     };
 
     let mut events = Vec::new();
@@ -167,7 +185,9 @@ pub fn gather(root: &Root) -> CheckReport {
             Ok(c) => {
                 let bad = c.unsupported();
                 match bad.first() {
-                    Some((_, why)) => events.push(item(&name, false, format!("not supported: {why}"))),
+                    Some((_, why)) => {
+                        events.push(item(&name, false, format!("not supported: {why}")))
+                    }
                     None => events.push(item(&name, true, "can be counted")),
                 }
             }
@@ -187,10 +207,7 @@ pub fn gather(root: &Root) -> CheckReport {
 /// Pure text rendering.
 pub fn format_text(r: &CheckReport) -> String {
     let mark = |ok: bool| if ok { "ok  " } else { "FAIL" };
-    let mut out = format!(
-        "kernel {}\n",
-        r.kernel.as_deref().unwrap_or("(unknown)")
-    );
+    let mut out = format!("kernel {}\n", r.kernel.as_deref().unwrap_or("(unknown)"));
     for (title, list) in [
         ("system", &r.items),
         ("probe modes (loaded and attached for real)", &r.probe_modes),
@@ -203,7 +220,11 @@ pub fn format_text(r: &CheckReport) -> String {
     }
     out += &format!(
         "\n`tracer run` {}\n",
-        if r.run_ok { "can work here" } else { "cannot work here" }
+        if r.run_ok {
+            "can work here"
+        } else {
+            "cannot work here"
+        }
     );
     out
 }

@@ -100,7 +100,12 @@ pub struct RunArgs {
     #[arg(short = 'm', long)]
     pub millis: bool,
     /// perf events to count beside the trace (perf syntax: task-clock,cycles:u,r1a8).
-    #[arg(short = 'e', long = "event", value_name = "LIST", value_delimiter = ',')]
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
     pub events: Vec<String>,
     /// Count the events per thread and join them into the thread table.
     #[arg(long)]

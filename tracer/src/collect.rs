@@ -293,13 +293,13 @@ impl Collector {
             for item in map.iter() {
                 let Ok((k, v)) = item else { continue };
                 let n: u64 = v.iter().sum();
-                let set = scoped.entry(k.id).or_insert_with(HistSet::new);
+                let set = scoped.entry(k.id).or_default();
                 if let Some(h) = set.kind_mut(k.kind as u32) {
                     h.add_bucket(k.bucket as usize, n);
                 }
             }
             for (id, h) in &self.exited_hists {
-                scoped.entry(*id).or_insert_with(HistSet::new).merge(h);
+                scoped.entry(*id).or_default().merge(h);
             }
             for set in scoped.values() {
                 hist.merge(set);
@@ -366,7 +366,7 @@ impl Collector {
         for k in keys {
             if let Ok(v) = map.get(&k, 0) {
                 let n: u64 = v.iter().sum();
-                let set = self.exited_hists.entry(k.id).or_insert_with(HistSet::new);
+                let set = self.exited_hists.entry(k.id).or_default();
                 if let Some(h) = set.kind_mut(k.kind as u32) {
                     h.add_bucket(k.bucket as usize, n);
                 }

@@ -44,7 +44,10 @@ pub fn spawn_held(argv: &[String], as_user: Option<(u32, u32)>) -> Result<Held, 
         source,
     };
     let prog = argv.first().ok_or_else(|| {
-        start_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"))
+        start_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "empty command",
+        ))
     })?;
     if !resolvable(prog) {
         return Err(start_err(std::io::Error::new(

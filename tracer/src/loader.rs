@@ -12,14 +12,7 @@ use aya::{
 };
 use tracer_common::Config;
 
-use crate::{
-    btf::KernelBtf,
-    cli::ProbeMode,
-    compat,
-    error::TracerError,
-    root::Root,
-    tracefs,
-};
+use crate::{btf::KernelBtf, cli::ProbeMode, compat, error::TracerError, root::Root, tracefs};
 
 /// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
@@ -179,7 +172,10 @@ impl Tracer {
             .iter()
             .map(|(m, e)| format!("{}: {e}", m.name()))
             .collect();
-        Err(anyhow!("no probe mode works on this kernel:\n  {}", why.join("\n  ")))
+        Err(anyhow!(
+            "no probe mode works on this kernel:\n  {}",
+            why.join("\n  ")
+        ))
     }
 
     fn try_mode(
@@ -249,9 +245,8 @@ impl Tracer {
     /// Opens the window now (after attaching): slices already running when it opens
     /// count from here. Returns the opening time (CLOCK_MONOTONIC ns).
     pub fn open_window(&mut self) -> Result<u64> {
-        let mut w: aya::maps::Array<_, u64> = aya::maps::Array::try_from(
-            self.ebpf.map_mut("WINDOW").context("WINDOW map missing")?,
-        )?;
+        let mut w: aya::maps::Array<_, u64> =
+            aya::maps::Array::try_from(self.ebpf.map_mut("WINDOW").context("WINDOW map missing")?)?;
         let t0 = monotonic_ns();
         w.set(0, t0, 0).context("opening the window")?;
         Ok(t0)
@@ -404,7 +399,14 @@ fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
     attr[1] = PERF_COUNT_SW_DUMMY;
     // SAFETY: attr is a valid, zero-padded perf_event_attr; pid 0 = this process.
     let fd = unsafe {
-        libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), 0, -1, -1, 8u64 /* PERF_FLAG_FD_CLOEXEC */)
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            0,
+            -1,
+            -1,
+            8u64, /* PERF_FLAG_FD_CLOEXEC */
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error())

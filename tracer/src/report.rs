@@ -245,7 +245,17 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     let shown = o.top.unwrap_or(usize::MAX);
     out += &format!(
         "{:>8} {:>8} {:<16} {:>10} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
-        "TID", "PID", "COMM", "ON-CPU", "%CPU", "SLICES", "VOL", "INVOL", "RUNQ-WAIT", "OFF-CPU", "MIGR"
+        "TID",
+        "PID",
+        "COMM",
+        "ON-CPU",
+        "%CPU",
+        "SLICES",
+        "VOL",
+        "INVOL",
+        "RUNQ-WAIT",
+        "OFF-CPU",
+        "MIGR"
     );
     for e in &r.slice_events {
         out += &format!(" {:>14}", truncate(e, 14));

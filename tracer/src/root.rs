@@ -38,7 +38,10 @@ mod tests {
 
     #[test]
     fn maps_absolute_paths_under_the_root() {
-        assert_eq!(Root::default().path("/proc/stat"), PathBuf::from("/proc/stat"));
+        assert_eq!(
+            Root::default().path("/proc/stat"),
+            PathBuf::from("/proc/stat")
+        );
         assert_eq!(
             Root::new("/tmp/fx").path("/proc/powerpc/vcpudispatch_stats"),
             PathBuf::from("/tmp/fx/proc/powerpc/vcpudispatch_stats")

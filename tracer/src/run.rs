@@ -127,13 +127,16 @@ fn set_perf_array(ebpf: &Ebpf, map: &str, fds: &[(u32, OwnedFd)]) -> Result<()> 
     Ok(())
 }
 
+/// A per-slice counter: the event as written and its per-CPU fds.
+type SliceCounter = (String, Vec<(u32, OwnedFd)>);
+
 /// Opens the per-slice counters the kernel reads at each switch; unsupported ones are
 /// skipped with a notice, not fatal.
 fn open_slice_counters(
     args: &RunArgs,
     root: &Root,
     notices: &mut Vec<String>,
-) -> Result<Vec<(String, Vec<(u32, OwnedFd)>)>> {
+) -> Result<Vec<SliceCounter>> {
     if args.slice_events.len() > MAX_SLICE_COUNTERS {
         return Err(anyhow!(
             "at most {MAX_SLICE_COUNTERS} --slice-event counters are supported"
@@ -207,7 +210,7 @@ struct Session {
     tracer: Tracer,
     collector: Collector,
     counters: Option<Counters>,
-    _slice_fds: Vec<(String, Vec<(u32, OwnedFd)>)>,
+    _slice_fds: Vec<SliceCounter>,
     slice_events: Vec<String>,
     hyp_before: Option<hypervisor::Snapshot>,
     notices: Vec<String>,
@@ -333,10 +336,15 @@ async fn event_loop(
 ) -> Result<i32> {
     let opts = ReportOptions {
         top: args.top,
-        unit: if args.millis { Unit::Msecs } else { Unit::Usecs },
+        unit: if args.millis {
+            Unit::Msecs
+        } else {
+            Unit::Usecs
+        },
         hist_scope: hist_scope(args),
     };
-    let mut child_exit = child.map(|pid| tokio::task::spawn_blocking(move || launch::wait_exit(pid)));
+    let mut child_exit =
+        child.map(|pid| tokio::task::spawn_blocking(move || launch::wait_exit(pid)));
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
     let mut drain = tokio::time::interval(Duration::from_millis(100));
     let mut tick = args.interval.map(|i| {

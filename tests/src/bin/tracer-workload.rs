@@ -14,7 +14,10 @@ use std::{
 };
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid timespec pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -27,8 +30,15 @@ fn gettid() -> u32 {
 
 fn schedstat(tid: u32) -> (u64, u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
-    let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    (v.first().copied().unwrap_or(0), v.get(1).copied().unwrap_or(0), v.get(2).copied().unwrap_or(0))
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (
+        v.first().copied().unwrap_or(0),
+        v.get(1).copied().unwrap_or(0),
+        v.get(2).copied().unwrap_or(0),
+    )
 }
 
 /// One thread's ground truth, as a JSON line.
