@@ -588,6 +588,14 @@ fn base_report(
     }
 }
 
+/// A raw-mode report of what `an` has seen (no vcpudispatch counters).
+pub fn raw_report(an: &DtlAnalyzer, window_ns: Option<u64>) -> DtlReport {
+    let mut r = base_report(true, &StatsState::Off, None, &StatsState::Off);
+    r.window_ns = window_ns;
+    attach_dtl(&mut r, an);
+    r
+}
+
 fn attach_dtl(report: &mut DtlReport, an: &DtlAnalyzer) {
     report.dtl = Some(an.summary());
     let per = an

@@ -44,7 +44,8 @@ pub fn parse_proc_stat(text: &str, path: &Path) -> Result<Vec<CpuSteal>, TracerE
         if num.is_empty() {
             continue; // the all-CPU line
         }
-        let cpu: u32 = num.parse().map_err(|_| {
+        let digits = num.bytes().all(|b| b.is_ascii_digit());
+        let cpu: u32 = num.parse().ok().filter(|_| digits).ok_or_else(|| {
             bad(format!(
                 "line {}: bad CPU name {:?}",
                 i + 1,
