@@ -809,6 +809,13 @@ pub async fn collect(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport> {
         check_complete(&files)?;
         // Close the log before the mask goes back.
         drop(files);
+        if snapshot_only && live {
+            notes.push(
+                "the kernel logs only while the cpu-N files are open, so a snapshot shows little; \
+                 sample a window (e.g. --duration 5s)"
+                    .to_string(),
+            );
+        }
         let elapsed = (!snapshot_only).then(|| elapsed_ns(start));
         let mut r = base_report(true, &stats, None, &stats);
         r.window_ns = elapsed;
@@ -823,8 +830,8 @@ pub async fn collect(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport> {
             );
         }
         if snapshot_only {
-            if let Some(f) = args.dtl_freq {
-                guard.set_freq(f)?;
+            if args.dtl_freq.is_some() {
+                notes.push("--dtl-freq has no effect on a snapshot and was ignored".to_string());
             }
             let state = vcpudispatch::read_stats(root)?;
             base_report(false, &state, None, &state)
