@@ -7,6 +7,7 @@
 //! | `dtl_entries`        | debugfs `powerpc/dtl/cpu-N` bytes: decoder, analyzer, reports; also `/proc/cpuinfo` timebase |
 //! | `vcpudispatch_stats` | `/proc/powerpc/vcpudispatch_stats` text, the state file, `dtl_event_mask`, `/proc/PID/stat` |
 //! | `proc_stat`          | `/proc/stat` steal columns and the hypervisor report             |
+//! | `cli_parsers`        | `tracer run`'s durations, numbers and perf event lists            |
 //!
 //! This crate is its own workspace (the main one ignores it). Run, from `tracer/fuzz/`:
 //!
@@ -15,6 +16,7 @@
 //! cargo +nightly fuzz run -O -s none dtl_entries        corpus/dtl_entries        seeds/dtl_entries        -- -runs=3000000
 //! cargo +nightly fuzz run -O -s none vcpudispatch_stats corpus/vcpudispatch_stats seeds/vcpudispatch_stats -- -runs=3000000
 //! cargo +nightly fuzz run -O -s none proc_stat          corpus/proc_stat          seeds/proc_stat          -- -runs=3000000
+//! cargo +nightly fuzz run -O -s none cli_parsers        corpus/cli_parsers        seeds/cli_parsers        -- -runs=3000000
 //! ```
 //!
 //! (`-max_total_time=60` bounds by time instead; `-s none` skips AddressSanitizer, which
@@ -154,4 +156,20 @@ pub fn proc_stat(data: &[u8]) {
         }
         Err(e) => assert!(e.to_string().contains("/fuzz/proc/stat")),
     }
+}
+
+/// The CLI's own parsers (durations, numbers, perf event lists) on arbitrary text: a
+/// user's typo must be an error, never a panic.
+pub fn cli_parsers(data: &[u8]) {
+    let s = String::from_utf8_lossy(data);
+    if let Ok(d) = tracer::cli::parse_duration(&s) {
+        assert!(d.as_secs() <= 366 * 86400);
+    }
+    let _ = tracer::cli::parse_u32_any_base(&s);
+    match tracer::counters::parse_event(&s) {
+        Ok(e) => assert_eq!(e.name, s.trim()),
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+    let list: Vec<String> = s.split(',').map(str::to_string).collect();
+    let _ = tracer::counters::parse_events(&list);
 }
