@@ -88,6 +88,14 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         );
         sum_run += t.run_ns;
     }
+    // The kernel also sums the traced slices per CPU: the same total, split by CPU.
+    let per_cpu: u64 = doc["per_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["on_cpu_ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_cpu, doc["on_cpu_ns"].as_u64().unwrap(), "per-CPU split");
     let dur = doc["duration_ns"].as_u64().unwrap();
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let expect = sum_run as f64 / dur as f64;

@@ -107,6 +107,9 @@ pub struct CpuState {
     pub slice_start_ns: u64,
     /// Counter values at the start of the slice.
     pub counter_base: [u64; MAX_SLICE_COUNTERS],
+    /// On-CPU time of traced threads on this CPU (completed slices): which CPUs the
+    /// traced set used, and how much.
+    pub busy_ns: u64,
     /// TID running on this CPU (0: idle or untraced).
     pub tid: u32,
     /// 1 when `tid` is traced and its slice is being timed.
@@ -206,7 +209,7 @@ pub struct Config {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 152);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 160);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 32);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 40);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Config>() == 88);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);

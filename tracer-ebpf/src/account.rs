@@ -196,6 +196,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     s.last_sum_exec = sum;
     if let Some(d) = slice {
+        cs.busy_ns += d;
         s.on_cpu_ns += d;
         s.slices += 1;
         hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);

@@ -93,6 +93,8 @@ pub struct Snapshot {
     pub drops: [u64; drop::COUNT as usize],
     /// Entries in the kernel's per-thread map at the read (live threads only).
     pub live_entries: usize,
+    /// On-CPU time of the traced set per CPU (index = CPU), still-running slices included.
+    pub cpu_busy_ns: Vec<u64>,
 }
 
 /// Names of the drop counters, in index order, as shown in reports and JSON.
@@ -165,6 +167,12 @@ impl Snapshot {
             scoped,
             drops,
             live_entries: self.live_entries,
+            cpu_busy_ns: self
+                .cpu_busy_ns
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.saturating_sub(earlier.cpu_busy_ns.get(i).copied().unwrap_or(0)))
+                .collect(),
         }
     }
 
@@ -175,6 +183,16 @@ impl Snapshot {
 
     pub fn total_drops(&self) -> u64 {
         self.drops.iter().sum()
+    }
+
+    /// CPUs the traced set ran on in this window.
+    pub fn busy_cpus(&self) -> Vec<u32> {
+        self.cpu_busy_ns
+            .iter()
+            .enumerate()
+            .filter(|(_, &ns)| ns > 0)
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 }
 
@@ -259,13 +277,15 @@ impl Collector {
             PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
         let states = cpu_state.get(&0, 0)?;
         let at_ns = crate::loader::monotonic_ns();
+        let mut cpu_busy_ns: Vec<u64> = states.iter().map(|cs| cs.busy_ns).collect();
         if partial_slices {
-            for cs in states.iter() {
+            for (cpu, cs) in states.iter().enumerate() {
                 if cs.traced == 0 || cs.slice_start_ns <= 1 || cs.slice_start_ns > at_ns {
                     continue;
                 }
                 if let Some(r) = live_by_tid.get(&cs.tid).and_then(|k| threads.get_mut(k)) {
                     r.stats.on_cpu_ns += at_ns - cs.slice_start_ns;
+                    cpu_busy_ns[cpu] += at_ns - cs.slice_start_ns;
                 }
             }
         }
@@ -344,6 +364,7 @@ impl Collector {
             scoped,
             drops,
             live_entries,
+            cpu_busy_ns,
         })
     }
 

@@ -168,6 +168,17 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     );
     m.insert("cpus_utilized".into(), json!(r.cpus_utilized()));
     m.insert("on_cpu_ns".into(), json!(r.snapshot.on_cpu_total_ns()));
+    m.insert(
+        "per_cpu".into(),
+        Value::Array(
+            r.snapshot
+                .cpu_busy_ns
+                .iter()
+                .enumerate()
+                .map(|(cpu, ns)| json!({"cpu": cpu, "on_cpu_ns": ns, "utilization": r.share(*ns)}))
+                .collect(),
+        ),
+    );
     let threads = sorted_threads(&r.snapshot);
     let shown = o.top.unwrap_or(usize::MAX);
     m.insert(
@@ -234,6 +245,16 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     );
     for (mode, why) in &r.probe_refused {
         out += &format!("  (probe {mode} refused: {why})\n");
+    }
+    if r.snapshot.cpu_busy_ns.iter().any(|&ns| ns > 0) {
+        let cpus: Vec<String> = r
+            .snapshot
+            .cpu_busy_ns
+            .iter()
+            .enumerate()
+            .map(|(cpu, ns)| format!("cpu{cpu} {:.1}%", 100.0 * r.share(*ns)))
+            .collect();
+        out += &format!("  traced on-CPU time per CPU: {}\n", cpus.join("  "));
     }
     if let Some((argv, code)) = &r.command {
         let code = code.map_or("killed".to_string(), |c| c.to_string());

@@ -431,10 +431,17 @@ async fn event_loop(
         }
         End::Duration | End::Count => None,
     };
+    // The hypervisor's view of the CPUs the traced set ran on (all CPUs system-wide).
+    let busy = snap.busy_cpus();
+    let cpus = (!args.pids.is_empty()
+        || !args.tids.is_empty()
+        || !args.command.is_empty()
+        || args.cgroup.is_some())
+    .then_some(busy.as_slice());
     let hyp = match &s.hyp_before {
         Some(before) => hypervisor::Snapshot::take(root)
             .ok()
-            .map(|after| hypervisor::report(before, &after, None, t1 - s.t0)),
+            .map(|after| hypervisor::report(before, &after, cpus, t1 - s.t0)),
         None => None,
     };
     let command = (!args.command.is_empty()).then(|| (args.command.clone(), exit_code));
