@@ -1,6 +1,7 @@
 //! The maps shared with user space. Sizes are defaults; user space may resize the hash
 //! maps before load (`--max-threads`).
 use aya_ebpf::{
+    bindings::BPF_F_NO_PREALLOC,
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
@@ -35,9 +36,12 @@ pub static EXITED: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);
 #[map]
 pub static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(N_KINDS * N_BUCKETS as u32, 0);
 
-/// Per-process or per-thread histograms (`-P`, `-L`).
+/// Per-process or per-thread histograms (`-P`, `-L`). Not preallocated: a preallocated
+/// per-CPU hash of this size takes ~190 ms to create, most of the start-up time, and
+/// entries are only added the first time a (thread, bucket) pair is seen.
 #[map]
-pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(262144, 0);
+pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> =
+    PerCpuHashMap::with_max_entries(262144, BPF_F_NO_PREALLOC);
 
 /// Events that could not be recorded, by `tracer_common::drop` index.
 #[map]

@@ -192,7 +192,7 @@ impl Tracer {
             ..Default::default()
         };
         let with_fork = opts.filter != tracer_common::filter::ALL;
-        let mut kernel_btf: Option<Btf> = None;
+        let t = std::time::Instant::now();
         let mut sched_hook_event = None;
         match mode {
             ProbeMode::TpBtf | ProbeMode::RawTp | ProbeMode::PerfSched => {
@@ -202,9 +202,7 @@ impl Tracer {
                     cfg.task_state_off =
                         kbtf.member_offset("task_struct", compat::task_state_member(&kbtf))?;
                 }
-                if mode != ProbeMode::RawTp {
-                    kernel_btf = Some(Btf::from_sys_fs().context("parsing kernel BTF")?);
-                }
+                log::debug!("{}: offsets from BTF after {:?}", mode.name(), t.elapsed());
             }
             ProbeMode::Tracepoint => tracefs_config(&mut cfg, root)?,
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
@@ -212,12 +210,34 @@ impl Tracer {
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
-        let mut ebpf = EbpfLoader::new()
-            .override_global("CONFIG", &cfg, true)
-            .map_max_entries("THREADS", opts.max_threads)
-            .map_max_entries("TRACKED", opts.max_threads)
-            .load(object()?)
-            .context("loading the eBPF object")?;
+        // aya's loader parses kernel BTF itself; it is dropped before the parse the
+        // BTF-attached programs need, so the two never sit in memory together.
+        let mut ebpf = {
+            let mut loader = EbpfLoader::new();
+            log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
+            loader
+                .override_global("CONFIG", &cfg, true)
+                .map_max_entries("THREADS", opts.max_threads)
+                // Maps the chosen options do not use are created with one entry.
+                .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
+                .map_max_entries(
+                    "HIST_SCOPED",
+                    if opts.hist_scope == tracer_common::scope::ALL {
+                        1
+                    } else {
+                        262144
+                    },
+                )
+                .load(object()?)
+                .context("loading the eBPF object")?
+        };
+        log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());
+        let kernel_btf = match mode {
+            ProbeMode::TpBtf | ProbeMode::PerfSched => {
+                Some(Btf::from_sys_fs().context("parsing kernel BTF")?)
+            }
+            _ => None,
+        };
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), with_fork, root)?
         } else {
@@ -228,11 +248,13 @@ impl Tracer {
             }
             progs
         };
+        log::debug!("{}: programs verified after {:?}", mode.name(), t.elapsed());
         seed(&mut ebpf)?;
         for (name, target) in &progs {
             attach_program(&mut ebpf, name, target)
                 .with_context(|| format!("attaching {name} to {target}"))?;
         }
+        log::debug!("{}: attached after {:?}", mode.name(), t.elapsed());
         Ok(Tracer {
             ebpf,
             mode,
