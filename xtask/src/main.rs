@@ -4,6 +4,7 @@ mod cmd;
 mod cross;
 mod elf;
 mod setup;
+mod vm;
 
 use std::{
     env,
@@ -50,6 +51,8 @@ enum Task {
     },
     /// Run the tracer's unit tests built for powerpc64le under qemu-user (installs what it needs)
     CrossTest,
+    /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
+    VmTest(vm::VmTestArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,6 +62,7 @@ fn main() -> ExitCode {
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
         Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
+        Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
     };
     // `{:#}` prints the whole context chain on one line, without a backtrace.
     result.unwrap_or_else(|e| {

@@ -1,0 +1,212 @@
+# The steps of a `cargo xtask vm-test` guest, run by /init (busybox sh). This script only
+# runs commands and frames their output; the host (xtask/src/vm/checks.rs) turns the steps
+# into PASS/FAIL checks. Every step prints, on the results port:
+#   @@vmtest begin NAME
+#   @@vmtest part PART          stdout, stderr, then the files the step left in $P
+#   ...the part's lines...
+#   @@vmtest end NAME rc=RC t0=UPTIME t1=UPTIME
+# Every step runs on every kernel: what a kernel lacks must be refused cleanly by the
+# tracer, and the host decides from the kernel's config what to expect.
+W=/bin/tracer-workload
+# Asks the tracer to attach perf's switch hooks through kprobes rather than fentry.
+KPROBE_ENV="TRACER_PERF_SCHED_ATTACH=kprobe"
+# The ground truth for the probe-mode runs: the workloads run for RUN seconds and are
+# then stopped (SIGSTOP) before the traced command exits and the tracer's window closes
+# with it. A stopped thread's schedstat is final, up to the same switch the tracer saw
+# last, and stays so while the host reads it after the window. (A thread reading its own
+# schedstat at its end, as the workload's --out lines do, leaves out its exit path, which
+# emulation makes slow enough to be several percent of the thread's time.)
+RUN=1.2
+
+# state PID...: the scheduler state letter of every thread of PID...
+states() {
+    for p in "$@"; do
+        for t in /proc/$p/task/*; do
+            sed 's/.*) \(.\).*/\1/' "$t/stat"
+        done
+    done
+}
+
+if [ "$1" = workload ]; then
+    # Runs under `tracer run -- sh steps.sh workload DIR`: records how perf's switch
+    # hooks are attached right now, runs busy-sleep workers beside spinners that share
+    # CPU 0 (run-queue waits), then stops them and exits once every thread is stopped.
+    P=$2
+    cat /sys/kernel/debug/kprobes/list >"$P/kprobes" 2>&1
+    grep perf_event_task_sched /sys/kernel/debug/tracing/enabled_functions >"$P/ftrace" 2>&1
+    $W busy-sleep --threads 3 --work-ms 3 --sleep-ms 2 --duration-ms 60000 --out /tmp/busy &
+    busy=$!
+    $W spin --threads 2 --cpu 0 --duration-ms 60000 --out /tmp/spin &
+    spin=$!
+    echo "busy $busy" >/tmp/workload-pids
+    echo "spin $spin" >>/tmp/workload-pids
+    sleep $RUN
+    kill -STOP $busy $spin
+    i=0
+    while states $busy $spin | grep -qv T && [ $i -lt 100 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    # The tracer's programs as the kernel counts them (fdinfo of its BPF program fds):
+    # recursion_misses are events a program missed because it was already running on
+    # that CPU (a wakeup from an interrupt landing inside the wakeup program).
+    for f in /proc/$PPID/fdinfo/*; do
+        grep -q '^prog_id' "$f" 2>/dev/null && { echo "fd ${f##*/}"; cat "$f"; }
+    done >"$P/programs" 2>&1
+    exit 0
+fi
+
+now() { cut -d' ' -f1 /proc/uptime; }
+
+part() {
+    echo "@@vmtest part $1"
+    cat "$2" 2>/dev/null
+    echo
+}
+
+# `vmtest.steps=A,B` on the kernel command line runs only those steps (the host's retry
+# of a timing check); by default every step runs.
+ONLY=$(sed -n 's/.*vmtest\.steps=\([^ ]*\).*/\1/p' /proc/cmdline)
+
+# step NAME COMMAND...: runs COMMAND with stdout, stderr and $P (a directory for more
+# parts) captured, then prints them framed.
+step() {
+    name=$1
+    shift
+    case ",${ONLY:-$name}," in
+    *",$name,"*) ;;
+    *) return 0 ;;
+    esac
+    rm -rf /tmp/step
+    mkdir -p /tmp/step/parts
+    P=/tmp/step/parts
+    t0=$(now)
+    "$@" >/tmp/step/stdout 2>/tmp/step/stderr </dev/null
+    rc=$?
+    t1=$(now)
+    echo "@@vmtest begin $name"
+    part stdout /tmp/step/stdout
+    part stderr /tmp/step/stderr
+    for f in "$P"/*; do
+        [ -f "$f" ] && part "${f##*/}" "$f"
+    done
+    echo "@@vmtest end $name rc=$rc t0=$t0 t1=$t1"
+}
+
+facts() {
+    echo "arch=$(uname -m)"
+    echo "release=$(uname -r)"
+    echo "cpus=$(nproc)"
+    [ -e /sys/kernel/btf/vmlinux ] && echo btf=yes || echo btf=no
+    [ -e /sys/bus/event_source/devices/kprobe ] && echo kprobe_pmu=yes || echo kprobe_pmu=no
+    [ -e /proc/powerpc/vcpudispatch_stats ] && echo vcpudispatch_stats=yes || echo vcpudispatch_stats=no
+    echo "tracefs_mounts=$(grep -c ' tracefs ' /proc/mounts)"
+    echo "debugfs_mounts=$(grep -c ' debugfs ' /proc/mounts)"
+    tb=$(sed -n 's/^timebase[^:]*: *//p' /proc/cpuinfo | head -n1)
+    [ -n "$tb" ] && echo "timebase=$tb"
+    [ -r /proc/powerpc/lparcfg ] && grep -E '^(shared_processor_mode|partition_id)=' /proc/powerpc/lparcfg
+    return 0
+}
+
+# truth: every thread of the stopped workloads as the kernel accounts it, one JSON line
+# each (the workload's own --out format, plus its state and which workload it is).
+truth() {
+    while read -r kind pid; do
+        for t in /proc/$pid/task/*; do
+            read -r run wait slices <"$t/schedstat"
+            state=$(sed 's/.*) \(.\).*/\1/' "$t/stat")
+            echo "{\"tid\":${t##*/},\"pid\":$pid,\"run_ns\":$run,\"wait_ns\":$wait,\"slices\":$slices,\"state\":\"$state\",\"kind\":\"$kind\"}"
+        done
+    done </tmp/workload-pids
+}
+
+# traced MODE [ENV...]: tracer run --probe MODE on the workload above; then the ground
+# truth, and the stopped workloads killed. (-d is only a safety net: the window closes
+# when the traced command exits.)
+traced() {
+    mode=$1
+    shift
+    rm -f /tmp/workload-pids
+    env "$@" tracer run --json --probe "$mode" -d 20s -- sh /vmtest/steps.sh workload "$P"
+    rc=$?
+    if [ -e /tmp/workload-pids ]; then
+        truth >"$P/truth"
+        while read -r kind pid; do kill -9 "$pid"; done </tmp/workload-pids
+    fi
+    return $rc
+}
+
+auto_hist() {
+    tracer run --json -L -- $W busy-sleep --threads 1 --work-ms 4 --sleep-ms 10 \
+        --duration-ms 1500 --out "$P/truth"
+}
+
+# dtl_state TAG: the DTL settings and the tracer's state file, as parts TAG-*.
+dtl_state() {
+    cat /proc/powerpc/vcpudispatch_stats >"$P/$1-stats" 2>&1
+    cat /proc/powerpc/vcpudispatch_stats_freq >"$P/$1-freq" 2>&1
+    if [ -e /run/tracer/dtl-state ]; then cat /run/tracer/dtl-state; else echo absent; fi >"$P/$1-statefile"
+}
+
+# wait_freq N: up to 10 s for vcpudispatch_stats_freq to read N.
+wait_freq() {
+    i=0
+    while [ "$(cat /proc/powerpc/vcpudispatch_stats_freq)" != "$1" ] && [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+
+dtl_basic() {
+    dtl_state before
+    tracer dtl --json -d 1s
+    rc=$?
+    dtl_state after
+    return $rc
+}
+
+dtl_freq() {
+    dtl_state before
+    tracer dtl --json -d 4s --dtl-freq 10 &
+    pid=$!
+    wait_freq 10
+    dtl_state during
+    wait $pid
+    rc=$?
+    dtl_state after
+    return $rc
+}
+
+dtl_kill9() {
+    dtl_state before
+    tracer dtl -d 120s --dtl-freq 7 >"$P/victim-stdout" 2>"$P/victim-stderr" &
+    pid=$!
+    wait_freq 7
+    dtl_state during
+    kill -9 $pid
+    wait $pid
+    echo $? >"$P/victim-rc"
+    dtl_state left
+    # The next start finds the dead run's state file and restores its settings.
+    tracer dtl --json -d 0
+    rc=$?
+    dtl_state after
+    return $rc
+}
+
+step facts-boot facts
+step check tracer check --json
+step facts-after-check facts
+mount -t debugfs debugfs /sys/kernel/debug
+for mode in tp-btf raw-tp tracepoint perf-sched; do
+    step "run-$mode" traced "$mode"
+done
+step run-perf-sched-kprobe traced perf-sched "$KPROBE_ENV"
+step auto-hist auto_hist
+if [ -e /proc/powerpc/vcpudispatch_stats ]; then
+    step dtl-basic dtl_basic
+    step dtl-freq dtl_freq
+    step dtl-kill9 dtl_kill9
+else
+    step dtl-absent tracer dtl --json -d 1s
+fi

@@ -1,0 +1,477 @@
+//! `cargo xtask vm-test`: the tracer on real Debian kernels under qemu, x86_64 and ppc64le
+//! (pseries), each booted with a busybox initramfs holding the tracer, the libraries it
+//! links, the test workload and tests/vm's scripts. The guest runs the steps; the host
+//! turns them into PASS/FAIL checks (vm/checks.rs) and shows each failing check's output.
+//!
+//! Provisioning (checked first, so a second run changes nothing): qemu from Debian for
+//! each architecture; for ppc64le the rustup target, Debian's cross gcc and the ppc64el
+//! dpkg architecture. Kernel packages and busybox-static are downloaded with
+//! `apt-get download` into `<target>/vm-cache` and unpacked there, never installed.
+//! The kernels are listed in tests/vm/kernels; `--kernel PACKAGE` adds more.
+
+mod checks;
+mod initramfs;
+mod json;
+mod protocol;
+mod provision;
+mod qemu;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+
+/// A guest architecture.
+pub struct Arch {
+    /// As `uname -m` says it.
+    pub name: &'static str,
+    /// Debian's name.
+    pub deb_arch: &'static str,
+    /// Cross-compile for this Rust target (None: the host's).
+    pub rust_target: Option<&'static str>,
+    pub qemu: &'static str,
+    pub qemu_package: &'static str,
+    pub qemu_args: &'static [&'static str],
+    /// The kernel console (`console=`) and the second port the steps write to.
+    pub console: &'static str,
+    /// More kernel command line.
+    pub cmdline: &'static str,
+    pub results_port: &'static str,
+    /// Where the guest's shared libraries come from on the host.
+    pub lib_dirs: &'static [&'static str],
+    pub strip: &'static str,
+    /// Packages that cross-build for this architecture: (program that proves it, package).
+    pub toolchain: &'static [(&'static str, &'static str)],
+}
+
+pub const X86_64: Arch = Arch {
+    name: "x86_64",
+    deb_arch: "amd64",
+    rust_target: None,
+    qemu: "qemu-system-x86_64",
+    qemu_package: "qemu-system-x86",
+    qemu_args: &["-M", "pc", "-accel", "tcg", "-cpu", "max"],
+    console: "ttyS0",
+    // The TSC sync test fails under emulation; then sched_clock (schedstat's clock) and
+    // the clocksource (bpf_ktime_get_ns) part ways by up to a tick per reading, and the
+    // comparisons against schedstat measure that, not the tracer. TCG's TSCs are one
+    // host clock: tell the kernel to trust them.
+    cmdline: "tsc=reliable",
+    results_port: "/dev/ttyS1",
+    lib_dirs: &[
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+    ],
+    strip: "strip",
+    toolchain: &[],
+};
+
+pub const PPC64LE: Arch = Arch {
+    name: "ppc64le",
+    deb_arch: "ppc64el",
+    rust_target: Some("powerpc64le-unknown-linux-gnu"),
+    qemu: "qemu-system-ppc64",
+    qemu_package: "qemu-system-ppc",
+    // The spectre capabilities default to workarounds TCG cannot emulate (warnings only).
+    qemu_args: &[
+        "-M",
+        "pseries,cap-cfpc=broken,cap-sbbc=broken,cap-ibs=broken,cap-ccf-assist=off",
+        "-cpu",
+        "POWER9",
+        "-accel",
+        "tcg",
+    ],
+    console: "hvc0",
+    cmdline: "",
+    results_port: "/dev/hvc1",
+    lib_dirs: &["/usr/powerpc64le-linux-gnu/lib"],
+    strip: "powerpc64le-linux-gnu-strip",
+    toolchain: &[
+        ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu"),
+        (
+            "/usr/powerpc64le-linux-gnu/lib/libc.so.6",
+            "gcc-powerpc64le-linux-gnu",
+        ),
+        (
+            "powerpc64le-linux-gnu-strip",
+            "binutils-powerpc64le-linux-gnu",
+        ),
+    ],
+};
+
+const ARCHES: [&Arch; 2] = [&X86_64, &PPC64LE];
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchChoice {
+    #[value(name = "x86_64")]
+    X86_64,
+    #[value(name = "ppc64le")]
+    Ppc64le,
+    #[value(name = "all")]
+    All,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct VmTestArgs {
+    /// Which guests to boot.
+    #[arg(long, value_enum, default_value_t = ArchChoice::All)]
+    pub arch: ArchChoice,
+    /// Also test this Debian kernel package (repeatable), e.g. linux-image-6.1.0-47-amd64;
+    /// its architecture comes from its name (amd64 or powerpc64le).
+    #[arg(long = "kernel", value_name = "PACKAGE")]
+    pub kernel: Vec<String>,
+}
+
+/// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
+fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
+    let path = crate::workspace_root().join("tests/vm/kernels");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut list = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (arch, package) = line
+            .split_once(char::is_whitespace)
+            .with_context(|| format!("{}:{}: expected `ARCH PACKAGE`", path.display(), n + 1))?;
+        let arch = ARCHES.iter().find(|a| a.name == arch).with_context(|| {
+            format!("{}:{}: unknown architecture {arch}", path.display(), n + 1)
+        })?;
+        list.push((*arch, package.trim().to_string()));
+    }
+    for package in &args.kernel {
+        let arch = if package.contains("powerpc64le") {
+            &PPC64LE
+        } else if package.contains("amd64") {
+            &X86_64
+        } else {
+            bail!("cannot tell the architecture of {package}: expected a name with amd64 or powerpc64le");
+        };
+        if !list
+            .iter()
+            .any(|(a, p)| a.name == arch.name && p == package)
+        {
+            list.push((arch, package.clone()));
+        }
+    }
+    list.retain(|(a, _)| match args.arch {
+        ArchChoice::All => true,
+        ArchChoice::X86_64 => a.name == X86_64.name,
+        ArchChoice::Ppc64le => a.name == PPC64LE.name,
+    });
+    if list.is_empty() {
+        bail!("no kernel to test for --arch {:?}", args.arch);
+    }
+    Ok(list)
+}
+
+/// The guest's binaries for one architecture.
+struct GuestBins {
+    tracer: PathBuf,
+    workload: PathBuf,
+}
+
+fn ensure_rust_target(target: &str) -> Result<()> {
+    let installed = crate::cmd::output(
+        Command::new("rustup")
+            .args(["target", "list", "--installed"])
+            .current_dir(crate::workspace_root()),
+    )?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    crate::cmd::run(
+        Command::new("rustup")
+            .args(["target", "add", target])
+            .current_dir(crate::workspace_root()),
+    )
+}
+
+/// Builds the tracer (embedding the eBPF object) and the workload for every architecture
+/// asked for: the host's through `cargo xtask build`'s own path, ppc64le cross-compiled
+/// with the environment `cargo xtask cross-test` uses, so the two share their artifacts.
+fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>> {
+    let built = crate::build(false)?;
+    let target = crate::target_dir()?;
+    let mut out = Vec::new();
+    for arch in arches {
+        let mut cargo = crate::cargo(None, "build", &target);
+        cargo.env("TRACER_EBPF_OBJ", &built.ebpf_obj);
+        let dir = match arch.rust_target {
+            None => {
+                cargo.args(["--package", "tracer-tests", "--bin", "tracer-workload"]);
+                target.join("debug")
+            }
+            Some(t) => {
+                ensure_rust_target(t)?;
+                let env_target = t.to_uppercase().replace('-', "_");
+                let linker = arch.toolchain[0].0;
+                cargo
+                    .args(["--target", t])
+                    .args(["--package", "tracer", "--package", "tracer-tests"])
+                    .args(["--bin", "tracer", "--bin", "tracer-workload"])
+                    .env(format!("CARGO_TARGET_{env_target}_LINKER"), linker)
+                    .env(format!("CC_{}", t.replace('-', "_")), linker);
+                target.join(t).join("debug")
+            }
+        };
+        crate::cmd::run(&mut cargo)
+            .with_context(|| format!("building the {} guest's binaries failed", arch.name))?;
+        let bins = GuestBins {
+            tracer: if arch.rust_target.is_none() {
+                built.bin.clone()
+            } else {
+                dir.join("tracer")
+            },
+            workload: dir.join("tracer-workload"),
+        };
+        for b in [&bins.tracer, &bins.workload] {
+            if !b.exists() {
+                bail!("cargo reported success but built no {}", b.display());
+            }
+        }
+        out.push((arch.name, bins));
+    }
+    Ok(out)
+}
+
+/// Packs the guest's initramfs: busybox, the binaries (stripped) with their libraries,
+/// tests/vm's init and steps, and /dev/console.
+fn pack(arch: &Arch, bins: &GuestBins, busybox: &Path, dir: &Path) -> Result<PathBuf> {
+    let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), arch.strip)?;
+    let workload =
+        initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), arch.strip)?;
+    let lib_dirs: Vec<PathBuf> = arch.lib_dirs.iter().map(PathBuf::from).collect();
+    let libs = initramfs::needed_libraries(&[&tracer, &workload], &lib_dirs)?;
+    let vm_dir = crate::workspace_root().join("tests/vm");
+    let path = dir.join("initramfs.cpio");
+    let mut c = initramfs::Cpio::create(&path)?;
+    for d in ["dev", "proc", "sys", "tmp", "run", "lib", "vmtest"] {
+        c.dir(d)?;
+    }
+    c.char_dev("dev/console", 0o600, 5, 1)?;
+    // Both loaders' paths (/lib64/ld-linux-x86-64.so.2, /lib64/ld64.so.2) land in /lib.
+    c.symlink("lib64", "lib")?;
+    c.copy("init", 0o755, &vm_dir.join("init"))?;
+    c.copy("vmtest/steps.sh", 0o644, &vm_dir.join("steps.sh"))?;
+    c.copy("bin/busybox", 0o755, busybox)?;
+    c.copy("bin/tracer", 0o755, &tracer)?;
+    c.copy("bin/tracer-workload", 0o755, &workload)?;
+    for (name, from) in &libs {
+        c.copy(&format!("lib/{name}"), 0o755, from)?;
+    }
+    c.finish()?;
+    println!(
+        "vm-test: packed {} ({:.1} MiB: busybox, tracer, tracer-workload, {})",
+        path.display(),
+        std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64,
+        libs.iter()
+            .map(|(n, _)| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(path)
+}
+
+/// How long one guest may run before it is declared hung.
+fn timeout() -> Duration {
+    let secs = std::env::var("VMTEST_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// One VM's outcome.
+struct VmResult {
+    label: String,
+    verdicts: Vec<checks::Verdict>,
+    secs: f64,
+}
+
+fn print_verdicts(r: &VmResult) {
+    println!("\nvm-test: {} ({:.0} s)", r.label, r.secs);
+    for v in &r.verdicts {
+        let mark = if v.pass { "PASS" } else { "FAIL" };
+        if v.summary.is_empty() {
+            println!("  {mark} {}", v.name);
+        } else {
+            println!("  {mark} {}: {}", v.name, v.summary);
+        }
+        for p in &v.problems {
+            println!("       - {p}");
+        }
+        if let Some(t) = &v.transcript {
+            for line in t.lines().take(60) {
+                println!("       | {line}");
+            }
+            if t.lines().count() > 60 {
+                println!("       | ... ({} more lines)", t.lines().count() - 60);
+            }
+        }
+    }
+}
+
+/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
+/// checks failed on timing alone.
+fn test_kernel(
+    arch: &Arch,
+    kernel: &provision::Kernel,
+    initrd: &Path,
+    work: &Path,
+) -> Result<VmResult> {
+    let offers = checks::Offers::from_config(&kernel.config);
+    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
+    println!("\nvm-test: booting {label}: {}", offers.describe());
+    let dir = work.join(&kernel.package);
+    let boot = qemu::boot(arch, &kernel.image, initrd, &dir, timeout(), arch.name, "")?;
+    let mut secs = boot.secs;
+    let guest = protocol::parse(&boot.results);
+    let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
+    if boot.timed_out || !guest.done {
+        verdicts.push(checks::Verdict {
+            name: "the guest powered off by itself".into(),
+            pass: false,
+            summary: String::new(),
+            problems: vec![format!(
+                "{}; console log {}, results {}",
+                if boot.timed_out {
+                    format!("killed after {} s", timeout().as_secs())
+                } else {
+                    "it stopped before the last step".to_string()
+                },
+                boot.console_log.display(),
+                boot.results_log.display()
+            )],
+            transcript: Some(boot.console_tail(40)),
+            retry: None,
+        });
+        return Ok(VmResult {
+            label,
+            verdicts,
+            secs,
+        });
+    }
+    let mut again: Vec<String> = verdicts.iter().filter_map(|v| v.retry.clone()).collect();
+    again.dedup();
+    if again.is_empty() {
+        return Ok(VmResult {
+            label,
+            verdicts,
+            secs,
+        });
+    }
+    println!(
+        "\nvm-test: [{}] timing checks failed in {}: booting again for those steps",
+        arch.name,
+        again.join(", ")
+    );
+    let second = qemu::boot(
+        arch,
+        &kernel.image,
+        initrd,
+        &dir.join("retry"),
+        timeout(),
+        arch.name,
+        &format!("vmtest.steps=facts-boot,{}", again.join(",")),
+    )?;
+    secs += second.secs;
+    let guest2 = protocol::parse(&second.results);
+    for step in &again {
+        for new in checks::recheck(&guest2, step, &offers) {
+            let Some(old) = verdicts
+                .iter_mut()
+                .find(|v| v.name == new.name && v.retry.as_deref() == Some(step.as_str()))
+            else {
+                continue;
+            };
+            let first = old.problems.join("; ");
+            if new.pass {
+                *old = checks::Verdict {
+                    summary: format!(
+                        "{} (passed on a second boot; the first run found: {first})",
+                        new.summary
+                    ),
+                    ..new
+                };
+            } else {
+                old.problems.push("and again on a second boot:".into());
+                old.problems.extend(new.problems);
+                old.transcript = new.transcript.or(old.transcript.take());
+            }
+        }
+    }
+    Ok(VmResult {
+        label,
+        verdicts,
+        secs,
+    })
+}
+
+pub fn vm_test(args: VmTestArgs) -> Result<()> {
+    let start = Instant::now();
+    let matrix = kernels(&args)?;
+    let mut arches: Vec<&'static Arch> = Vec::new();
+    for (a, _) in &matrix {
+        if !arches.iter().any(|x| x.name == a.name) {
+            arches.push(a);
+        }
+    }
+    let cache = crate::target_dir()?.join("vm-cache");
+    let work = crate::target_dir()?.join("vm-test");
+
+    let mut apt = provision::Apt::new();
+    let mut wanted: Vec<(&str, &str)> = Vec::new();
+    for a in &arches {
+        wanted.push((a.qemu, a.qemu_package));
+        wanted.extend(a.toolchain.iter().copied());
+        if a.deb_arch != X86_64.deb_arch {
+            apt.add_architecture(a.deb_arch)?;
+        }
+    }
+    apt.install_missing(&wanted)?;
+    let t_provision = start.elapsed().as_secs_f64();
+
+    let bins = build_bins(&arches)?;
+    let t_build = start.elapsed().as_secs_f64() - t_provision;
+
+    let mut results = Vec::new();
+    for arch in &arches {
+        let busybox = provision::busybox(&mut apt, arch, &cache)?;
+        let bins = &bins
+            .iter()
+            .find(|(n, _)| *n == arch.name)
+            .context("no binaries")?
+            .1;
+        let initrd = pack(arch, bins, &busybox, &work.join(arch.name))?;
+        for (_, package) in matrix.iter().filter(|(a, _)| a.name == arch.name) {
+            let kernel = provision::kernel(&mut apt, arch, package, &cache)?;
+            results.push(test_kernel(arch, &kernel, &initrd, &work)?);
+        }
+    }
+
+    let mut passed = 0;
+    let mut failed = 0;
+    for r in &results {
+        print_verdicts(r);
+        passed += r.verdicts.iter().filter(|v| v.pass).count();
+        failed += r.verdicts.iter().filter(|v| !v.pass).count();
+    }
+    println!(
+        "\nvm-test: provisioning {t_provision:.0} s, builds {t_build:.0} s, {} VM(s) {:.0} s, total {:.0} s",
+        results.len(),
+        results.iter().map(|r| r.secs).sum::<f64>(),
+        start.elapsed().as_secs_f64()
+    );
+    println!("vm-test: {passed} passed, {failed} failed");
+    if failed > 0 {
+        bail!("{failed} vm-test check(s) failed: see FAIL above");
+    }
+    Ok(())
+}
