@@ -1,5 +1,6 @@
 //! Developer tasks for the tracer workspace, run as `cargo xtask <command>`.
 
+mod bench;
 mod cmd;
 mod cross;
 mod elf;
@@ -51,6 +52,8 @@ enum Task {
     },
     /// Run the tracer's unit tests built for powerpc64le under qemu-user (installs what it needs)
     CrossTest,
+    /// Measure the tracer's cost against libbpf-tools, bpftrace and an empty program (root)
+    Bench(bench::BenchArgs),
     /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
     VmTest(vm::VmTestArgs),
 }
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
         Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
+        Task::Bench(args) => bench::bench(args).map(|_| ExitCode::SUCCESS),
         Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
     };
     // `{:#}` prints the whole context chain on one line, without a backtrace.
