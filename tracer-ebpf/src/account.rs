@@ -96,7 +96,7 @@ fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
         return Some(p);
     }
     let mut s = ThreadStats::zeroed();
-    s.tgid = tgid;
+    s.tgid = if tgid != 0 { tgid } else { t.tgid() };
     s.comm = t.comm.read();
     if THREADS.insert(&t.tid, &s, BPF_NOEXIST as u64).is_err() {
         // Either full, or another CPU created it in between: look again.
@@ -352,7 +352,7 @@ pub fn fork(parent: Task, child: Task) {
         return;
     }
     let v = Tracked {
-        tgid: child.tgid,
+        tgid: child.tgid(),
         flags: TRACK_INHERIT,
     };
     if TRACKED.insert(&child.tid, &v, 0).is_err() {

@@ -57,10 +57,24 @@ fn config() -> &'static Config {
 #[derive(Clone, Copy)]
 pub struct Task {
     pub tid: u32,
-    /// 0 when the attach point cannot tell (classic tracepoints).
+    /// 0 when not known yet: read from `ptr` only when an entry is created.
     pub tgid: u32,
+    /// The `task_struct`, when the attach point gives it (null otherwise).
+    pub ptr: *const u8,
     /// Where its comm can be read from, if anywhere.
     pub comm: CommSrc,
+}
+
+impl Task {
+    /// The TGID, read from the task only when needed (new entries, fork), not per event.
+    #[inline(always)]
+    pub fn tgid(&self) -> u32 {
+        if self.tgid != 0 || self.ptr.is_null() {
+            self.tgid
+        } else {
+            read_u32(self.ptr, config().task_tgid_off)
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -104,17 +118,15 @@ pub fn current_sum_exec() -> u64 {
     unsafe { bpf_probe_read_kernel(task.add(off as usize) as *const u64) }.unwrap_or(0)
 }
 
-/// Decodes a `task_struct *` with the BTF offsets from `CONFIG`.
+/// Decodes a `task_struct *` with the BTF offsets from `CONFIG`: one probe read (the
+/// TID) per event; the TGID and comm only when an entry is created.
 #[inline(always)]
-fn task_from_btf(p: *const u8, with_tgid: bool) -> Task {
+fn task_from_btf(p: *const u8) -> Task {
     let c = config();
     Task {
         tid: read_u32(p, c.task_pid_off),
-        tgid: if with_tgid {
-            read_u32(p, c.task_tgid_off)
-        } else {
-            0
-        },
+        tgid: 0,
+        ptr: p,
         comm: CommSrc::Kernel(unsafe { p.add(c.task_comm_off as usize) }),
     }
 }
@@ -126,6 +138,7 @@ fn current_task() -> Task {
     Task {
         tid: id as u32,
         tgid: (id >> 32) as u32,
+        ptr: core::ptr::null(),
         comm: CommSrc::None,
     }
 }
@@ -164,7 +177,7 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
     account::switch(
         current_task(),
         leave_from_args(preempt & 0xff, prev_state as u32),
-        task_from_btf(next, true),
+        task_from_btf(next),
     );
     0
 }
@@ -172,21 +185,21 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> u32 {
     let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p, true));
+    account::wakeup(task_from_btf(p));
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> u32 {
     let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p, true));
+    account::wakeup(task_from_btf(p));
     0
 }
 
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
     let child: *const u8 = ctx.arg(1);
-    account::fork(current_task(), task_from_btf(child, true));
+    account::fork(current_task(), task_from_btf(child));
     0
 }
 
@@ -211,7 +224,7 @@ pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
     account::switch(
         current_task(),
         leave_from_args(preempt & 0xff, prev_state as u32),
-        task_from_btf(next, true),
+        task_from_btf(next),
     );
     0
 }
@@ -219,21 +232,21 @@ pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup_raw(ctx: RawTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p, true));
+    account::wakeup(task_from_btf(p));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_wakeup_new")]
 pub fn sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
     let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p, true));
+    account::wakeup(task_from_btf(p));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
     let child: *const u8 = ctx.arg(1);
-    account::fork(current_task(), task_from_btf(child, true));
+    account::fork(current_task(), task_from_btf(child));
     0
 }
 
@@ -264,6 +277,7 @@ pub fn sched_switch_tp(ctx: TracePointContext) -> u32 {
     let next = Task {
         tid: rec_u32(&ctx, c.tp_switch_next_pid),
         tgid: 0,
+        ptr: core::ptr::null(),
         comm: CommSrc::Record(unsafe {
             (ctx.as_ptr() as *const u8).add(c.tp_switch_next_comm as usize)
         }),
@@ -277,6 +291,7 @@ fn woken_from_record(ctx: &TracePointContext) -> Task {
     Task {
         tid: rec_u32(ctx, config().tp_wakeup_pid),
         tgid: 0,
+        ptr: core::ptr::null(),
         comm: CommSrc::None,
     }
 }
@@ -298,6 +313,7 @@ pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
     let child = Task {
         tid: rec_u32(&ctx, config().tp_fork_child_pid),
         tgid: 0,
+        ptr: core::ptr::null(),
         comm: CommSrc::None,
     };
     account::fork(current_task(), child);
@@ -329,7 +345,7 @@ fn perf_sched_out(prev: *const u8) {
 #[inline(always)]
 fn perf_sched_in() {
     let task = unsafe { bpf_get_current_task() } as *const u8;
-    let mut t = task_from_btf(task, false);
+    let mut t = task_from_btf(task);
     let id = bpf_get_current_pid_tgid();
     t.tid = id as u32;
     t.tgid = (id >> 32) as u32;
