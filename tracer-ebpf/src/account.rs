@@ -144,8 +144,10 @@ pub fn switch(prev: Task, leave: Leave, next: Task) {
     switch_in_at(next, now);
 }
 
-/// Closes the slice of `prev`, which is leaving the CPU. Returns the timestamp taken, or
-/// 0 when none was needed.
+/// Closes the slice of `prev`, which is leaving the CPU, and settles everything about
+/// the thread that ended when this slice began (its run-queue wait, its off-CPU time, a
+/// migration): deferring those from switch-in means one `THREADS` lookup per switch.
+/// Returns the timestamp taken, or 0 when none was needed.
 #[inline(always)]
 pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
@@ -182,6 +184,31 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
     let s = unsafe { &mut *s };
     s.tgid = prev.tgid;
+    let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
+
+    // What ended when this slice began.
+    if s.runnable_ns != 0 && start > s.runnable_ns {
+        let d = start - s.runnable_ns;
+        s.runq_wait_ns += d;
+        s.runq_waits += 1;
+        hist_add(KIND_RUNQ, id, d);
+    }
+    if s.last_off_ns != 0 && start > s.last_off_ns {
+        let d = start - s.last_off_ns;
+        s.off_cpu_ns += d;
+        if s.off_state == OFF_PREEMPTED {
+            s.preempted_ns += d;
+        } else {
+            s.blocked_ns += d;
+        }
+        hist_add(KIND_OFF_CPU, id, d);
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
+        s.migrations += 1;
+    }
+    s.last_cpu = cpu;
+
     // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
     // known; else switch-in to now. The two differ where the kernel skips a clock update
     // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
@@ -199,7 +226,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         cs.busy_ns += d;
         s.on_cpu_ns += d;
         s.slices += 1;
-        hist_add(KIND_ON_CPU, scoped_id(c.hist_scope, prev.tid, prev.tgid), d);
+        hist_add(KIND_ON_CPU, id, d);
     }
     let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
@@ -210,6 +237,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
     }
     s.last_off_ns = now;
+    s.runnable_ns = 0;
     match leave {
         Leave::Preempted => {
             s.involuntary += 1;
@@ -234,6 +262,8 @@ pub fn switch_in(next: Task) {
     switch_in_at(next, 0)
 }
 
+/// Only per-CPU state: which thread runs here since when. Its entry is touched when it
+/// leaves (see `switch_out`).
 #[inline(always)]
 fn switch_in_at(next: Task, mut now: u64) {
     let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
@@ -243,49 +273,20 @@ fn switch_in_at(next: Task, mut now: u64) {
     let cs = unsafe { &mut *cs };
     cs.tid = next.tid;
     cs.traced = 0;
-    let Some(tgid) = traced(&next) else {
+    if traced(&next).is_none() {
         // Untraced or idle: the CPU is known, so the next switch-out does not take this
         // thread for one that ran since before the window.
         if cs.slice_start_ns == 0 {
             cs.slice_start_ns = 1;
         }
         return;
-    };
+    }
     if now == 0 {
         now = unsafe { bpf_ktime_get_ns() };
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
-    let c = config();
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if let Some(s) = thread_entry(&next, tgid) {
-        // SAFETY: map value pointer.
-        let s = unsafe { &mut *s };
-        let id = scoped_id(c.hist_scope, next.tid, s.tgid);
-        if s.runnable_ns != 0 && now > s.runnable_ns {
-            let d = now - s.runnable_ns;
-            s.runq_wait_ns += d;
-            s.runq_waits += 1;
-            hist_add(KIND_RUNQ, id, d);
-        }
-        s.runnable_ns = 0;
-        if s.last_off_ns != 0 && now > s.last_off_ns {
-            let d = now - s.last_off_ns;
-            s.off_cpu_ns += d;
-            if s.off_state == OFF_PREEMPTED {
-                s.preempted_ns += d;
-            } else {
-                s.blocked_ns += d;
-            }
-            hist_add(KIND_OFF_CPU, id, d);
-        }
-        s.last_off_ns = 0;
-        if s.last_cpu != u32::MAX && s.last_cpu != cpu {
-            s.migrations += 1;
-        }
-        s.last_cpu = cpu;
-    }
-    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    let n_counters = (config().n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
     }

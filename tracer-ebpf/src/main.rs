@@ -12,7 +12,9 @@ mod account;
 mod maps;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+    },
     macros::{btf_tracepoint, fentry, kprobe, raw_tracepoint, tracepoint},
     programs::{
         BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext, TracePointContext,
@@ -80,6 +82,8 @@ impl Task {
 #[derive(Clone, Copy)]
 pub enum CommSrc {
     None,
+    /// The task is `current`: `bpf_get_current_comm`.
+    Current,
     /// `task_struct::comm` at this kernel address.
     Kernel(*const u8),
     /// The tracepoint record at this address.
@@ -91,6 +95,7 @@ impl CommSrc {
     fn read(self) -> [u8; COMM_LEN] {
         let p = match self {
             CommSrc::None => return [0; COMM_LEN],
+            CommSrc::Current => return bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
             CommSrc::Kernel(p) | CommSrc::Record(p) => p,
         };
         // SAFETY: bpf_probe_read_kernel validates the address.
@@ -139,7 +144,7 @@ fn current_task() -> Task {
         tid: id as u32,
         tgid: (id >> 32) as u32,
         ptr: core::ptr::null(),
-        comm: CommSrc::None,
+        comm: CommSrc::Current,
     }
 }
 

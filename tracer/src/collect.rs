@@ -254,42 +254,8 @@ impl Collector {
     /// CPU is added to their threads (the window's end cuts them).
     pub fn snapshot(&mut self, ebpf: &mut Ebpf, partial_slices: bool) -> Result<Snapshot> {
         self.drain();
-        let mut threads = self.exited.clone();
-        let live: BpfHashMap<_, u32, ThreadStats> =
-            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
-        let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
-        let mut live_entries = 0;
-        for item in live.iter() {
-            let Ok((tid, stats)) = item else { continue };
-            live_entries += 1;
-            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
-            live_by_tid.insert(tid, key);
-            threads.insert(
-                key,
-                ThreadRecord {
-                    tid,
-                    stats,
-                    exited: false,
-                },
-            );
-        }
-        let cpu_state: PerCpuArray<_, CpuState> =
-            PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
-        let states = cpu_state.get(&0, 0)?;
-        let at_ns = crate::loader::monotonic_ns();
-        let mut cpu_busy_ns: Vec<u64> = states.iter().map(|cs| cs.busy_ns).collect();
-        if partial_slices {
-            for (cpu, cs) in states.iter().enumerate() {
-                if cs.traced == 0 || cs.slice_start_ns <= 1 || cs.slice_start_ns > at_ns {
-                    continue;
-                }
-                if let Some(r) = live_by_tid.get(&cs.tid).and_then(|k| threads.get_mut(k)) {
-                    r.stats.on_cpu_ns += at_ns - cs.slice_start_ns;
-                    cpu_busy_ns[cpu] += at_ns - cs.slice_start_ns;
-                }
-            }
-        }
-
+        // Histograms first: an event the kernel settles while we read is then missing
+        // from this snapshot (and in the next), never counted twice (kernel and pending).
         let mut hist = HistSet::new();
         let mut scoped: BTreeMap<u32, HistSet> = BTreeMap::new();
         if self.hist_scope == scope::ALL {
@@ -323,6 +289,98 @@ impl Collector {
             }
             for set in scoped.values() {
                 hist.merge(set);
+            }
+        }
+        let mut threads = self.exited.clone();
+        let live: BpfHashMap<_, u32, ThreadStats> =
+            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
+        let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
+        let mut live_entries = 0;
+        for item in live.iter() {
+            let Ok((tid, stats)) = item else { continue };
+            live_entries += 1;
+            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
+            live_by_tid.insert(tid, key);
+            threads.insert(
+                key,
+                ThreadRecord {
+                    tid,
+                    stats,
+                    exited: false,
+                },
+            );
+        }
+        let cpu_state: PerCpuArray<_, CpuState> =
+            PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
+        let states = cpu_state.get(&0, 0)?;
+        let at_ns = crate::loader::monotonic_ns();
+        let mut cpu_busy_ns: Vec<u64> = states.iter().map(|cs| cs.busy_ns).collect();
+        // Threads on a CPU right now: the kernel settles a thread's wait, off-CPU time and
+        // migration when it leaves the CPU; until then they are pending here.
+        let mut pending: Vec<(u32, u32, &'static str, u64)> = Vec::new();
+        if partial_slices {
+            for (cpu, cs) in states.iter().enumerate() {
+                if cs.traced == 0 || cs.slice_start_ns <= 1 || cs.slice_start_ns > at_ns {
+                    continue;
+                }
+                let begun = cs.slice_start_ns;
+                let key = *live_by_tid.entry(cs.tid).or_insert_with(|| {
+                    let key = (cs.tid, self.generations.get(&cs.tid).copied().unwrap_or(0));
+                    // Switched in during the window and not out since: no entry yet.
+                    let mut stats = ThreadStats::zeroed();
+                    stats.last_cpu = cpu as u32;
+                    threads.insert(
+                        key,
+                        ThreadRecord {
+                            tid: cs.tid,
+                            stats,
+                            exited: false,
+                        },
+                    );
+                    key
+                });
+                let Some(r) = threads.get_mut(&key) else {
+                    continue;
+                };
+                let st = &mut r.stats;
+                st.on_cpu_ns += at_ns - begun;
+                cpu_busy_ns[cpu] += at_ns - begun;
+                if st.runnable_ns != 0 && begun > st.runnable_ns {
+                    let d = begun - st.runnable_ns;
+                    st.runq_wait_ns += d;
+                    st.runq_waits += 1;
+                    pending.push((cs.tid, st.tgid, "runq", d));
+                }
+                if st.last_off_ns != 0 && begun > st.last_off_ns {
+                    let d = begun - st.last_off_ns;
+                    st.off_cpu_ns += d;
+                    if st.off_state == tracer_common::OFF_PREEMPTED {
+                        st.preempted_ns += d;
+                    } else {
+                        st.blocked_ns += d;
+                    }
+                    pending.push((cs.tid, st.tgid, "off", d));
+                }
+                if st.last_cpu != u32::MAX && st.last_cpu != cpu as u32 {
+                    st.migrations += 1;
+                }
+            }
+        }
+
+        for (tid, tgid, kind, d) in pending {
+            let b = tracer_common::hist::bucket_index(d);
+            let pick = |set: &mut HistSet| {
+                if kind == "runq" {
+                    set.runq.add_bucket(b, 1)
+                } else {
+                    set.off_cpu.add_bucket(b, 1)
+                }
+            };
+            pick(&mut hist);
+            match self.hist_scope {
+                scope::PROCESS => pick(scoped.entry(tgid).or_default()),
+                scope::THREAD => pick(scoped.entry(tid).or_default()),
+                _ => {}
             }
         }
         // Exact sums from the thread totals.
