@@ -1,7 +1,6 @@
 //! The maps shared with user space. Sizes are defaults; user space may resize the hash
 //! maps before load (`--max-threads`).
 use aya_ebpf::{
-    bindings::BPF_F_NO_PREALLOC,
     macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
@@ -36,12 +35,12 @@ pub static EXITED: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);
 #[map]
 pub static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(N_KINDS * N_BUCKETS as u32, 0);
 
-/// Per-process or per-thread histograms (`-P`, `-L`). Not preallocated: a preallocated
-/// per-CPU hash of this size takes ~190 ms to create, most of the start-up time, and
-/// entries are only added the first time a (thread, bucket) pair is seen.
+/// Per-process or per-thread histograms (`-P`, `-L`). Preallocated: without, inserts
+/// from sched_switch (IRQs off) fail while the allocator's per-CPU cache refills. User
+/// space creates it with one entry when the scope is the whole traced set, since
+/// preallocating it costs start-up time (~190 ms for 262144 entries on 2 CPUs).
 #[map]
-pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> =
-    PerCpuHashMap::with_max_entries(262144, BPF_F_NO_PREALLOC);
+pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(65536, 0);
 
 /// Events that could not be recorded, by `tracer_common::drop` index.
 #[map]

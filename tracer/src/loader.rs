@@ -40,6 +40,8 @@ pub struct Tracer {
     pub mode: ProbeMode,
     /// Better modes that were tried first, with the reason each was refused.
     pub refused: Vec<(ProbeMode, String)>,
+    /// How the switch programs are attached, e.g. "tp_btf", "fentry", "kprobe".
+    pub attach: &'static str,
     programs: Vec<&'static str>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
     _sched_hook_event: Option<std::os::fd::OwnedFd>,
@@ -225,7 +227,7 @@ impl Tracer {
                     if opts.hist_scope == tracer_common::scope::ALL {
                         1
                     } else {
-                        262144
+                        65536
                     },
                 )
                 .load(object()?)
@@ -259,6 +261,7 @@ impl Tracer {
             ebpf,
             mode,
             refused: Vec::new(),
+            attach: attach_kind(mode, &progs),
             programs: progs.iter().map(|(n, _)| *n).collect(),
             _sched_hook_event: sched_hook_event,
         })
@@ -291,6 +294,17 @@ impl Tracer {
                 }
             }
         }
+    }
+}
+
+/// The attach mechanism of the switch programs, for the report.
+fn attach_kind(mode: ProbeMode, progs: &[(&'static str, &'static str)]) -> &'static str {
+    match mode {
+        ProbeMode::TpBtf => "tp_btf",
+        ProbeMode::RawTp => "raw_tracepoint",
+        ProbeMode::Tracepoint => "tracepoint",
+        _ if progs.iter().any(|(n, _)| n.ends_with("_fentry")) => "fentry",
+        _ => "kprobe",
     }
 }
 
@@ -357,7 +371,13 @@ fn perf_sched_programs(
 ) -> Result<Vec<(&'static str, &'static str)>> {
     let btf = btf.ok_or_else(|| anyhow!("kernel BTF needed"))?;
     let mut progs: Vec<(&'static str, &'static str)> = Vec::new();
+    // TRACER_PERF_SCHED_ATTACH=kprobe skips fentry, so both attach paths can be tested
+    // on kernels that offer both.
+    let force_kprobe = std::env::var("TRACER_PERF_SCHED_ATTACH").as_deref() == Ok("kprobe");
     let fentry = (|| -> Result<()> {
+        if force_kprobe {
+            return Err(anyhow!("skipped (TRACER_PERF_SCHED_ATTACH=kprobe)"));
+        }
         for (name, target) in [
             ("perf_sched_out_fentry", compat::PERF_SCHED_OUT),
             ("perf_sched_in_fentry", compat::PERF_SCHED_IN),
