@@ -23,7 +23,7 @@ pub enum TracerError {
         command: String,
         source: std::io::Error,
     },
-    #[error("kernel BTF not available at {0} (needed by the tp-btf and raw-tp modes; try --probe tracepoint)")]
+    #[error("kernel BTF not available at {0} (the tp-btf, raw-tp and perf-sched modes read task_struct offsets from it; try --probe tracepoint)")]
     NoBtf(PathBuf),
     #[error("tracefs is not available: {0}")]
     NoTracefs(String),

@@ -132,6 +132,24 @@ impl Held {
     }
 }
 
+/// Reaps the child if it has ended (never blocks); its shell-style exit code.
+pub fn try_wait_exit(pid: u32) -> Option<i32> {
+    let mut status = 0;
+    // SAFETY: valid status pointer.
+    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
+    (r == pid as i32).then(|| exit_code(status))
+}
+
+fn exit_code(status: i32) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        255
+    }
+}
+
 /// Waits for the child and turns its end into a shell-style exit code (128+signal).
 pub fn wait_exit(pid: u32) -> i32 {
     let mut status = 0;
@@ -145,11 +163,5 @@ pub fn wait_exit(pid: u32) -> i32 {
             return 255;
         }
     }
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
-    } else {
-        255
-    }
+    exit_code(status)
 }

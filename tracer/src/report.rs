@@ -25,6 +25,8 @@ pub struct Report {
     pub interval: Option<u64>,
     pub duration_ns: u64,
     pub probe: String,
+    /// How the switch programs attach (tp_btf, raw_tracepoint, tracepoint, fentry, kprobe).
+    pub probe_attach: String,
     /// Better probe modes that were refused, with why.
     pub probe_refused: Vec<(String, String)>,
     pub snapshot: Snapshot,
@@ -157,6 +159,7 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     }
     m.insert("duration_ns".into(), json!(r.duration_ns));
     m.insert("probe".into(), json!(r.probe));
+    m.insert("probe_attach".into(), json!(r.probe_attach));
     m.insert(
         "probe_refused".into(),
         Value::Array(
@@ -238,9 +241,10 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         None => "total".to_string(),
     };
     out += &format!(
-        "tracer {head}: {} window, probe {}, {:.3} CPUs utilized\n",
+        "tracer {head}: {} window, probe {} ({}), {:.3} CPUs utilized\n",
         fmt_secs(r.duration_ns),
         r.probe,
+        r.probe_attach,
         r.cpus_utilized()
     );
     for (mode, why) in &r.probe_refused {
@@ -410,6 +414,7 @@ mod tests {
             interval: None,
             duration_ns: 12_000_000,
             probe: "tp-btf".into(),
+            probe_attach: "tp_btf".into(),
             probe_refused: vec![],
             snapshot: snap,
             cpus_utilized_task_clock: None,

@@ -18,6 +18,9 @@ use crate::{
     root::Root,
 };
 
+/// perf_event_attr.type of the software events (task-clock, context-switches, ...).
+const PERF_TYPE_SOFTWARE: u32 = 1;
+
 /// The traced set chosen on the command line.
 struct Targets {
     /// (tid, Tracked) pairs to seed the in-kernel set with.
@@ -160,7 +163,7 @@ fn open_slice_counters(
 enum End {
     Duration,
     Count,
-    Signal(&'static str),
+    Signal,
     CommandExited(i32),
 }
 
@@ -343,8 +346,10 @@ async fn event_loop(
         },
         hist_scope: hist_scope(args),
     };
-    let mut child_exit =
-        child.map(|pid| tokio::task::spawn_blocking(move || launch::wait_exit(pid)));
+    // SIGCHLD wakes us; waitpid(WNOHANG) reaps. No blocking thread, so the run ends at
+    // --duration or a signal even while the command goes on.
+    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+        .context("watching SIGCHLD")?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
     let mut drain = tokio::time::interval(Duration::from_millis(100));
     let mut tick = args.interval.map(|i| {
@@ -363,9 +368,13 @@ async fn event_loop(
 
     let end = loop {
         tokio::select! {
-            sig = &mut signal => break End::Signal(sig),
+            _ = &mut signal => break End::Signal,
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break End::Duration,
-            code = async { match child_exit.as_mut() { Some(h) => h.await.unwrap_or(255), None => std::future::pending().await } } => break End::CommandExited(code),
+            _ = sigchld.recv(), if child.is_some() => {
+                if let Some(code) = child.and_then(launch::try_wait_exit) {
+                    break End::CommandExited(code);
+                }
+            }
             _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
                 intervals += 1;
                 let snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
@@ -384,7 +393,13 @@ async fn event_loop(
                     break End::Count;
                 }
             }
-            _ = drain.tick() => s.collector.drain(),
+            _ = drain.tick() => {
+                s.collector.drain();
+                // A SIGCHLD that arrived before the handler was installed.
+                if let Some(code) = child.and_then(launch::try_wait_exit) {
+                    break End::CommandExited(code);
+                }
+            }
         }
     };
 
@@ -422,14 +437,14 @@ async fn event_loop(
     }
     let exit_code = match end {
         End::CommandExited(code) => Some(code),
-        End::Signal(sig) => {
+        End::Signal | End::Duration | End::Count => {
             if let Some(pid) = child {
-                // The command goes on without us only if we were told to stop.
-                log::info!("{sig}: stopping; command PID {pid} keeps running");
+                s.notices.push(format!(
+                    "the window ended before the command did; PID {pid} goes on untraced"
+                ));
             }
             None
         }
-        End::Duration | End::Count => None,
     };
     // The hypervisor's view of the CPUs the traced set ran on (all CPUs system-wide).
     let busy = snap.busy_cpus();
@@ -472,8 +487,12 @@ fn build_report(
     command: Option<(Vec<String>, Option<i32>)>,
     root: &Root,
 ) -> Report {
-    // Threads first seen at switch-in through a classic tracepoint have no comm yet.
+    // Threads still on their first slice have no entry in the kernel yet (no TGID, no
+    // comm); classic tracepoints give no comm for threads first seen at a wakeup.
     for r in snapshot.threads.values_mut() {
+        if r.stats.tgid == 0 {
+            r.stats.tgid = procfs::tgid_of(root, r.tid).unwrap_or(0);
+        }
         if r.stats.comm[0] == 0 {
             if let Some(c) = procfs::comm(root, r.stats.tgid, r.tid) {
                 let b = c.as_bytes();
@@ -499,6 +518,24 @@ fn build_report(
                 ));
             }
         }
+        // A hardware event that ran and counted exactly zero is more likely an event the
+        // PMU accepts but does not implement (seen under QEMU's POWER PMU) than a real 0.
+        for c in cr
+            .counters
+            .iter()
+            .filter(|c| c.supported && c.value == Some(0.0) && c.running_ns > 0)
+        {
+            let hardware = counters::parse_event(&c.event)
+                .map(|e| counters::attr_fields(&e).type_ != PERF_TYPE_SOFTWARE)
+                .unwrap_or(false);
+            if hardware {
+                notices.push(format!(
+                    "{} counted 0 while running {:.1}% of the window: the PMU may accept it without implementing it",
+                    c.event,
+                    100.0 * c.running_ns as f64 / c.enabled_ns.max(1) as f64
+                ));
+            }
+        }
         sections.push(Section {
             key: "counters",
             json: serde_json::to_value(&cr).unwrap_or_default(),
@@ -517,6 +554,7 @@ fn build_report(
         interval,
         duration_ns,
         probe: s.tracer.mode.name().to_string(),
+        probe_attach: s.tracer.attach.to_string(),
         probe_refused: s
             .tracer
             .refused
