@@ -95,6 +95,8 @@ pub struct Snapshot {
     pub live_entries: usize,
     /// On-CPU time of the traced set per CPU (index = CPU), still-running slices included.
     pub cpu_busy_ns: Vec<u64>,
+    /// Program runs the kernel skipped (recursion protection), filled in by the caller.
+    pub recursion_misses: u64,
 }
 
 /// Names of the drop counters, in index order, as shown in reports and JSON.
@@ -173,6 +175,9 @@ impl Snapshot {
                 .enumerate()
                 .map(|(i, v)| v.saturating_sub(earlier.cpu_busy_ns.get(i).copied().unwrap_or(0)))
                 .collect(),
+            recursion_misses: self
+                .recursion_misses
+                .saturating_sub(earlier.recursion_misses),
         }
     }
 
@@ -182,7 +187,7 @@ impl Snapshot {
     }
 
     pub fn total_drops(&self) -> u64 {
-        self.drops.iter().sum()
+        self.drops.iter().sum::<u64>() + self.recursion_misses
     }
 
     /// CPUs the traced set ran on in this window.
@@ -423,6 +428,7 @@ impl Collector {
             drops,
             live_entries,
             cpu_busy_ns,
+            recursion_misses: 0,
         })
     }
 

@@ -277,6 +277,30 @@ impl Tracer {
         Ok(t0)
     }
 
+    /// Runs of our programs the kernel skipped because one was already running on the
+    /// CPU (`recursion_misses` in the programs' fdinfo, 5.12+): events lost before any
+    /// of our code ran.
+    pub fn recursion_misses(&self) -> u64 {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        self.programs
+            .iter()
+            .filter_map(|name| {
+                let fd = match self.ebpf.program(name)? {
+                    aya::programs::Program::BtfTracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+                    aya::programs::Program::RawTracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+                    aya::programs::Program::TracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+                    aya::programs::Program::FEntry(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+                    aya::programs::Program::KProbe(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+                    _ => return None,
+                };
+                let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
     /// Detaches and unloads every program; the maps stay readable.
     pub fn detach(&mut self) {
         for name in self.programs.drain(..) {

@@ -40,6 +40,8 @@ pub struct Report {
     pub command: Option<(Vec<String>, Option<i32>)>,
     /// Capacity of the kernel's per-thread map (`--max-threads`).
     pub max_threads: u32,
+    /// `--per-thread` perf counters by TID: (event, scaled value).
+    pub thread_counters: std::collections::BTreeMap<u32, Vec<(String, Option<f64>)>>,
 }
 
 /// How to show it.
@@ -126,6 +128,10 @@ fn thread_json(r: &Report, t: &ThreadRecord, o: &ReportOptions) -> Value {
             .collect();
         m.insert("slice_counters".into(), Value::Object(c));
     }
+    if let Some(cs) = r.thread_counters.get(&t.tid) {
+        let c: Map<String, Value> = cs.iter().map(|(e, v)| (e.clone(), json!(v))).collect();
+        m.insert("counters".into(), Value::Object(c));
+    }
     if o.hist_scope == scope::THREAD {
         if let Some(h) = r.snapshot.scoped.get(&t.tid) {
             m.insert("histograms".into(), hists_json(h));
@@ -209,11 +215,15 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
             .collect();
         m.insert("processes".into(), Value::Array(procs));
     }
-    let drops: Map<String, Value> = DROP_NAMES
+    let mut drops: Map<String, Value> = DROP_NAMES
         .iter()
         .zip(r.snapshot.drops.iter())
         .map(|(n, v)| (n.to_string(), json!(v)))
         .collect();
+    drops.insert(
+        "recursion_misses".into(),
+        json!(r.snapshot.recursion_misses),
+    );
     m.insert("drops".into(), Value::Object(drops));
     m.insert(
         "maps".into(),
@@ -285,6 +295,15 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     for e in &r.slice_events {
         out += &format!(" {:>14}", truncate(e, 14));
     }
+    let counter_events: Vec<String> = r
+        .thread_counters
+        .values()
+        .next()
+        .map(|v| v.iter().map(|(e, _)| e.clone()).collect())
+        .unwrap_or_default();
+    for e in &counter_events {
+        out += &format!(" {:>14}", truncate(e, 14));
+    }
     out += "\n";
     for t in threads.iter().take(shown) {
         let s = &t.stats;
@@ -308,6 +327,18 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         );
         for v in s.counters.iter().take(r.slice_events.len()) {
             out += &format!(" {:>14}", v);
+        }
+        if !counter_events.is_empty() {
+            let vals = r.thread_counters.get(&t.tid);
+            for e in &counter_events {
+                let v = vals
+                    .and_then(|v| v.iter().find(|(n, _)| n == e))
+                    .and_then(|(_, v)| *v);
+                match v {
+                    Some(v) => out += &format!(" {:>14.0}", v),
+                    None => out += &format!(" {:>14}", "-"),
+                }
+            }
         }
         out += "\n";
     }
@@ -347,12 +378,15 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
             }
         }
     }
-    let drops: Vec<String> = DROP_NAMES
+    let mut drops: Vec<String> = DROP_NAMES
         .iter()
         .zip(r.snapshot.drops.iter())
         .filter(|(_, v)| **v > 0)
         .map(|(n, v)| format!("{n}={v}"))
         .collect();
+    if r.snapshot.recursion_misses > 0 {
+        drops.push(format!("recursion_misses={}", r.snapshot.recursion_misses));
+    }
     if !drops.is_empty() {
         out += &format!(
             "\nWARNING: events lost in the kernel: {} (raise --max-threads, or see `tracer check`)\n",
@@ -423,6 +457,7 @@ mod tests {
             notices: vec![],
             command: None,
             max_threads: 65536,
+            thread_counters: Default::default(),
         }
     }
 

@@ -377,7 +377,8 @@ async fn event_loop(
             }
             _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
                 intervals += 1;
-                let snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+                let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+                snap.recursion_misses = s.tracer.recursion_misses();
                 let delta = snap.delta(&prev_snap);
                 let csnap = match &s.counters { Some(c) => Some(c.read()?), None => None };
                 let cdelta = match (&csnap, &prev_counters) {
@@ -404,6 +405,7 @@ async fn event_loop(
     };
 
     // The window ends here: detach first so the final numbers are stable.
+    let misses = s.tracer.recursion_misses();
     s.tracer.detach();
     let t1 = loader::monotonic_ns();
     let csnap = match &s.counters {
@@ -415,6 +417,7 @@ async fn event_loop(
     };
     let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
     snap.at_ns = t1;
+    snap.recursion_misses = misses;
     if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev_snap.at_ns {
         // The rest of the window after the last tick, so the intervals add up to the totals.
         let cdelta = match (&csnap, &prev_counters) {
@@ -503,10 +506,14 @@ fn build_report(
     }
     let mut sections = Vec::new();
     let mut task_clock_util = None;
+    let mut thread_counters = std::collections::BTreeMap::new();
     let mut notices = s.notices.clone();
     if let Some(c) = counters {
         let cr = counters::report(c, duration_ns);
         task_clock_util = cr.cpus_utilized;
+        if let Some(pt) = &cr.per_thread {
+            thread_counters = pt.clone();
+        }
         if let Some(tc) = counters::task_clock_ns(c) {
             let bpf = snapshot.on_cpu_total_ns() as f64;
             if tc > 0.0 {
@@ -568,6 +575,7 @@ fn build_report(
         notices,
         command,
         max_threads: s.max_threads,
+        thread_counters,
     }
 }
 
