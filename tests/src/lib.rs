@@ -152,3 +152,48 @@ impl Drop for SysctlGuard {
         let _ = std::fs::write(&self.path, self.old.trim());
     }
 }
+
+/// A workload process that a test traces by PID or cgroup (`busy-sleep`, 2 threads,
+/// 2 ms work / 2 ms sleep), running until dropped.
+pub struct Background {
+    child: std::process::Child,
+}
+
+impl Background {
+    /// Starts `workload` (the tests' `CARGO_BIN_EXE_tracer-workload`) and waits until its
+    /// threads exist.
+    pub fn start(workload: &str) -> Background {
+        let child = Command::new(workload)
+            .args([
+                "busy-sleep",
+                "--threads",
+                "2",
+                "--work-ms",
+                "2",
+                "--sleep-ms",
+                "2",
+            ])
+            .args(["--duration-ms", "60000", "--out", "/dev/null"])
+            .spawn()
+            .expect("cannot start the workload");
+        let task_dir = format!("/proc/{}/task", child.id());
+        let t = std::time::Instant::now();
+        while std::fs::read_dir(&task_dir).map(|d| d.count()).unwrap_or(0) < 3
+            && t.elapsed().as_secs() < 5
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        Background { child }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

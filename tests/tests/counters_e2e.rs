@@ -1,7 +1,7 @@
 //! Issue 4, end to end as root: perf counters beside the BPF data, checked against the
 //! workload's own CPU time and the BPF switch counts.
 use serde_json::Value;
-use tracer_tests::{json_docs, read_truth, require_root, run_tracer, scratch, thread};
+use tracer_tests::{json_docs, read_truth, require_root, run_tracer, scratch, thread, Background};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
@@ -147,32 +147,8 @@ fn unsupported_slice_event_is_a_notice_not_a_failure() {
 #[test]
 fn per_thread_counters_for_a_pid_target() {
     require_root();
-    let out_file = scratch("perthread");
-    let mut child = std::process::Command::new(WORKLOAD)
-        .args([
-            "busy-sleep",
-            "--threads",
-            "2",
-            "--work-ms",
-            "2",
-            "--sleep-ms",
-            "2",
-            "--duration-ms",
-            "20000",
-        ])
-        .args(["--out", out_file.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
-    let t = std::time::Instant::now();
-    while std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
-        < 3
-        && t.elapsed().as_secs() < 5
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let target = Background::start(WORKLOAD);
+    let pid = target.pid().to_string();
     let out = run_tracer(&[
         "run",
         "--json",
@@ -184,9 +160,7 @@ fn per_thread_counters_for_a_pid_target() {
         "task-clock",
         "--per-thread",
     ]);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(out_file);
+    drop(target);
     assert!(
         out.status.success(),
         "{}",

@@ -1,7 +1,9 @@
 //! `tracer run` end to end, as root: real programs loaded and attached, numbers checked
 //! against the kernel's own accounting (schedstat, CLOCK_THREAD_CPUTIME_ID).
 use serde_json::Value;
-use tracer_tests::{json_docs, read_truth, require_root, run_tracer, scratch, thread, Truth};
+use tracer_tests::{
+    json_docs, read_truth, require_root, run_tracer, scratch, thread, Background, Truth,
+};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
@@ -279,27 +281,10 @@ fn interval_deltas_add_up_to_the_totals() {
 #[test]
 fn pid_target_traces_only_that_process() {
     require_root();
-    let out_file = scratch("pid");
-    let mut child = std::process::Command::new(WORKLOAD)
-        .args([
-            "busy-sleep",
-            "--threads",
-            "2",
-            "--work-ms",
-            "2",
-            "--sleep-ms",
-            "2",
-            "--duration-ms",
-            "20000",
-        ])
-        .args(["--out", out_file.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let pid = child.id().to_string();
+    let target = Background::start(WORKLOAD);
+    let pid = target.pid().to_string();
     let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(target);
     assert!(
         out.status.success(),
         "{}",
@@ -320,7 +305,6 @@ fn pid_target_traces_only_that_process() {
         (900_000_000..1_500_000_000).contains(&dur),
         "duration {dur}"
     );
-    let _ = std::fs::remove_file(out_file);
 }
 
 #[test]
@@ -411,39 +395,10 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
         .expect("a cgroup2 mount");
     let cg = std::path::PathBuf::from(base).join(format!("tracer-test-{}", std::process::id()));
     std::fs::create_dir(&cg).expect("create a test cgroup");
-    let out_file = scratch("cgroup");
-    let mut inside = std::process::Command::new(WORKLOAD)
-        .args([
-            "busy-sleep",
-            "--threads",
-            "2",
-            "--work-ms",
-            "2",
-            "--sleep-ms",
-            "2",
-            "--duration-ms",
-            "20000",
-        ])
-        .args(["--out", out_file.to_str().unwrap()])
-        .spawn()
-        .unwrap();
-    std::fs::write(cg.join("cgroup.procs"), inside.id().to_string()).unwrap();
-    let mut outside = std::process::Command::new(WORKLOAD)
-        .args([
-            "busy-sleep",
-            "--threads",
-            "2",
-            "--work-ms",
-            "2",
-            "--sleep-ms",
-            "2",
-            "--duration-ms",
-            "20000",
-        ])
-        .args(["--out", &format!("{}-out", out_file.display())])
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let inside = Background::start(WORKLOAD);
+    std::fs::write(cg.join("cgroup.procs"), inside.pid().to_string()).unwrap();
+    let _outside = Background::start(WORKLOAD);
+    let inside_pid = inside.pid() as u64;
     let out = run_tracer(&[
         "run",
         "--json",
@@ -452,13 +407,8 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
         "-d",
         "1s",
     ]);
-    for c in [&mut inside, &mut outside] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(inside);
     let _ = std::fs::remove_dir(&cg);
-    let _ = std::fs::remove_file(&out_file);
-    let _ = std::fs::remove_file(format!("{}-out", out_file.display()));
     assert!(
         out.status.success(),
         "{}",
@@ -470,7 +420,7 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     for t in threads {
         assert_eq!(
             t["pid"].as_u64(),
-            Some(inside.id() as u64),
+            Some(inside_pid),
             "only the cgroup's tasks: {t}"
         );
     }

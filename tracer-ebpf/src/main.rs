@@ -172,39 +172,50 @@ fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
     }
 }
 
-// ---------------------------------------------------------------- tp_btf
+// ---------------------------------------------------------------- tp_btf and raw tracepoint
+// Both give the tracepoint's arguments as an array of u64: sched_switch(bool preempt,
+// prev, next, unsigned int prev_state), sched_wakeup(p), sched_process_fork(parent, child).
 
-#[btf_tracepoint(function = "sched_switch")]
-pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
-    let preempt: u64 = ctx.arg(0);
-    let next: *const u8 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
+#[inline(always)]
+fn on_switch(preempt: u64, next: *const u8, prev_state: u64) {
     account::switch(
         current_task(),
         leave_from_args(preempt & 0xff, prev_state as u32),
         task_from_btf(next),
     );
+}
+
+#[inline(always)]
+fn on_wakeup(p: *const u8) {
+    account::wakeup(task_from_btf(p));
+}
+
+#[inline(always)]
+fn on_fork(child: *const u8) {
+    account::fork(current_task(), task_from_btf(child));
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
+    on_switch(ctx.arg(0), ctx.arg(2), ctx.arg(3));
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> u32 {
-    let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p));
+    on_wakeup(ctx.arg(0));
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> u32 {
-    let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p));
+    on_wakeup(ctx.arg(0));
     0
 }
 
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
-    let child: *const u8 = ctx.arg(1);
-    account::fork(current_task(), task_from_btf(child));
+    on_fork(ctx.arg(1));
     0
 }
 
@@ -219,39 +230,27 @@ pub fn floor_switch(_ctx: BtfTracePointContext) -> u32 {
     0
 }
 
-// ---------------------------------------------------------------- raw tracepoint
-
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
-    let preempt: u64 = ctx.arg(0);
-    let next: *const u8 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
-    account::switch(
-        current_task(),
-        leave_from_args(preempt & 0xff, prev_state as u32),
-        task_from_btf(next),
-    );
+    on_switch(ctx.arg(0), ctx.arg(2), ctx.arg(3));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup_raw(ctx: RawTracePointContext) -> i32 {
-    let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p));
+    on_wakeup(ctx.arg(0));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_wakeup_new")]
 pub fn sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
-    let p: *const u8 = ctx.arg(0);
-    account::wakeup(task_from_btf(p));
+    on_wakeup(ctx.arg(0));
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
-    let child: *const u8 = ctx.arg(1);
-    account::fork(current_task(), task_from_btf(child));
+    on_fork(ctx.arg(1));
     0
 }
 
