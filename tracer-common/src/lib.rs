@@ -44,6 +44,9 @@ pub struct ThreadStats {
     /// The scheduler's `se.sum_exec_runtime` at the last switch-out (0: unknown), the
     /// base of the next slice.
     pub last_sum_exec: u64,
+    /// Without BTF: `sched_stat_runtime` deltas charged to the thread since its last
+    /// switch-out, i.e. the current slice as the scheduler accounts it.
+    pub pending_runtime: u64,
     /// Timestamp of the last switch-out (0: not yet seen off-CPU in this window).
     pub last_off_ns: u64,
     /// Timestamp the thread became runnable (0: not waiting).
@@ -78,6 +81,7 @@ impl ThreadStats {
             migrations: 0,
             counters: [0; MAX_SLICE_COUNTERS],
             last_sum_exec: 0,
+            pending_runtime: 0,
             last_off_ns: 0,
             runnable_ns: 0,
             tgid: 0,
@@ -203,15 +207,19 @@ pub struct Config {
     /// Offset of `task_struct::se.sum_exec_runtime` (0: unknown, slices are timed with
     /// bpf_ktime_get_ns only).
     pub task_sum_exec_off: u32,
+    /// Without BTF: offsets of `pid` and `runtime` in the classic `sched_stat_runtime`
+    /// record, whose deltas are the scheduler's own accounting (0: not used).
+    pub tp_runtime_pid: u32,
+    pub tp_runtime_val: u32,
     pub _pad: u32,
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 152);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 160);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 160);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 168);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 40);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 88);
+const _: () = assert!(core::mem::size_of::<Config>() == 96);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

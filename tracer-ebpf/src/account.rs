@@ -216,12 +216,15 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let sum = crate::current_sum_exec();
     let slice = if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
         Some(sum - s.last_sum_exec)
+    } else if s.pending_runtime != 0 {
+        Some(s.pending_runtime)
     } else if start != 0 && now > start {
         Some(now - start)
     } else {
         None
     };
     s.last_sum_exec = sum;
+    s.pending_runtime = 0;
     if let Some(d) = slice {
         cs.busy_ns += d;
         s.on_cpu_ns += d;
@@ -323,6 +326,20 @@ fn flush_dead(tid: u32, s: &mut ThreadStats) {
     let _ = THREADS.remove(&tid);
     if config().filter != filter::ALL {
         let _ = TRACKED.remove(&tid);
+    }
+}
+
+/// `sched_stat_runtime`: runtime the scheduler charged to `pid` (tracepoint mode without
+/// BTF). Kept in the thread's entry, not per CPU: `update_curr()` also runs for the
+/// current task of a remote run queue (e.g. an enqueue there), on this CPU.
+#[inline(always)]
+pub fn add_runtime(pid: u32, runtime: u64) {
+    if pid == 0 {
+        return;
+    }
+    if let Some(s) = THREADS.get_ptr_mut(&pid) {
+        // SAFETY: map value; update_curr() for a task runs under its run queue's lock.
+        unsafe { (*s).pending_runtime += runtime };
     }
 }
 

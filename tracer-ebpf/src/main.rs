@@ -45,6 +45,8 @@ static CONFIG: Config = Config {
     tp_blocked_mask: 0,
     task_state_off: 0,
     task_sum_exec_off: 0,
+    tp_runtime_pid: 0,
+    tp_runtime_val: 0,
     _pad: 0,
 };
 
@@ -309,6 +311,18 @@ pub fn sched_wakeup_tp(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "sched", name = "sched_wakeup_new")]
 pub fn sched_wakeup_new_tp(ctx: TracePointContext) -> u32 {
     account::wakeup(woken_from_record(&ctx));
+    0
+}
+
+/// Without BTF the slice cannot be read from `se.sum_exec_runtime`; `sched_stat_runtime`
+/// reports the same deltas from `update_curr()`, for the task running on this CPU.
+#[tracepoint(category = "sched", name = "sched_stat_runtime")]
+pub fn sched_stat_runtime_tp(ctx: TracePointContext) -> u32 {
+    let c = config();
+    let pid = rec_u32(&ctx, c.tp_runtime_pid);
+    // SAFETY: offset from the format file; read_at checks bounds.
+    let runtime = unsafe { ctx.read_at::<u64>(c.tp_runtime_val as usize) }.unwrap_or(0);
+    account::add_runtime(pid, runtime);
     0
 }
 

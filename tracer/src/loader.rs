@@ -128,9 +128,20 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
     cfg.tp_fork_parent_pid = fk.field("parent_pid")?.offset;
     cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
-    // Optional here: with kernel BTF the slices follow the scheduler's own accounting.
+    // Slices follow the scheduler's own accounting: with kernel BTF through
+    // se.sum_exec_runtime, else through the sched_stat_runtime tracepoint.
     if let Ok(kbtf) = KernelBtf::from_file(&root.path(VMLINUX_BTF)) {
         cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
+    }
+    if cfg.task_sum_exec_off == 0 {
+        if let Ok(rt) = tracefs::event_format(&dir, "sched", "sched_stat_runtime") {
+            if let (Ok(pid), Ok(val)) = (rt.field("pid"), rt.field("runtime")) {
+                if val.size == 8 {
+                    cfg.tp_runtime_pid = pid.offset;
+                    cfg.tp_runtime_val = val.offset;
+                }
+            }
+        }
     }
     cfg.tp_dead_mask = compat::TP_STATE_DEAD_MASK;
     cfg.tp_blocked_mask = compat::TP_STATE_BLOCKED_MASK;
@@ -243,7 +254,10 @@ impl Tracer {
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), with_fork, root)?
         } else {
-            let progs = programs_of(mode, with_fork);
+            let mut progs = programs_of(mode, with_fork);
+            if cfg.tp_runtime_val != 0 {
+                progs.push(("sched_stat_runtime_tp", "sched_stat_runtime"));
+            }
             for (name, target) in &progs {
                 load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
                     .with_context(|| format!("loading {name}"))?;

@@ -952,11 +952,12 @@ fn check_histograms(th: &Json, c: &mut Check) {
     let hs = th.get("histograms");
     let p50 = |k: &str| hs.get(k).get("p50_ns").as_f64().unwrap_or(0.0);
     let (on, off) = (p50("on_cpu"), p50("off_cpu"));
-    // A slice is the 4 ms of spinning plus the way out of and into nanosleep:
-    // microseconds natively, 0.1-0.3 ms under emulation (measured: mean slices of
-    // 4.34 ms on ppc64le, 4.42 ms on x86_64, p50 buckets 4.26 and 4.16 ms).
-    c.expect_timing((4e6 * 0.98..=4e6 * 1.08).contains(&on), || {
-        format!("on-CPU p50 {on} ns, expected ~4 ms (3.92-4.32 ms)")
+    // A slice is the 4 ms of spinning plus the way out of and into nanosleep, as the
+    // scheduler accounts it (se.sum_exec_runtime, or sched_stat_runtime without BTF):
+    // microseconds natively, 0.1-0.5 ms under emulation (measured p50: 4.16-4.26 ms on
+    // x86_64, 4.52 ms on ppc64le under TCG).
+    c.expect_timing((4e6 * 0.98..=4e6 * 1.175).contains(&on), || {
+        format!("on-CPU p50 {on} ns, expected ~4 ms (3.92-4.70 ms)")
     });
     // nanosleep overshoots by the timer slack (50 us by default).
     c.expect_timing((10e6 * 0.98..=10e6 * 1.04).contains(&off), || {
