@@ -219,6 +219,8 @@ struct Session {
     notices: Vec<String>,
     t0: u64,
     max_threads: u32,
+    /// No target: every CPU, counted per CPU.
+    system_wide: bool,
 }
 
 fn trace(
@@ -314,6 +316,7 @@ fn setup(
         notices,
         t0,
         max_threads: args.max_threads,
+        system_wide: targets.filter == filter::ALL,
     })
 }
 
@@ -510,7 +513,12 @@ fn build_report(
     let mut notices = s.notices.clone();
     if let Some(c) = counters {
         let cr = counters::report(c, duration_ns);
-        task_clock_util = cr.cpus_utilized;
+        // perf's per-CPU task-clock runs through idle too (perf stat -a says "2.000 CPUs
+        // utilized" on an idle 2-CPU machine): system-wide, the headline figure is the
+        // traced threads' on-CPU time from the kernel programs, idle excluded.
+        if !s.system_wide {
+            task_clock_util = cr.cpus_utilized;
+        }
         if let Some(pt) = &cr.per_thread {
             thread_counters = pt.clone();
         }
