@@ -126,7 +126,8 @@ fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {
     d
 }
 
-fn is_idle(s: &ThreadStats) -> bool {
+/// Nothing happened to the thread in the window (an entry made by a wakeup at its very end).
+pub fn is_idle(s: &ThreadStats) -> bool {
     s.on_cpu_ns == 0 && s.slices == 0 && s.runq_waits == 0 && s.off_cpu_ns == 0
 }
 

@@ -493,6 +493,9 @@ fn build_report(
     command: Option<(Vec<String>, Option<i32>)>,
     root: &Root,
 ) -> Report {
+    snapshot
+        .threads
+        .retain(|_, r| !crate::collect::is_idle(&r.stats));
     // Threads still on their first slice have no entry in the kernel yet (no TGID, no
     // comm); classic tracepoints give no comm for threads first seen at a wakeup.
     for r in snapshot.threads.values_mut() {
