@@ -328,3 +328,58 @@ fn bad_input_is_a_clear_error_never_a_panic() {
         assert!(t.elapsed() < Duration::from_secs(5));
     }
 }
+
+#[test]
+fn command_runs_as_the_sudo_user_unless_as_root() {
+    require_root();
+    for (extra, want) in [(None, "65534"), (Some("--as-root"), "0")] {
+        let mut args = vec!["run"];
+        args.extend(extra);
+        args.extend(["--", "sh", "-c", "id -u"]);
+        let out = Command::new(tracer_bin())
+            .args(&args)
+            .env("SUDO_UID", "65534")
+            .env("SUDO_GID", "65534")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let first = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        assert_eq!(first.trim(), want, "{extra:?}: command ran as uid {first}");
+    }
+}
+
+#[test]
+fn capabilities_are_dropped_once_attached() {
+    require_root();
+    let before = our_loaded_programs();
+    let mut child = Command::new(tracer_bin())
+        .args(["run", "-d", "20s"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    for set in ["CapEff:", "CapPrm:"] {
+        let v = status
+            .lines()
+            .find_map(|l| l.strip_prefix(set))
+            .unwrap()
+            .trim()
+            .to_string();
+        assert_eq!(v, "0000000000000000", "{set} still {v} after attaching");
+    }
+}
