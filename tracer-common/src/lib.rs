@@ -189,14 +189,12 @@ pub struct Config {
     pub task_tgid_off: u32,
     pub task_comm_off: u32,
     /// Offsets in the classic tracepoint records (from tracefs `format` files).
-    pub tp_switch_prev_pid: u32,
     pub tp_switch_prev_state: u32,
     /// Size in bytes of `prev_state` in the record (8 for `long`).
     pub tp_switch_prev_state_size: u32,
     pub tp_switch_next_pid: u32,
     pub tp_switch_next_comm: u32,
     pub tp_wakeup_pid: u32,
-    pub tp_fork_parent_pid: u32,
     pub tp_fork_child_pid: u32,
     /// Classic tracepoint `prev_state` bits meaning the task is dead (EXIT_DEAD|EXIT_ZOMBIE).
     pub tp_dead_mask: u32,
@@ -219,7 +217,7 @@ const _: () = assert!(core::mem::size_of::<ThreadStats>() == 160);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 168);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 40);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 96);
+const _: () = assert!(core::mem::size_of::<Config>() == 88);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

@@ -111,7 +111,6 @@ fn sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
 fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     let dir = tracefs::tracefs_dir(root)?;
     let sw = tracefs::event_format(&dir, "sched", "sched_switch")?;
-    cfg.tp_switch_prev_pid = sw.field("prev_pid")?.offset;
     let st = sw.field("prev_state")?;
     cfg.tp_switch_prev_state = st.offset;
     cfg.tp_switch_prev_state_size = st.size;
@@ -126,7 +125,6 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
         ));
     }
     let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
-    cfg.tp_fork_parent_pid = fk.field("parent_pid")?.offset;
     cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
     // Slices follow the scheduler's own accounting: with kernel BTF through
     // se.sum_exec_runtime, else through the sched_stat_runtime tracepoint.
