@@ -197,3 +197,13 @@ impl Drop for Background {
         let _ = self.child.wait();
     }
 }
+
+/// Waits (up to 20 s) until programs of ours that were not in `before` are loaded: the
+/// tracer started by the test has attached. Returns whether it did.
+pub fn wait_attached(before: &std::collections::BTreeMap<u32, String>) -> bool {
+    let t = std::time::Instant::now();
+    while new_programs(before).is_empty() && t.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    !new_programs(before).is_empty()
+}

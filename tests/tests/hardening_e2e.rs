@@ -9,7 +9,7 @@ use std::{
 use serde_json::Value;
 use tracer_tests::{
     json_docs, new_programs, our_loaded_programs, read_truth, require_root, run_tracer, scratch,
-    thread, tracer_bin, SysctlGuard,
+    thread, tracer_bin, wait_attached, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -159,11 +159,7 @@ fn kill_9_leaves_no_program_attached() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!new_programs(&before).is_empty(), "tracer never attached");
+    assert!(wait_attached(&before), "tracer never attached");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     let t = Instant::now();
@@ -187,10 +183,7 @@ fn sigint_and_sigterm_print_the_final_report() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let t = Instant::now();
-        while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _ = wait_attached(&before);
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
@@ -365,10 +358,7 @@ fn capabilities_are_dropped_once_attached() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = wait_attached(&before);
     std::thread::sleep(Duration::from_millis(300));
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let _ = child.kill();
