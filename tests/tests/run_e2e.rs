@@ -109,9 +109,20 @@ fn on_cpu_time_matches_schedstat_per_thread() {
 
 #[test]
 fn runq_latency_matches_schedstat_run_delay() {
+    runq_against_run_delay(&[], "wakeup", 0.03);
+}
+
+/// `--runq-from schedstat` takes the waits from `sched_info.run_delay` itself: the same
+/// figure as schedstat, up to the wait of a slice still running when the thread read it.
+#[test]
+fn runq_from_schedstat_is_the_kernels_run_delay() {
+    runq_against_run_delay(&["--runq-from", "schedstat"], "run_delay", 0.01);
+}
+
+fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
     // Three spinners pinned to one CPU wait for each other all the time.
     let (docs, truth) = traced(
-        &[],
+        extra,
         &[
             "spin",
             "--threads",
@@ -124,6 +135,7 @@ fn runq_latency_matches_schedstat_run_delay() {
         "runq",
     );
     let doc = docs.last().unwrap();
+    assert_eq!(doc["runq_source"], source);
     let spinners: Vec<&Truth> = truth.iter().filter(|t| t.tid != t.pid).collect();
     assert_eq!(spinners.len(), 3);
     for t in spinners {
@@ -134,7 +146,7 @@ fn runq_latency_matches_schedstat_run_delay() {
             "spinners on one CPU must wait: {t:?}"
         );
         assert!(
-            within(ours, t.wait_ns, 0.03, 0),
+            within(ours, t.wait_ns, rel, 0),
             "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
             t.tid,
             t.wait_ns

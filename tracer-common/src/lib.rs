@@ -49,17 +49,25 @@ pub struct ThreadStats {
     pub pending_runtime: u64,
     /// Timestamp of the last switch-out (0: not yet seen off-CPU in this window).
     pub last_off_ns: u64,
-    /// Timestamp the thread became runnable (0: not waiting).
+    /// Timestamp the thread became runnable (0: not waiting), when neither task-local
+    /// storage nor `run_delay` is in use.
     pub runnable_ns: u64,
+    /// The scheduler's `sched_info.run_delay` at the last switch-out, the base of the
+    /// next run-queue wait (valid when `flags` has [`HAVE_RUN_DELAY`]).
+    pub last_run_delay: u64,
     /// Thread group (process) ID.
     pub tgid: u32,
     /// CPU of the last switch-in, or `u32::MAX`.
     pub last_cpu: u32,
     /// How the thread last left the CPU: [`OFF_BLOCKED`] or [`OFF_PREEMPTED`].
     pub off_state: u32,
-    pub _pad: u32,
+    /// [`HAVE_RUN_DELAY`].
+    pub flags: u32,
     pub comm: [u8; COMM_LEN],
 }
+
+/// `ThreadStats::last_run_delay` holds a value read at a switch-out.
+pub const HAVE_RUN_DELAY: u32 = 1;
 
 /// The thread blocked (slept) when it left the CPU.
 pub const OFF_BLOCKED: u32 = 1;
@@ -84,10 +92,11 @@ impl ThreadStats {
             pending_runtime: 0,
             last_off_ns: 0,
             runnable_ns: 0,
+            last_run_delay: 0,
             tgid: 0,
             last_cpu: u32::MAX,
             off_state: 0,
-            _pad: 0,
+            flags: 0,
             comm: [0; COMM_LEN],
         }
     }
@@ -114,6 +123,12 @@ pub struct CpuState {
     /// On-CPU time of traced threads on this CPU (completed slices): which CPUs the
     /// traced set used, and how much.
     pub busy_ns: u64,
+    /// `sched_info.run_delay` of `tid` read at its switch-in, before the scheduler added
+    /// the wait that just ended: the base for a thread seen for the first time.
+    pub run_delay_in: u64,
+    /// The run-queue wait that ended at this slice's switch-in, when its start was kept
+    /// in task-local storage (`u64::MAX`: none or not known there).
+    pub wait_ns: u64,
     /// TID running on this CPU (0: idle or untraced).
     pub tid: u32,
     /// 1 when `tid` is traced and its slice is being timed.
@@ -144,7 +159,9 @@ pub mod drop {
     pub const HIST_FULL: u32 = 3;
     /// `bpf_perf_event_read_value` failed for a slice counter.
     pub const COUNTER_READ: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Task-local storage could not be created (out of memory): a wait was not timed.
+    pub const STORAGE: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Which threads are accounted.
@@ -209,15 +226,21 @@ pub struct Config {
     /// record, whose deltas are the scheduler's own accounting (0: not used).
     pub tp_runtime_pid: u32,
     pub tp_runtime_val: u32,
+    /// Offset of `task_struct::sched_info.run_delay` (0: unknown, or a mode without task
+    /// pointers): run-queue waits are then timed from the wakeup tracepoints.
+    pub task_run_delay_off: u32,
+    /// 1: wakeup and preemption times are kept in task-local storage (`RUNNABLE`), read
+    /// at switch-in (tp_btf mode: every program has trusted task pointers).
+    pub use_task_storage: u32,
     pub _pad: u32,
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 160);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 168);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 40);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 168);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 176);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 56);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 88);
+const _: () = assert!(core::mem::size_of::<Config>() == 96);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

@@ -1,12 +1,14 @@
 //! The accounting shared by every attach mode.
 //!
 //! At a switch: the previous thread's slice is closed (on-CPU time, slice count,
-//! voluntary/involuntary, off-CPU start, runnable again if preempted); the next thread's
-//! run-queue wait and off-CPU time are closed and its slice opened in per-CPU state.
-//! The cost on the hot path: one per-CPU lookup, one `THREADS` lookup per traced side,
-//! histogram slots (array lookups in the default scope) and, with a target, one
-//! `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU lookup and
-//! the filter lookup only.
+//! voluntary/involuntary, off-CPU start, runnable again if preempted) together with
+//! what ended when that slice began (its run-queue wait, off-CPU time, migration); the
+//! next thread's slice is opened in per-CPU state.
+//! The cost on the hot path: one per-CPU lookup, one `THREADS` lookup for the thread
+//! leaving, histogram slots (array lookups in the default scope), in tp_btf mode one
+//! task-local storage lookup for the thread arriving (its wakeup time), and with a
+//! target one `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU
+//! lookup and the filter lookup only.
 use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use aya_ebpf::helpers::{
     bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
@@ -15,15 +17,15 @@ use aya_ebpf::helpers::{
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
-    scope, ExitRecord, ThreadStats, Tracked, MAX_SLICE_COUNTERS, OFF_BLOCKED, OFF_PREEMPTED,
-    TRACK_INHERIT,
+    scope, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
+    OFF_PREEMPTED, TRACK_INHERIT,
 };
 
 use crate::{
     config,
     maps::{
-        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1, THREADS,
-        TRACKED, WINDOW,
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, RUNNABLE, SLICE_COUNTER0, SLICE_COUNTER1,
+        THREADS, TRACKED, WINDOW,
     },
     Leave, Task,
 };
@@ -38,7 +40,7 @@ fn traced(t: &Task) -> Option<u32> {
         return Some(t.tgid);
     }
     // SAFETY: the value is copied out at once.
-    unsafe { TRACKED.get(&t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
+    unsafe { TRACKED.get(t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
 }
 
 /// cgroup mode: a thread found running in the target cgroup joins the traced set at its
@@ -56,7 +58,7 @@ fn join_cgroup(prev: &Task) -> bool {
         tgid: prev.tgid,
         flags: TRACK_INHERIT,
     };
-    if TRACKED.insert(&prev.tid, &v, 0).is_err() {
+    if TRACKED.insert(prev.tid, v, 0).is_err() {
         count_drop(drop::TRACKED_FULL);
     }
     true
@@ -78,11 +80,11 @@ fn hist_add(kind: u32, id: u32, v: u64) {
         kind: kind as u16,
         bucket: b as u16,
     };
-    match HIST_SCOPED.get_ptr_mut(&key) {
+    match HIST_SCOPED.get_ptr_mut(key) {
         // SAFETY: per-CPU value.
         Some(p) => unsafe { *p += 1 },
         None => {
-            if HIST_SCOPED.insert(&key, &1, BPF_NOEXIST as u64).is_err() {
+            if HIST_SCOPED.insert(key, 1, BPF_NOEXIST as u64).is_err() {
                 count_drop(drop::HIST_FULL);
             }
         }
@@ -92,21 +94,21 @@ fn hist_add(kind: u32, id: u32, v: u64) {
 /// The thread's entry, created on first sight.
 #[inline(always)]
 fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
-    if let Some(p) = THREADS.get_ptr_mut(&t.tid) {
+    if let Some(p) = THREADS.get_ptr_mut(t.tid) {
         return Some(p);
     }
     let mut s = ThreadStats::zeroed();
     s.tgid = if tgid != 0 { tgid } else { t.tgid() };
     s.comm = t.comm.read();
-    if THREADS.insert(&t.tid, &s, BPF_NOEXIST as u64).is_err() {
+    if THREADS.insert(t.tid, s, BPF_NOEXIST as u64).is_err() {
         // Either full, or another CPU created it in between: look again.
-        let p = THREADS.get_ptr_mut(&t.tid);
+        let p = THREADS.get_ptr_mut(t.tid);
         if p.is_none() {
             count_drop(drop::THREADS_FULL);
         }
         return p;
     }
-    THREADS.get_ptr_mut(&t.tid)
+    THREADS.get_ptr_mut(t.tid)
 }
 
 #[inline(always)]
@@ -125,7 +127,7 @@ fn read_counter(i: usize) -> Option<u64> {
     let r = unsafe {
         bpf_perf_event_read_value(
             map,
-            BPF_F_CURRENT_CPU as u64,
+            BPF_F_CURRENT_CPU,
             &mut v,
             core::mem::size_of::<bpf_perf_event_value>() as u32,
         )
@@ -156,6 +158,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: per-CPU state, only this CPU's switch programs touch it.
     let cs = unsafe { &mut *cs };
     let c = config();
+    // The slice began at a switch-in this CPU saw (not at the window's opening).
+    let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let (prev_traced, start) = if cs.slice_start_ns == 0 {
         // First switch on this CPU since load: prev has run since before the window
         // opened; its slice counts from the opening (nothing before it is ours).
@@ -186,9 +190,33 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     s.tgid = prev.tgid;
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
-    // What ended when this slice began.
-    if s.runnable_ns != 0 && start > s.runnable_ns {
-        let d = start - s.runnable_ns;
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    let wait = if c.use_task_storage != 0 {
+        (seen_in && cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
+    } else if let Some(rd) = prev.run_delay() {
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else if seen_in {
+            cs.run_delay_in
+        } else {
+            u64::MAX
+        };
+        s.last_run_delay = rd;
+        s.flags |= HAVE_RUN_DELAY;
+        if base != u64::MAX && rd > base {
+            Some(rd - base)
+        } else {
+            None
+        }
+    } else if s.runnable_ns != 0 && start > s.runnable_ns {
+        Some(start - s.runnable_ns)
+    } else {
+        None
+    };
+    if let Some(d) = wait {
         s.runq_wait_ns += d;
         s.runq_waits += 1;
         hist_add(KIND_RUNQ, id, d);
@@ -213,7 +241,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // known; else switch-in to now. The two differ where the kernel skips a clock update
     // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
     // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
-    let sum = crate::current_sum_exec();
+    let sum = prev.sum_exec();
     let slice = if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
         Some(sum - s.last_sum_exec)
     } else if s.pending_runtime != 0 {
@@ -245,7 +273,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Leave::Preempted => {
             s.involuntary += 1;
             s.off_state = OFF_PREEMPTED;
-            s.runnable_ns = now;
+            mark_runnable(&prev, s, now);
         }
         Leave::Blocked => {
             s.voluntary += 1;
@@ -289,6 +317,23 @@ fn switch_in_at(next: Task, mut now: u64) {
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
+    cs.run_delay_in = if next.ptr.is_null() {
+        u64::MAX
+    } else {
+        next.run_delay().unwrap_or(u64::MAX)
+    };
+    cs.wait_ns = u64::MAX;
+    if config().use_task_storage != 0 && next.trusted {
+        // SAFETY: a trusted task pointer (tp_btf argument).
+        if let Some(t) = unsafe { RUNNABLE.get(next.ptr, None) } {
+            // SAFETY: the task's storage; only its own switch and wakeup touch it.
+            let t = unsafe { &mut *t };
+            if *t != 0 && now > *t {
+                cs.wait_ns = now - *t;
+            }
+            *t = 0;
+        }
+    }
     let n_counters = (config().n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
@@ -323,9 +368,9 @@ fn flush_dead(tid: u32, s: &mut ThreadStats) {
         }
         None => count_drop(drop::EXIT_RINGBUF_FULL),
     }
-    let _ = THREADS.remove(&tid);
+    let _ = THREADS.remove(tid);
     if config().filter != filter::ALL {
-        let _ = TRACKED.remove(&tid);
+        let _ = TRACKED.remove(tid);
     }
 }
 
@@ -337,7 +382,7 @@ pub fn add_runtime(pid: u32, runtime: u64) {
     if pid == 0 {
         return;
     }
-    if let Some(s) = THREADS.get_ptr_mut(&pid) {
+    if let Some(s) = THREADS.get_ptr_mut(pid) {
         // SAFETY: map value; update_curr() for a task runs under its run queue's lock.
         unsafe { (*s).pending_runtime += runtime };
     }
@@ -350,9 +395,37 @@ pub fn wakeup(p: Task) {
         return;
     };
     let now = unsafe { bpf_ktime_get_ns() };
+    if config().use_task_storage != 0 && p.trusted {
+        let mut zero = 0u64;
+        // SAFETY: a trusted task pointer (tp_btf argument).
+        match unsafe { RUNNABLE.get(p.ptr, Some(&mut zero)) } {
+            // SAFETY: the task's storage.
+            Some(t) => unsafe { *t = now },
+            None => count_drop(drop::STORAGE),
+        }
+        return;
+    }
     if let Some(s) = thread_entry(&p, tgid) {
         // SAFETY: map value pointer.
         unsafe { (*s).runnable_ns = now };
+    }
+}
+
+/// `t` was preempted and stays runnable: its run-queue wait starts now, kept where
+/// the next switch-in of this mode looks for it.
+#[inline(always)]
+fn mark_runnable(t: &Task, s: &mut ThreadStats, now: u64) {
+    let c = config();
+    if c.use_task_storage != 0 && t.trusted {
+        let mut zero = 0u64;
+        // SAFETY: a trusted task pointer (`current` through bpf_get_current_task_btf).
+        match unsafe { RUNNABLE.get(t.ptr, Some(&mut zero)) } {
+            // SAFETY: the task's storage.
+            Some(p) => unsafe { *p = now },
+            None => count_drop(drop::STORAGE),
+        }
+    } else if c.task_run_delay_off == 0 {
+        s.runnable_ns = now;
     }
 }
 
@@ -363,7 +436,7 @@ pub fn fork(parent: Task, child: Task) {
         return;
     }
     // SAFETY: copied out at once.
-    let Some(p) = (unsafe { TRACKED.get(&parent.tid) }).copied() else {
+    let Some(p) = (unsafe { TRACKED.get(parent.tid) }).copied() else {
         return;
     };
     if p.flags & TRACK_INHERIT == 0 {
@@ -373,7 +446,7 @@ pub fn fork(parent: Task, child: Task) {
         tgid: child.tgid(),
         flags: TRACK_INHERIT,
     };
-    if TRACKED.insert(&child.tid, &v, 0).is_err() {
+    if TRACKED.insert(child.tid, v, 0).is_err() {
         count_drop(drop::TRACKED_FULL);
     }
 }

@@ -57,6 +57,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         hist_scope: tracer_common::scope::ALL,
         n_counters: 0,
         max_threads: 4096,
+        runq_from: crate::cli::RunqFrom::Wakeup,
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {

@@ -64,6 +64,18 @@ impl ProbeMode {
     }
 }
 
+/// Where run-queue waits come from.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunqFrom {
+    /// Wakeup (or preemption) to switch-in, timed by the tracer, as runqlat and `perf
+    /// sched latency` do: includes the wakeup-preemption latency.
+    Wakeup,
+    /// The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup
+    /// programs, the cheapest; it leaves out the time between a wakeup that preempts and
+    /// the switch, when the kernel skips its clock update (BTF modes only).
+    Schedstat,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Trace this process and its threads (repeatable).
@@ -116,6 +128,9 @@ pub struct RunArgs {
     /// Attach mode.
     #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
     pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
+    pub runq_from: RunqFrom,
     /// Capacity of the per-thread maps.
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_threads: u32,

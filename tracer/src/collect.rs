@@ -14,10 +14,11 @@ use aya::{
 use tracer_common::{
     drop,
     hist::{HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS, N_KINDS},
-    scope, CpuState, ExitRecord, ThreadStats,
+    scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
 };
 
 use crate::hist::Histogram;
+use crate::{loader::RunqSource, root::Root};
 
 /// A thread: TID and how many earlier threads with that TID died in the window.
 pub type ThreadKey = (u32, u32);
@@ -106,6 +107,7 @@ pub const DROP_NAMES: [&str; drop::COUNT as usize] = [
     "tracked_map_full",
     "hist_map_full",
     "counter_read_failed",
+    "task_storage_failed",
 ];
 
 fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {
@@ -213,10 +215,15 @@ pub struct Collector {
     exited_hists: BTreeMap<u32, HistSet>,
     /// TIDs whose scoped histograms still have to be harvested.
     dead_pending: Vec<u32>,
+    /// Where the kernel keeps run-queue waits, so the wait before a slice still running
+    /// can be found.
+    runq: RunqSource,
+    /// `RunqSource::RunDelay`: that wait is read from the thread's schedstat here.
+    root: Root,
 }
 
 impl Collector {
-    pub fn new(ebpf: &mut Ebpf, hist_scope: u32) -> Result<Self> {
+    pub fn new(ebpf: &mut Ebpf, hist_scope: u32, runq: RunqSource, root: Root) -> Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EXITED")
                 .context("EXITED map missing from the eBPF object")?,
@@ -228,6 +235,8 @@ impl Collector {
             exited: BTreeMap::new(),
             exited_hists: BTreeMap::new(),
             dead_pending: Vec::new(),
+            runq,
+            root,
         })
     }
 
@@ -252,6 +261,28 @@ impl Collector {
             *gen += 1;
             if self.hist_scope == scope::THREAD {
                 self.dead_pending.push(rec.tid);
+            }
+        }
+    }
+
+    /// The run-queue wait that ended when the slice running on a CPU began: the kernel
+    /// settles it only when the thread leaves the CPU.
+    fn pending_wait(&self, cs: &CpuState, st: &ThreadStats, begun: u64) -> Option<u64> {
+        match self.runq {
+            RunqSource::TaskStorage => (cs.wait_ns != u64::MAX).then_some(cs.wait_ns),
+            RunqSource::ThreadEntry => {
+                (st.runnable_ns != 0 && begun > st.runnable_ns).then(|| begun - st.runnable_ns)
+            }
+            RunqSource::RunDelay => {
+                let base = if st.flags & HAVE_RUN_DELAY != 0 {
+                    st.last_run_delay
+                } else {
+                    cs.run_delay_in
+                };
+                let now = crate::procfs::schedstat(&self.root, cs.tid, cs.tid)
+                    .ok()?
+                    .wait_ns;
+                (base != u64::MAX && now > base).then(|| now - base)
             }
         }
     }
@@ -351,8 +382,7 @@ impl Collector {
                 let st = &mut r.stats;
                 st.on_cpu_ns += at_ns - begun;
                 cpu_busy_ns[cpu] += at_ns - begun;
-                if st.runnable_ns != 0 && begun > st.runnable_ns {
-                    let d = begun - st.runnable_ns;
+                if let Some(d) = self.pending_wait(cs, st, begun) {
                     st.runq_wait_ns += d;
                     st.runq_waits += 1;
                     pending.push((cs.tid, st.tgid, "runq", d));

@@ -36,6 +36,20 @@ pub fn task_state_member(btf: &KernelBtf) -> &'static str {
     }
 }
 
+/// Offset of `task_struct::sched_info.run_delay`, the scheduler's total run-queue wait
+/// of a task (schedstat's second field), or None without CONFIG_SCHED_INFO. It is kept
+/// whenever the config is on since v5.14 (commit c5895d3f06cb "sched: Simplify
+/// sched_info_on()"; before, only with schedstats or delay accounting enabled) — older
+/// than the 5.18 the BTF modes need. `sched_info_arrive()` adds a wait in
+/// `prepare_task_switch()`, after the sched_switch tracepoint and before perf's
+/// sched-out hook, so the switch-out of a slice sees the wait that preceded it.
+pub fn run_delay_offset(btf: &KernelBtf) -> Option<u32> {
+    Some(
+        btf.member_offset("task_struct", "sched_info").ok()?
+            + btf.member_offset("sched_info", "run_delay").ok()?,
+    )
+}
+
 /// The perf context-switch hooks: `__perf_event_task_sched_out(prev, next)` and
 /// `__perf_event_task_sched_in(prev, task)`. They only run while the `perf_sched_events`
 /// static key is on, which any per-task perf event turns on (kernel/events/core.c,

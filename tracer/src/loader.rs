@@ -12,7 +12,14 @@ use aya::{
 };
 use tracer_common::Config;
 
-use crate::{btf::KernelBtf, cli::ProbeMode, compat, error::TracerError, root::Root, tracefs};
+use crate::{
+    btf::KernelBtf,
+    cli::{ProbeMode, RunqFrom},
+    compat,
+    error::TracerError,
+    root::Root,
+    tracefs,
+};
 
 /// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
@@ -31,6 +38,7 @@ pub struct LoadOptions {
     pub hist_scope: u32,
     pub n_counters: u32,
     pub max_threads: u32,
+    pub runq_from: RunqFrom,
 }
 
 /// Loaded and attached programs with their maps.
@@ -42,13 +50,42 @@ pub struct Tracer {
     pub refused: Vec<(ProbeMode, String)>,
     /// How the switch programs are attached, e.g. "tp_btf", "fentry", "kprobe".
     pub attach: &'static str,
+    /// Where run-queue waits come from in this mode.
+    pub runq: RunqSource,
     programs: Vec<&'static str>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
     _sched_hook_event: Option<std::os::fd::OwnedFd>,
 }
 
-/// Programs of each mode: (program name, attach target).
-fn programs_of(mode: ProbeMode, with_fork: bool) -> Vec<(&'static str, &'static str)> {
+/// How run-queue waits are measured in the loaded mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunqSource {
+    /// Wakeup/preemption time kept in task-local storage, the wait computed at
+    /// switch-in (`CpuState::wait_ns` while the slice runs).
+    TaskStorage,
+    /// Wakeup/preemption time in the thread's `THREADS` entry (`runnable_ns`).
+    ThreadEntry,
+    /// `sched_info.run_delay` growth (`--runq-from schedstat`).
+    RunDelay,
+}
+
+impl RunqSource {
+    /// The name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RunqSource::TaskStorage | RunqSource::ThreadEntry => "wakeup",
+            RunqSource::RunDelay => "run_delay",
+        }
+    }
+}
+
+/// Programs of each mode: (program name, attach target). The wakeup programs only time
+/// run-queue waits when the scheduler's own `run_delay` cannot be read.
+fn programs_of(
+    mode: ProbeMode,
+    with_fork: bool,
+    with_wakeup: bool,
+) -> Vec<(&'static str, &'static str)> {
     let mut v = match mode {
         ProbeMode::TpBtf => vec![
             ("sched_switch_btf", "sched_switch"),
@@ -67,6 +104,9 @@ fn programs_of(mode: ProbeMode, with_fork: bool) -> Vec<(&'static str, &'static 
         ],
         ProbeMode::PerfSched | ProbeMode::Auto => vec![],
     };
+    if !with_wakeup {
+        v.retain(|(name, _)| !name.starts_with("sched_wakeup"));
+    }
     if with_fork {
         v.push(match mode {
             ProbeMode::TpBtf => ("sched_fork_btf", "sched_process_fork"),
@@ -105,6 +145,25 @@ fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
 fn sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
     Ok(kbtf.member_offset("task_struct", "se")?
         + kbtf.member_offset("sched_entity", "sum_exec_runtime")?)
+}
+
+/// Decides where run-queue waits come from and sets `cfg` for it. Task-local storage
+/// needs trusted task pointers in every program that touches it: tp_btf only (raw_tp
+/// arguments are plain numbers; perf-sched may end up on kprobes).
+fn runq_source(mode: ProbeMode, from: RunqFrom, cfg: &mut Config) -> Result<RunqSource> {
+    Ok(match (from, mode) {
+        (RunqFrom::Schedstat, ProbeMode::Tracepoint) => {
+            return Err(anyhow!(
+                "--runq-from schedstat needs task pointers (tp-btf, raw-tp or perf-sched mode)"
+            ))
+        }
+        (RunqFrom::Schedstat, _) => RunqSource::RunDelay,
+        (RunqFrom::Wakeup, ProbeMode::TpBtf) => {
+            cfg.use_task_storage = 1;
+            RunqSource::TaskStorage
+        }
+        (RunqFrom::Wakeup, _) => RunqSource::ThreadEntry,
+    })
 }
 
 /// Fills the record offsets from tracefs format files (classic tracepoint mode).
@@ -209,6 +268,11 @@ impl Tracer {
             ProbeMode::TpBtf | ProbeMode::RawTp | ProbeMode::PerfSched => {
                 let kbtf = KernelBtf::from_file(&root.path(VMLINUX_BTF))?;
                 btf_config(&mut cfg, &kbtf)?;
+                if opts.runq_from == RunqFrom::Schedstat {
+                    cfg.task_run_delay_off = compat::run_delay_offset(&kbtf).ok_or_else(|| {
+                        anyhow!("--runq-from schedstat: task_struct has no sched_info (CONFIG_SCHED_INFO off)")
+                    })?;
+                }
                 if mode == ProbeMode::PerfSched {
                     cfg.task_state_off =
                         kbtf.member_offset("task_struct", compat::task_state_member(&kbtf))?;
@@ -218,6 +282,7 @@ impl Tracer {
             ProbeMode::Tracepoint => tracefs_config(&mut cfg, root)?,
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
         }
+        let runq = runq_source(mode, opts.runq_from, &mut cfg)?;
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
@@ -225,6 +290,7 @@ impl Tracer {
         // BTF-attached programs need, so the two never sit in memory together.
         let mut ebpf = {
             let mut loader = EbpfLoader::new();
+            loader.allow_unsupported_maps();
             log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
             loader
                 .override_global("CONFIG", &cfg, true)
@@ -250,9 +316,15 @@ impl Tracer {
             _ => None,
         };
         let progs = if mode == ProbeMode::PerfSched {
-            perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), with_fork, root)?
+            perf_sched_programs(
+                &mut ebpf,
+                kernel_btf.as_ref(),
+                with_fork,
+                cfg.task_run_delay_off == 0,
+                root,
+            )?
         } else {
-            let mut progs = programs_of(mode, with_fork);
+            let mut progs = programs_of(mode, with_fork, cfg.task_run_delay_off == 0);
             if cfg.tp_runtime_val != 0 {
                 progs.push(("sched_stat_runtime_tp", "sched_stat_runtime"));
             }
@@ -274,6 +346,7 @@ impl Tracer {
             mode,
             refused: Vec::new(),
             attach: attach_kind(mode, &progs),
+            runq,
             programs: progs.iter().map(|(n, _)| *n).collect(),
             _sched_hook_event: sched_hook_event,
         })
@@ -403,6 +476,7 @@ fn perf_sched_programs(
     ebpf: &mut Ebpf,
     btf: Option<&Btf>,
     with_fork: bool,
+    with_wakeup: bool,
     _root: &Root,
 ) -> Result<Vec<(&'static str, &'static str)>> {
     let btf = btf.ok_or_else(|| anyhow!("kernel BTF needed"))?;
@@ -454,7 +528,7 @@ fn perf_sched_programs(
             progs.push(("perf_sched_in_kprobe", compat::PERF_SCHED_IN));
         }
     }
-    for (name, target) in programs_of(ProbeMode::TpBtf, with_fork) {
+    for (name, target) in programs_of(ProbeMode::TpBtf, with_fork, with_wakeup) {
         if name.starts_with("sched_switch") {
             continue;
         }

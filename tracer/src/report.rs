@@ -27,6 +27,10 @@ pub struct Report {
     pub probe: String,
     /// How the switch programs attach (tp_btf, raw_tracepoint, tracepoint, fentry, kprobe).
     pub probe_attach: String,
+    /// Where run-queue waits come from: "run_delay" (the scheduler's
+    /// `sched_info.run_delay`, read at switch-out) or "wakeup" (timed from the wakeup
+    /// tracepoints).
+    pub runq_source: &'static str,
     /// Better probe modes that were refused, with why.
     pub probe_refused: Vec<(String, String)>,
     pub snapshot: Snapshot,
@@ -166,6 +170,7 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     m.insert("duration_ns".into(), json!(r.duration_ns));
     m.insert("probe".into(), json!(r.probe));
     m.insert("probe_attach".into(), json!(r.probe_attach));
+    m.insert("runq_source".into(), json!(r.runq_source));
     m.insert(
         "probe_refused".into(),
         Value::Array(
@@ -251,10 +256,15 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         None => "total".to_string(),
     };
     out += &format!(
-        "tracer {head}: {} window, probe {} ({}), {:.3} CPUs utilized\n",
+        "tracer {head}: {} window, probe {} ({}, waits from {}), {:.3} CPUs utilized\n",
         fmt_secs(r.duration_ns),
         r.probe,
         r.probe_attach,
+        if r.runq_source == "run_delay" {
+            "sched_info.run_delay"
+        } else {
+            "wakeups"
+        },
         r.cpus_utilized()
     );
     for (mode, why) in &r.probe_refused {
@@ -449,6 +459,7 @@ mod tests {
             duration_ns: 12_000_000,
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
+            runq_source: "run_delay",
             probe_refused: vec![],
             snapshot: snap,
             cpus_utilized_task_clock: None,

@@ -273,6 +273,7 @@ fn setup(
         hist_scope: scope_,
         n_counters: slice.len() as u32,
         max_threads: args.max_threads,
+        runq_from: args.runq_from,
     };
     let seed = |ebpf: &mut Ebpf| -> Result<()> {
         if targets.seed.is_empty() {
@@ -290,7 +291,7 @@ fn setup(
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }
-    let collector = Collector::new(&mut tracer.ebpf, scope_)?;
+    let collector = Collector::new(&mut tracer.ebpf, scope_, tracer.runq, root.clone())?;
     let t0 = tracer.open_window()?;
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
@@ -573,6 +574,7 @@ fn build_report(
         duration_ns,
         probe: s.tracer.mode.name().to_string(),
         probe_attach: s.tracer.attach.to_string(),
+        runq_source: s.tracer.runq.name(),
         probe_refused: s
             .tracer
             .refused

@@ -1229,6 +1229,36 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             versus: "libbpf-p",
         },
         Tool {
+            key: "tracer-schedstat",
+            label: "tracer --runq-from schedstat",
+            procs: vec![(
+                "tracer".into(),
+                vec![
+                    t.clone(),
+                    "run".into(),
+                    "--runq-from".into(),
+                    "schedstat".into(),
+                ],
+            )],
+            versus: "libbpf",
+        },
+        Tool {
+            key: "tracer-schedstat-p",
+            label: "tracer --runq-from schedstat -p",
+            procs: vec![(
+                "tracer".into(),
+                vec![
+                    t.clone(),
+                    "run".into(),
+                    "--runq-from".into(),
+                    "schedstat".into(),
+                    "-p".into(),
+                    target.clone(),
+                ],
+            )],
+            versus: "libbpf-p",
+        },
+        Tool {
             key: "libbpf",
             label: "cpudist+runqlat",
             procs: vec![
