@@ -471,3 +471,20 @@ fn duration_ends_the_run_even_while_the_command_goes_on() {
     );
     assert!(doc["command"]["exit_code"].is_null());
 }
+
+/// The benchmark's floor (`tracer floor`) loads the same object and counts real switches.
+#[test]
+fn floor_counts_switches() {
+    require_root();
+    let out = run_tracer(&["floor", "-d", "300ms"]);
+    assert!(
+        out.status.success(),
+        "tracer floor failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = json_docs(&out);
+    let n = docs[0]["switches"].as_u64().expect("a switch count");
+    // The tracer itself sleeps in 20 ms steps: at least that many switches happen.
+    assert!(n >= 10, "only {n} switches in 300 ms");
+}

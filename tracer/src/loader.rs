@@ -126,6 +126,14 @@ pub fn object() -> Result<&'static [u8], TracerError> {
     }
 }
 
+/// A loader for the object. aya 0.14 has no user-space type for task-local storage
+/// (`RUNNABLE`, which only the programs use) and refuses it unless told to allow it.
+fn new_loader<'a>() -> EbpfLoader<'a> {
+    let mut l = EbpfLoader::new();
+    l.allow_unsupported_maps();
+    l
+}
+
 /// Fills the task_struct offsets from kernel BTF (tp_btf and raw_tp modes).
 fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
     if !compat::sched_switch_has_prev_state(kbtf) {
@@ -289,8 +297,7 @@ impl Tracer {
         // aya's loader parses kernel BTF itself; it is dropped before the parse the
         // BTF-attached programs need, so the two never sit in memory together.
         let mut ebpf = {
-            let mut loader = EbpfLoader::new();
-            loader.allow_unsupported_maps();
+            let mut loader = new_loader();
             log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
             loader
                 .override_global("CONFIG", &cfg, true)
@@ -584,7 +591,7 @@ pub fn monotonic_ns() -> u64 {
 pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::privileges::check()?;
     let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
-    let mut ebpf = EbpfLoader::new()
+    let mut ebpf = new_loader()
         .load(object()?)
         .context("loading the eBPF object")?;
     let p: &mut BtfTracePoint = ebpf
