@@ -24,8 +24,8 @@ use tracer_common::{
 use crate::{
     config,
     maps::{
-        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, RUNNABLE, SLICE_COUNTER0, SLICE_COUNTER1,
-        THREADS, TRACKED, WINDOW,
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1,
+        TASK_STATS, THREADS, TRACKED, WINDOW,
     },
     Leave, Task,
 };
@@ -91,15 +91,35 @@ fn hist_add(kind: u32, id: u32, v: u64) {
     }
 }
 
-/// The thread's entry, created on first sight.
+/// Whether `t`'s entry lives in task-local storage (tp_btf mode) rather than `THREADS`.
+#[inline(always)]
+fn in_storage(t: &Task) -> bool {
+    config().use_task_storage != 0 && t.trusted
+}
+
+/// The thread's entry, created on first sight: in task-local storage (one pointer chase
+/// from the task) in tp_btf mode, else in the `THREADS` hash.
 #[inline(always)]
 fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
-    if let Some(p) = THREADS.get_ptr_mut(t.tid) {
+    if in_storage(t) {
+        // SAFETY: a trusted task pointer.
+        if let Some(p) = unsafe { TASK_STATS.get(t.ptr, None) } {
+            return Some(p);
+        }
+    } else if let Some(p) = THREADS.get_ptr_mut(t.tid) {
         return Some(p);
     }
     let mut s = ThreadStats::zeroed();
     s.tgid = if tgid != 0 { tgid } else { t.tgid() };
     s.comm = t.comm.read();
+    if in_storage(t) {
+        // SAFETY: as above; the kernel copies `s` into the new storage.
+        let p = unsafe { TASK_STATS.get(t.ptr, Some(&mut s)) };
+        if p.is_none() {
+            count_drop(drop::STORAGE);
+        }
+        return p;
+    }
     if THREADS.insert(t.tid, s, BPF_NOEXIST as u64).is_err() {
         // Either full, or another CPU created it in between: look again.
         let p = THREADS.get_ptr_mut(t.tid);
@@ -273,7 +293,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Leave::Preempted => {
             s.involuntary += 1;
             s.off_state = OFF_PREEMPTED;
-            mark_runnable(&prev, s, now);
+            if c.task_run_delay_off == 0 {
+                s.runnable_ns = now;
+            }
         }
         Leave::Blocked => {
             s.voluntary += 1;
@@ -281,7 +303,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
         Leave::Dead => {
             s.voluntary += 1;
-            flush_dead(prev.tid, s);
+            flush_dead(&prev, s);
         }
     }
     now
@@ -323,15 +345,16 @@ fn switch_in_at(next: Task, mut now: u64) {
         next.run_delay().unwrap_or(u64::MAX)
     };
     cs.wait_ns = u64::MAX;
-    if config().use_task_storage != 0 && next.trusted {
+    if in_storage(&next) {
+        // The wait ends here; its start is in the task's storage (no hash lookup).
         // SAFETY: a trusted task pointer (tp_btf argument).
-        if let Some(t) = unsafe { RUNNABLE.get(next.ptr, None) } {
-            // SAFETY: the task's storage; only its own switch and wakeup touch it.
-            let t = unsafe { &mut *t };
-            if *t != 0 && now > *t {
-                cs.wait_ns = now - *t;
+        if let Some(s) = unsafe { TASK_STATS.get(next.ptr, None) } {
+            // SAFETY: the task's storage; only its own switches and wakeups touch it.
+            let s = unsafe { &mut *s };
+            if s.runnable_ns != 0 && now > s.runnable_ns {
+                cs.wait_ns = now - s.runnable_ns;
             }
-            *t = 0;
+            s.runnable_ns = 0;
         }
     }
     let n_counters = (config().n_counters as usize).min(MAX_SLICE_COUNTERS);
@@ -352,7 +375,8 @@ fn scoped_id(scope_: u32, tid: u32, tgid: u32) -> u32 {
 /// A thread's final switch-out: hand its totals to user space and free its entries, so
 /// the maps stay bounded under churn and a recycled TID starts from nothing.
 #[inline(always)]
-fn flush_dead(tid: u32, s: &mut ThreadStats) {
+fn flush_dead(t: &Task, s: &mut ThreadStats) {
+    let tid = t.tid;
     // The dying thread is `current`: its comm now is the final one (after any exec).
     if let Ok(comm) = bpf_get_current_comm() {
         s.comm = comm;
@@ -368,7 +392,14 @@ fn flush_dead(tid: u32, s: &mut ThreadStats) {
         }
         None => count_drop(drop::EXIT_RINGBUF_FULL),
     }
-    let _ = THREADS.remove(tid);
+    if in_storage(t) {
+        // A zombie stays visible to the task iterator until reaped: its totals are in
+        // the ring buffer now, so the iterator must not report them again.
+        // SAFETY: a trusted task pointer (`current`).
+        unsafe { TASK_STATS.delete(t.ptr) };
+    } else {
+        let _ = THREADS.remove(tid);
+    }
     if config().filter != filter::ALL {
         let _ = TRACKED.remove(tid);
     }
@@ -395,37 +426,9 @@ pub fn wakeup(p: Task) {
         return;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    if config().use_task_storage != 0 && p.trusted {
-        let mut zero = 0u64;
-        // SAFETY: a trusted task pointer (tp_btf argument).
-        match unsafe { RUNNABLE.get(p.ptr, Some(&mut zero)) } {
-            // SAFETY: the task's storage.
-            Some(t) => unsafe { *t = now },
-            None => count_drop(drop::STORAGE),
-        }
-        return;
-    }
     if let Some(s) = thread_entry(&p, tgid) {
-        // SAFETY: map value pointer.
+        // SAFETY: map value or task storage.
         unsafe { (*s).runnable_ns = now };
-    }
-}
-
-/// `t` was preempted and stays runnable: its run-queue wait starts now, kept where
-/// the next switch-in of this mode looks for it.
-#[inline(always)]
-fn mark_runnable(t: &Task, s: &mut ThreadStats, now: u64) {
-    let c = config();
-    if c.use_task_storage != 0 && t.trusted {
-        let mut zero = 0u64;
-        // SAFETY: a trusted task pointer (`current` through bpf_get_current_task_btf).
-        match unsafe { RUNNABLE.get(t.ptr, Some(&mut zero)) } {
-            // SAFETY: the task's storage.
-            Some(p) => unsafe { *p = now },
-            None => count_drop(drop::STORAGE),
-        }
-    } else if c.task_run_delay_off == 0 {
-        s.runnable_ns = now;
     }
 }
 

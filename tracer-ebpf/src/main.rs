@@ -450,6 +450,48 @@ pub fn perf_sched_in_kprobe(_ctx: ProbeContext) -> u32 {
     0
 }
 
+// ---------------------------------------------------------------- task iterator
+
+/// `iter/task`: one `ExitRecord` (TID and totals) per task with an entry in `TASK_STATS`,
+/// written to the iterator's seq_file. User space reads the live threads this way in
+/// tp_btf mode, where the accumulators hang off the tasks instead of a hash map.
+/// The context is `struct bpf_iter__task { struct bpf_iter_meta *meta; struct
+/// task_struct *task; }` (task null on the final call); aya-ebpf 0.2 has no iterator
+/// macro, so the section and signature are spelled out.
+#[no_mangle]
+#[link_section = "iter/task"]
+pub fn dump_threads(ctx: *mut core::ffi::c_void) -> i32 {
+    // SAFETY: the verifier types both context fields from the iterator's BTF prototype.
+    let (meta, task) = unsafe {
+        let c = ctx as *const [*const u8; 2];
+        ((*c)[0], (*c)[1])
+    };
+    if task.is_null() {
+        return 0;
+    }
+    let t = task_from_btf(task, true);
+    // SAFETY: a trusted task pointer from the iterator.
+    let Some(s) = (unsafe { maps::TASK_STATS.get(task, None) }) else {
+        return 0;
+    };
+    let rec = tracer_common::ExitRecord {
+        tid: t.tid,
+        _pad: 0,
+        // SAFETY: the task's storage, copied out.
+        stats: unsafe { *s },
+    };
+    // SAFETY: `meta->seq` is the first field of `struct bpf_iter_meta`.
+    unsafe {
+        let seq = core::ptr::read_volatile(meta as *const *mut aya_ebpf::bindings::seq_file);
+        aya_ebpf::helpers::generated::bpf_seq_write(
+            seq,
+            &rec as *const _ as *const core::ffi::c_void,
+            core::mem::size_of::<tracer_common::ExitRecord>() as u32,
+        );
+    }
+    0
+}
+
 use aya_ebpf::EbpfContext as _;
 
 #[cfg(not(test))]

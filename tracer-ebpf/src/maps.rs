@@ -115,10 +115,23 @@ impl<T> TaskStorage<T> {
             Some(p as *mut T)
         }
     }
+
+    /// Frees the task's value.
+    ///
+    /// # Safety
+    /// As for [`Self::get`].
+    #[inline(always)]
+    pub unsafe fn delete(&self, task: *const u8) {
+        aya_ebpf::helpers::generated::bpf_task_storage_delete(
+            self as *const Self as *mut core::ffi::c_void,
+            task as *mut _,
+        );
+    }
 }
 
-/// When each task became runnable (woken, or preempted while runnable), 0 once it ran:
-/// one pointer chase from the `task_struct` instead of a hash lookup by TID.
+/// Per-thread accumulators in tp_btf mode: found from the `task_struct` by one pointer
+/// chase instead of a hash lookup by TID, never full, freed with the task. User space
+/// reads them through the `dump_threads` task iterator.
 #[link_section = ".maps"]
 #[no_mangle]
-pub static RUNNABLE: TaskStorage<u64> = TaskStorage::new();
+pub static TASK_STATS: TaskStorage<ThreadStats> = TaskStorage::new();

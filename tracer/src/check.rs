@@ -63,7 +63,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         Ok(mut t) => {
             let _ = t.open_window();
             std::thread::sleep(std::time::Duration::from_millis(50));
-            let seen = Collector::live_entries(&t.ebpf).unwrap_or(0);
+            let seen = Collector::live_entries(&mut t.ebpf, t.runq).unwrap_or(0);
             t.detach();
             if seen > 0 {
                 item(

@@ -131,7 +131,8 @@ pub struct RunArgs {
     /// Where run-queue waits come from.
     #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
     pub runq_from: RunqFrom,
-    /// Capacity of the per-thread maps.
+    /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
+    /// accumulators too).
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_threads: u32,
     /// Run COMMAND as root even when started through sudo.

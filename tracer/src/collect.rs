@@ -5,10 +5,12 @@
 //! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
 //! continuation of the dead thread.
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read as _;
 
 use anyhow::{Context as _, Result};
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::Iter,
     Ebpf,
 };
 use tracer_common::{
@@ -204,6 +206,41 @@ impl Snapshot {
     }
 }
 
+/// The live threads' entries: from the `dump_threads` task iterator when they are in
+/// task-local storage (a fresh iterator instance per call), else from `THREADS`.
+fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, ThreadStats)>> {
+    if runq != RunqSource::TaskStorage {
+        let live: BpfHashMap<_, u32, ThreadStats> =
+            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
+        return Ok(live.iter().filter_map(|item| item.ok()).collect());
+    }
+    let it: &mut Iter = ebpf
+        .program_mut("dump_threads")
+        .context("dump_threads program missing")?
+        .try_into()?;
+    let link_id = it.attach().context("attaching the thread iterator")?;
+    let link = it.take_link(link_id)?;
+    let mut bytes = Vec::new();
+    link.into_file()
+        .context("creating a thread iterator")?
+        .read_to_end(&mut bytes)
+        .context("reading the thread iterator")?;
+    Ok(parse_records(&bytes))
+}
+
+/// Splits the iterator's output into (TID, totals); a torn tail is ignored.
+pub fn parse_records(bytes: &[u8]) -> Vec<(u32, ThreadStats)> {
+    bytes
+        .chunks_exact(std::mem::size_of::<ExitRecord>())
+        .map(|c| {
+            // SAFETY: ExitRecord is plain data of exactly this size; read unaligned.
+            let r: ExitRecord =
+                unsafe { std::ptr::read_unaligned(c.as_ptr() as *const ExitRecord) };
+            (r.tid, r.stats)
+        })
+        .collect()
+}
+
 /// Reads the maps; keeps the totals of threads that died.
 pub struct Collector {
     ring: RingBuf<MapData>,
@@ -329,12 +366,9 @@ impl Collector {
             }
         }
         let mut threads = self.exited.clone();
-        let live: BpfHashMap<_, u32, ThreadStats> =
-            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
         let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
         let mut live_entries = 0;
-        for item in live.iter() {
-            let Ok((tid, stats)) = item else { continue };
+        for (tid, stats) in live_threads(ebpf, self.runq)? {
             live_entries += 1;
             let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
             live_by_tid.insert(tid, key);
@@ -492,10 +526,43 @@ impl Collector {
         Ok(())
     }
 
-    /// Entries in the kernel's per-thread map right now (bounded-usage checks).
-    pub fn live_entries(ebpf: &Ebpf) -> Result<usize> {
-        let live: BpfHashMap<_, u32, ThreadStats> =
-            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
-        Ok(live.keys().count())
+    /// Threads with an entry in the kernel right now (bounded-usage checks).
+    pub fn live_entries(ebpf: &mut Ebpf, runq: RunqSource) -> Result<usize> {
+        Ok(live_threads(ebpf, runq)?.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(tid: u32, on_cpu_ns: u64) -> Vec<u8> {
+        let mut stats = ThreadStats::zeroed();
+        stats.on_cpu_ns = on_cpu_ns;
+        let r = ExitRecord {
+            tid,
+            _pad: 0,
+            stats,
+        };
+        // SAFETY: plain data, viewed as its bytes.
+        unsafe {
+            std::slice::from_raw_parts(
+                &r as *const ExitRecord as *const u8,
+                std::mem::size_of::<ExitRecord>(),
+            )
+        }
+        .to_vec()
+    }
+
+    #[test]
+    fn iterator_records_are_split_and_a_torn_tail_dropped() {
+        let mut bytes = record(7, 100);
+        bytes.extend(record(9, 250));
+        bytes.extend(&record(11, 1)[..40]);
+        let got = parse_records(&bytes);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].0, got[0].1.on_cpu_ns), (7, 100));
+        assert_eq!((got[1].0, got[1].1.on_cpu_ns), (9, 250));
+        assert!(parse_records(&[]).is_empty());
     }
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    programs::{BtfTracePoint, FEntry, KProbe, RawTracePoint, TracePoint},
+    programs::{BtfTracePoint, FEntry, Iter, KProbe, RawTracePoint, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
 use tracer_common::Config;
@@ -60,8 +60,9 @@ pub struct Tracer {
 /// How run-queue waits are measured in the loaded mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunqSource {
-    /// Wakeup/preemption time kept in task-local storage, the wait computed at
-    /// switch-in (`CpuState::wait_ns` while the slice runs).
+    /// Per-thread entries (with the wakeup/preemption time) in task-local storage, the
+    /// wait computed at switch-in (`CpuState::wait_ns` while the slice runs); user space
+    /// reads the entries through the `dump_threads` task iterator.
     TaskStorage,
     /// Wakeup/preemption time in the thread's `THREADS` entry (`runnable_ns`).
     ThreadEntry,
@@ -301,7 +302,15 @@ impl Tracer {
             log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
             loader
                 .override_global("CONFIG", &cfg, true)
-                .map_max_entries("THREADS", opts.max_threads)
+                .map_max_entries(
+                    "THREADS",
+                    // Unused when the entries live in task-local storage.
+                    if runq == RunqSource::TaskStorage {
+                        1
+                    } else {
+                        opts.max_threads
+                    },
+                )
                 // Maps the chosen options do not use are created with one entry.
                 .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
                 .map_max_entries(
@@ -338,6 +347,21 @@ impl Tracer {
             for (name, target) in &progs {
                 load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
                     .with_context(|| format!("loading {name}"))?;
+            }
+            if runq == RunqSource::TaskStorage {
+                // Attached per snapshot, not here; stays loaded after detach() so the
+                // final report can still read the threads.
+                let it: &mut Iter = ebpf
+                    .program_mut("dump_threads")
+                    .ok_or_else(|| anyhow!("program dump_threads missing"))?
+                    .try_into()?;
+                it.load(
+                    "task",
+                    kernel_btf
+                        .as_ref()
+                        .ok_or_else(|| anyhow!("kernel BTF needed"))?,
+                )
+                .context("loading dump_threads (task iterator)")?;
             }
             progs
         };

@@ -42,7 +42,8 @@ pub struct Report {
     pub notices: Vec<String>,
     /// Command line and exit code of `-- COMMAND`.
     pub command: Option<(Vec<String>, Option<i32>)>,
-    /// Capacity of the kernel's per-thread map (`--max-threads`).
+    /// Capacity of the kernel's per-thread map (`--max-threads`); 0 when the entries
+    /// live in task-local storage, which has none.
     pub max_threads: u32,
     /// `--per-thread` perf counters by TID: (event, scaled value).
     pub thread_counters: std::collections::BTreeMap<u32, Vec<(String, Option<f64>)>>,
@@ -232,7 +233,11 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     m.insert("drops".into(), Value::Object(drops));
     m.insert(
         "maps".into(),
-        json!({"threads_live": r.snapshot.live_entries, "threads_capacity": r.max_threads}),
+        json!({
+            "threads_live": r.snapshot.live_entries,
+            // null: entries in task-local storage, no capacity.
+            "threads_capacity": (r.max_threads != 0).then_some(r.max_threads),
+        }),
     );
     for s in &r.sections {
         m.insert(s.key.into(), s.json.clone());

@@ -291,7 +291,8 @@ fn setup(
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }
-    let collector = Collector::new(&mut tracer.ebpf, scope_, tracer.runq, root.clone())?;
+    let runq = tracer.runq;
+    let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
     let t0 = tracer.open_window()?;
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
@@ -316,7 +317,12 @@ fn setup(
         hyp_before,
         notices,
         t0,
-        max_threads: args.max_threads,
+        // Task-local storage has no capacity to run out of.
+        max_threads: if runq == crate::loader::RunqSource::TaskStorage {
+            0
+        } else {
+            args.max_threads
+        },
         system_wide: targets.filter == filter::ALL,
     })
 }
