@@ -50,6 +50,18 @@ pub fn run_delay_offset(btf: &KernelBtf) -> Option<u32> {
     )
 }
 
+/// Whether task-local storage may be created from sched_switch and sched_wakeup, where
+/// the run queue lock is held with interrupts off. Since v6.4 (commit 08a7ce384e33 "bpf:
+/// Use bpf_mem_cache_alloc/free in bpf_local_storage_elem", which added
+/// `bpf_local_storage_map::selem_ma`) elements come from BPF's own per-CPU allocator,
+/// which never sleeps or wakes anyone and fails cleanly (counted as
+/// `task_storage_failed`). Before it they came from kmalloc with memcg charging, which
+/// may wake a worker and so take a run queue lock: a Debian 6.1 guest hung in one of
+/// three test runs with storage created there. Those kernels keep the `THREADS` hash.
+pub fn task_storage_safe_in_scheduler(btf: &KernelBtf) -> bool {
+    btf.has_member("bpf_local_storage_map", "selem_ma")
+}
+
 /// The perf context-switch hooks: `__perf_event_task_sched_out(prev, next)` and
 /// `__perf_event_task_sched_in(prev, task)`. They only run while the `perf_sched_events`
 /// static key is on, which any per-task perf event turns on (kernel/events/core.c,

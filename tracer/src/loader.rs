@@ -158,8 +158,14 @@ fn sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
 
 /// Decides where run-queue waits come from and sets `cfg` for it. Task-local storage
 /// needs trusted task pointers in every program that touches it: tp_btf only (raw_tp
-/// arguments are plain numbers; perf-sched may end up on kprobes).
-fn runq_source(mode: ProbeMode, from: RunqFrom, cfg: &mut Config) -> Result<RunqSource> {
+/// arguments are plain numbers; perf-sched may end up on kprobes), and a kernel whose
+/// storage can be allocated from the scheduler (`storage_ok`).
+fn runq_source(
+    mode: ProbeMode,
+    from: RunqFrom,
+    storage_ok: bool,
+    cfg: &mut Config,
+) -> Result<RunqSource> {
     Ok(match (from, mode) {
         (RunqFrom::Schedstat, ProbeMode::Tracepoint) => {
             return Err(anyhow!(
@@ -167,7 +173,7 @@ fn runq_source(mode: ProbeMode, from: RunqFrom, cfg: &mut Config) -> Result<Runq
             ))
         }
         (RunqFrom::Schedstat, _) => RunqSource::RunDelay,
-        (RunqFrom::Wakeup, ProbeMode::TpBtf) => {
+        (RunqFrom::Wakeup, ProbeMode::TpBtf) if storage_ok => {
             cfg.use_task_storage = 1;
             RunqSource::TaskStorage
         }
@@ -273,10 +279,12 @@ impl Tracer {
         let with_fork = opts.filter != tracer_common::filter::ALL;
         let t = std::time::Instant::now();
         let mut sched_hook_event = None;
+        let mut storage_ok = false;
         match mode {
             ProbeMode::TpBtf | ProbeMode::RawTp | ProbeMode::PerfSched => {
                 let kbtf = KernelBtf::from_file(&root.path(VMLINUX_BTF))?;
                 btf_config(&mut cfg, &kbtf)?;
+                storage_ok = compat::task_storage_safe_in_scheduler(&kbtf);
                 if opts.runq_from == RunqFrom::Schedstat {
                     cfg.task_run_delay_off = compat::run_delay_offset(&kbtf).ok_or_else(|| {
                         anyhow!("--runq-from schedstat: task_struct has no sched_info (CONFIG_SCHED_INFO off)")
@@ -291,7 +299,7 @@ impl Tracer {
             ProbeMode::Tracepoint => tracefs_config(&mut cfg, root)?,
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
         }
-        let runq = runq_source(mode, opts.runq_from, &mut cfg)?;
+        let runq = runq_source(mode, opts.runq_from, storage_ok, &mut cfg)?;
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
