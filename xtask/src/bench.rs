@@ -60,6 +60,8 @@ use std::{
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 
+use crate::json::{self, Json};
+
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// A short run (2 alternations, small loads) to check the harness; not for quoting
@@ -392,23 +394,21 @@ fn bpftool_progs(bpftool: &Path) -> Result<BTreeMap<u32, ProgMeta>> {
         out.status
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    let json = parse_json(&text).context("parsing `bpftool prog show --json`")?;
-    let J::A(items) = json else {
+    let json =
+        json::parse(&text).map_err(|e| anyhow!("parsing `bpftool prog show --json`: {e}"))?;
+    let Json::Arr(items) = json else {
         bail!("`bpftool prog show --json` is not an array")
     };
     let mut progs = BTreeMap::new();
     for p in &items {
-        let id = p
-            .get("id")
-            .and_then(J::num)
-            .context("a program without id")? as u32;
-        let text = |k| p.get(k).and_then(J::str).unwrap_or("?").to_string();
+        let id = p.get("id").as_f64().context("a program without id")? as u32;
+        let text = |k| p.get(k).as_str().unwrap_or("?").to_string();
         progs.insert(
             id,
             ProgMeta {
                 name: text("name"),
                 kind: text("type"),
-                xlated_bytes: p.get("bytes_xlated").and_then(J::num).unwrap_or(0.0) as u64,
+                xlated_bytes: p.get("bytes_xlated").as_f64().unwrap_or(0.0) as u64,
             },
         );
     }
@@ -1203,6 +1203,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     fs::write(&script, BPFTRACE_SCRIPT)?;
     let t = tracer.to_string_lossy().to_string();
     let s = |p: &Path| p.to_string_lossy().to_string();
+    // `tracer run EXTRA...`, compared with the cpudist+runqlat row `versus`.
+    let tracer_tool = |key, label, extra: &[&str], versus| Tool {
+        key,
+        label,
+        procs: vec![(
+            "tracer".into(),
+            [t.as_str(), "run"]
+                .iter()
+                .chain(extra)
+                .map(|a| a.to_string())
+                .collect(),
+        )],
+        versus,
+    };
     let tools = vec![
         Tool {
             key: "floor",
@@ -1213,51 +1227,20 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             )],
             versus: "libbpf",
         },
-        Tool {
-            key: "tracer",
-            label: "tracer",
-            procs: vec![("tracer".into(), vec![t.clone(), "run".into()])],
-            versus: "libbpf",
-        },
-        Tool {
-            key: "tracer-p",
-            label: "tracer -p",
-            procs: vec![(
-                "tracer".into(),
-                vec![t.clone(), "run".into(), "-p".into(), target.clone()],
-            )],
-            versus: "libbpf-p",
-        },
-        Tool {
-            key: "tracer-schedstat",
-            label: "tracer --runq-from schedstat",
-            procs: vec![(
-                "tracer".into(),
-                vec![
-                    t.clone(),
-                    "run".into(),
-                    "--runq-from".into(),
-                    "schedstat".into(),
-                ],
-            )],
-            versus: "libbpf",
-        },
-        Tool {
-            key: "tracer-schedstat-p",
-            label: "tracer --runq-from schedstat -p",
-            procs: vec![(
-                "tracer".into(),
-                vec![
-                    t.clone(),
-                    "run".into(),
-                    "--runq-from".into(),
-                    "schedstat".into(),
-                    "-p".into(),
-                    target.clone(),
-                ],
-            )],
-            versus: "libbpf-p",
-        },
+        tracer_tool("tracer", "tracer", &[], "libbpf"),
+        tracer_tool("tracer-p", "tracer -p", &["-p", &target], "libbpf-p"),
+        tracer_tool(
+            "tracer-schedstat",
+            "tracer --runq-from schedstat",
+            &["--runq-from", "schedstat"],
+            "libbpf",
+        ),
+        tracer_tool(
+            "tracer-schedstat-p",
+            "tracer --runq-from schedstat -p",
+            &["--runq-from", "schedstat", "-p", &target],
+            "libbpf-p",
+        ),
         Tool {
             key: "libbpf",
             label: "cpudist+runqlat",
@@ -1384,7 +1367,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir)?;
     }
-    fs::write(&out, report.json().render())
+    fs::write(&out, report.json().pretty())
         .with_context(|| format!("writing {}", out.display()))?;
     println!(
         "\nxtask bench: wrote {} in {:.0} s",
@@ -1424,14 +1407,14 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * k).round() / k
 }
 
-fn spread(v: &[f64], digits: i32) -> J {
-    obj(vec![
-        ("median", J::N(round(median(v), digits))),
-        ("min", J::N(round(min(v), digits))),
-        ("max", J::N(round(max(v), digits))),
+fn spread(v: &[f64], digits: i32) -> Json {
+    Json::obj(vec![
+        ("median", Json::Num(round(median(v), digits))),
+        ("min", Json::Num(round(min(v), digits))),
+        ("max", Json::Num(round(max(v), digits))),
         (
             "samples",
-            J::A(v.iter().map(|&x| J::N(round(x, digits))).collect()),
+            Json::Arr(v.iter().map(|&x| Json::Num(round(x, digits))).collect()),
         ),
     ])
 }
@@ -1662,7 +1645,7 @@ impl Report<'_> {
     }
 
     /// (text, JSON) of each target check on the tracer rows.
-    fn targets(&self) -> Vec<(String, J)> {
+    fn targets(&self) -> Vec<(String, Json)> {
         let mut out = Vec::new();
         for r in self
             .rows
@@ -1691,14 +1674,14 @@ impl Report<'_> {
                         value,
                         if met { "met" } else { "MISSED" }
                     ),
-                    obj(vec![
-                        ("load", J::S(r.load.into())),
-                        ("tool", J::S(r.tool.clone())),
-                        ("what", J::S(what.into())),
-                        ("value", J::N(round(value, 3))),
-                        ("limit", J::N(limit)),
-                        ("unit", J::S(unit.into())),
-                        ("met", J::B(met)),
+                    Json::obj(vec![
+                        ("load", Json::Str(r.load.into())),
+                        ("tool", Json::Str(r.tool.clone())),
+                        ("what", Json::Str(what.into())),
+                        ("value", Json::Num(round(value, 3))),
+                        ("limit", Json::Num(limit)),
+                        ("unit", Json::Str(unit.into())),
+                        ("met", Json::Bool(met)),
                     ]),
                 ));
             }
@@ -1706,7 +1689,7 @@ impl Report<'_> {
         out
     }
 
-    fn json(&self) -> J {
+    fn json(&self) -> Json {
         let root = crate::workspace_root().to_string_lossy().to_string();
         let rows = self
             .rows
@@ -1717,67 +1700,73 @@ impl Report<'_> {
                     .progs
                     .iter()
                     .map(|(name, &(runs, ns))| {
-                        obj(vec![
-                            ("program", J::S(name.clone())),
-                            ("runs", J::N(runs as f64)),
-                            ("run_time_ns", J::N(ns as f64)),
-                            ("ns_per_run", J::N(round(ns as f64 / runs.max(1) as f64, 2))),
+                        Json::obj(vec![
+                            ("program", Json::Str(name.clone())),
+                            ("runs", Json::Num(runs as f64)),
+                            ("run_time_ns", Json::Num(ns as f64)),
+                            (
+                                "ns_per_run",
+                                Json::Num(round(ns as f64 / runs.max(1) as f64, 2)),
+                            ),
                             (
                                 "runs_per_switch",
-                                J::N(round(runs as f64 / r.switches as f64, 4)),
+                                Json::Num(round(runs as f64 / r.switches as f64, 4)),
                             ),
                             (
                                 "ns_per_switch",
-                                J::N(round(ns as f64 / r.switches as f64, 2)),
+                                Json::Num(round(ns as f64 / r.switches as f64, 2)),
                             ),
                         ])
                     })
                     .collect();
-                obj(vec![
-                    ("load", J::S(r.load.into())),
-                    ("tool", J::S(r.tool.clone())),
-                    ("tool_key", J::S(r.tool_key.into())),
+                Json::obj(vec![
+                    ("load", Json::Str(r.load.into())),
+                    ("tool", Json::Str(r.tool.clone())),
+                    ("tool_key", Json::Str(r.tool_key.into())),
                     ("ns_per_switch", spread(&r.ns_per_switch, 2)),
-                    ("net_ns_per_switch", J::N(round(s.net_ns, 2))),
-                    ("net_x_cpudist_runqlat", J::N(round(s.net_x_libbpf, 3))),
-                    ("bpf_share_of_load_cpu_pct", J::N(round(s.bpf_share_pct, 2))),
-                    ("x_floor", J::N(round(s.x_floor, 3))),
-                    ("x_cpudist_runqlat", J::N(round(s.x_libbpf, 3))),
-                    ("compared_with", J::S(r.versus.into())),
-                    ("switch_program", J::S(r.switch_prog.clone())),
-                    ("switches_counted", J::N(r.switches as f64)),
+                    ("net_ns_per_switch", Json::Num(round(s.net_ns, 2))),
+                    ("net_x_cpudist_runqlat", Json::Num(round(s.net_x_libbpf, 3))),
+                    (
+                        "bpf_share_of_load_cpu_pct",
+                        Json::Num(round(s.bpf_share_pct, 2)),
+                    ),
+                    ("x_floor", Json::Num(round(s.x_floor, 3))),
+                    ("x_cpudist_runqlat", Json::Num(round(s.x_libbpf, 3))),
+                    ("compared_with", Json::Str(r.versus.into())),
+                    ("switch_program", Json::Str(r.switch_prog.clone())),
+                    ("switches_counted", Json::Num(r.switches as f64)),
                     (
                         "switches_per_proc_stat_ctxt",
-                        J::N(round(r.switches as f64 / r.ctxt.max(1) as f64, 4)),
+                        Json::Num(round(r.switches as f64 / r.ctxt.max(1) as f64, 4)),
                     ),
-                    ("programs", J::A(progs)),
+                    ("programs", Json::Arr(progs)),
                     (
                         "throughput",
-                        obj(vec![
-                            ("unit", J::S(r.unit.into())),
+                        Json::obj(vec![
+                            ("unit", Json::Str(r.unit.into())),
                             ("without", spread(&r.without, 0)),
                             ("with", spread(&r.with, 0)),
                             ("with_bpf_stats", spread(&r.with_stats, 0)),
-                            ("loss_pct", J::N(round(s.loss_pct, 2))),
+                            ("loss_pct", Json::Num(round(s.loss_pct, 2))),
                             ("other_cpus_busy_without", spread(&r.other_without, 3)),
                             ("other_cpus_busy_with", spread(&r.other_with, 3)),
                         ]),
                     ),
-                    ("user_cpu_pct", J::N(round(s.cpu_pct, 3))),
+                    ("user_cpu_pct", Json::Num(round(s.cpu_pct, 3))),
                     (
                         "user_cpu_pct_schedstat",
-                        J::N(round(s.cpu_pct_schedstat, 3)),
+                        Json::Num(round(s.cpu_pct_schedstat, 3)),
                     ),
-                    ("cpu_measured_over_s", J::N(round(r.cpu_wall, 3))),
-                    ("peak_rss_mib", J::N(round(s.rss_mib, 2))),
+                    ("cpu_measured_over_s", Json::Num(round(r.cpu_wall, 3))),
+                    ("peak_rss_mib", Json::Num(round(s.rss_mib, 2))),
                     (
                         "rss_kib_samples",
-                        J::A(r.rss_kib.iter().map(|&k| J::N(k as f64)).collect()),
+                        Json::Arr(r.rss_kib.iter().map(|&k| Json::Num(k as f64)).collect()),
                     ),
                     ("startup_ms", spread(&r.startup_ms, 2)),
                     (
                         "foreign_programs_ignored",
-                        J::A(r.foreign.iter().map(|f| J::S(f.clone())).collect()),
+                        Json::Arr(r.foreign.iter().map(|f| Json::Str(f.clone())).collect()),
                     ),
                 ])
             })
@@ -1787,33 +1776,33 @@ impl Report<'_> {
             .iter()
             .zip(self.expects)
             .map(|(t, e)| {
-                obj(vec![
-                    ("key", J::S(t.key.into())),
-                    ("label", J::S(t.label.into())),
+                Json::obj(vec![
+                    ("key", Json::Str(t.key.into())),
+                    ("label", Json::Str(t.label.into())),
                     (
                         "commands",
-                        J::A(
+                        Json::Arr(
                             t.procs
                                 .iter()
-                                .map(|(_, argv)| J::S(argv.join(" ")))
+                                .map(|(_, argv)| Json::Str(argv.join(" ")))
                                 .collect(),
                         ),
                     ),
                     (
                         "programs",
-                        J::A(
+                        Json::Arr(
                             e.iter()
                                 .flat_map(|x| &x.code)
                                 .map(|c| {
-                                    obj(vec![
-                                        ("program", J::S(c.program.clone())),
-                                        ("xlated_insns", J::N(c.insns as f64)),
+                                    Json::obj(vec![
+                                        ("program", Json::Str(c.program.clone())),
+                                        ("xlated_insns", Json::Num(c.insns as f64)),
                                         (
                                             "calls",
-                                            J::O(
+                                            Json::Obj(
                                                 c.calls
                                                     .iter()
-                                                    .map(|(k, n)| (k.clone(), J::N(*n as f64)))
+                                                    .map(|(k, n)| (k.clone(), Json::Num(*n as f64)))
                                                     .collect(),
                                             ),
                                         ),
@@ -1838,38 +1827,38 @@ impl Report<'_> {
                 })
             })
             .unwrap_or_default();
-        obj(vec![
-            ("schema", J::S("tracer-bench/1".into())),
-            ("unix_time", J::N(now as f64)),
-            ("mode", J::S(if self.quick { "quick" } else { "full" }.into())),
-            ("runs_per_tool_and_load", J::N(self.cfg.runs as f64)),
-            ("nice", J::N(if self.niced { -20.0 } else { 0.0 })),
-            ("elapsed_s", J::N(round(self.elapsed.as_secs_f64(), 1))),
+        Json::obj(vec![
+            ("schema", Json::Str("tracer-bench/1".into())),
+            ("unix_time", Json::Num(now as f64)),
+            ("mode", Json::Str(if self.quick { "quick" } else { "full" }.into())),
+            ("runs_per_tool_and_load", Json::Num(self.cfg.runs as f64)),
+            ("nice", Json::Num(if self.niced { -20.0 } else { 0.0 })),
+            ("elapsed_s", Json::Num(round(self.elapsed.as_secs_f64(), 1))),
             (
                 "machine",
-                obj(vec![
+                Json::obj(vec![
                     (
                         "kernel",
-                        J::S(fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into()),
+                        Json::Str(fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().into()),
                     ),
                     (
                         "cpus",
-                        J::N(std::thread::available_parallelism().map_or(0, |n| n.get()) as f64),
+                        Json::Num(std::thread::available_parallelism().map_or(0, |n| n.get()) as f64),
                     ),
-                    ("cpu_model", J::S(cpu_model)),
-                    ("loadavg_before", J::S(self.load_before.clone())),
-                    ("loadavg_after", J::S(self.load_after.clone())),
+                    ("cpu_model", Json::Str(cpu_model)),
+                    ("loadavg_before", Json::Str(self.load_before.clone())),
+                    ("loadavg_after", Json::Str(self.load_after.clone())),
                 ]),
             ),
             (
                 "versions",
-                obj(vec![
-                    ("tracer", J::S(first_line(&[&self.tracer.to_string_lossy(), "--version"]))),
-                    ("tracer_binary", J::S(self.tracer.to_string_lossy().into())),
-                    ("tree_head", J::S(first_line(&["git", "-C", &root, "rev-parse", "HEAD"]))),
+                Json::obj(vec![
+                    ("tracer", Json::Str(first_line(&[&self.tracer.to_string_lossy(), "--version"]))),
+                    ("tracer_binary", Json::Str(self.tracer.to_string_lossy().into())),
+                    ("tree_head", Json::Str(first_line(&["git", "-C", &root, "rev-parse", "HEAD"]))),
                     (
                         "tracer_sources_modified",
-                        J::S(
+                        Json::Str(
                             command_output(&[
                                 "git",
                                 "-C",
@@ -1884,72 +1873,72 @@ impl Report<'_> {
                             .replace('\n', "; "),
                         ),
                     ),
-                    ("bpftrace", J::S(first_line(&["bpftrace", "--version"]))),
+                    ("bpftrace", Json::Str(first_line(&["bpftrace", "--version"]))),
                     (
                         "libbpf_tools",
-                        J::S(first_line(&["dpkg-query", "-W", "-f=${Version}", "libbpf-tools"])),
+                        Json::Str(first_line(&["dpkg-query", "-W", "-f=${Version}", "libbpf-tools"])),
                     ),
-                    ("perf", J::S(first_line(&["perf", "version"]))),
-                    ("bpftool", J::S(first_line(&["bpftool", "version"]))),
+                    ("perf", Json::Str(first_line(&["perf", "version"]))),
+                    ("bpftool", Json::Str(first_line(&["bpftool", "version"]))),
                 ]),
             ),
             (
                 "bpf_stats",
-                obj(vec![
-                    ("method", J::S(self.stats_method.into())),
+                Json::obj(vec![
+                    ("method", Json::Str(self.stats_method.into())),
                     (
                         "overhead_ns_per_run",
-                        J::A(
+                        Json::Arr(
                             self.overhead
                                 .iter()
                                 .map(|(load, samples, xlated)| {
-                                    obj(vec![
-                                        ("load", J::S(load.to_string())),
-                                        ("empty_program_bytes", J::N(*xlated as f64)),
+                                    Json::obj(vec![
+                                        ("load", Json::Str(load.to_string())),
+                                        ("empty_program_bytes", Json::Num(*xlated as f64)),
                                         ("ns_per_run", spread(samples, 2)),
                                     ])
                                 })
                                 .collect(),
                         ),
                     ),
-                    ("sysctl_before_and_after", J::S(self.stats_sysctl.clone())),
+                    ("sysctl_before_and_after", Json::Str(self.stats_sysctl.clone())),
                 ]),
             ),
             (
                 "loads",
-                J::A(
+                Json::Arr(
                     self.loads
                         .iter()
                         .map(|l| {
-                            obj(vec![
-                                ("key", J::S(l.key.into())),
-                                ("command", J::S(l.argv.join(" "))),
-                                ("unit", J::S(l.unit.into())),
+                            Json::obj(vec![
+                                ("key", Json::Str(l.key.into())),
+                                ("command", Json::Str(l.argv.join(" "))),
+                                ("unit", Json::Str(l.unit.into())),
                             ])
                         })
                         .collect(),
                 ),
             ),
-            ("tools", J::A(tools)),
-            ("bpftrace_script", J::S(BPFTRACE_SCRIPT.into())),
+            ("tools", Json::Arr(tools)),
+            ("bpftrace_script", Json::Str(BPFTRACE_SCRIPT.into())),
             (
                 "method",
-                obj(vec![
-                    ("sequence", J::S("per load: a without run, then rounds; each round runs the empty-program calibration once and then every tool in turn: start tool; load with BPF stats on; load with stats off; stop tool; a without run. A tool's without samples are the runs just before and just after each of its steps".into())),
-                    ("ns_per_switch", J::S("programs = ids new in `bpftool prog show --json` across the tool's start that its processes hold as fds; sum of their run_time_ns deltas over the stats-on load / run_cnt delta of the tool's sched_switch program (cpudist's for cpudist+runqlat, the first sched_switch probe for bpftrace); median of runs. run_time_ns covers the program body only, not the attach mechanism (trampoline, or for bpftrace's classic tracepoints the perf trace-buffer fill)".into())),
-                    ("throughput", J::S("perf's own figure: pipe ops/sec, messaging messages/s = groups*20*20*loops / total time; loss = 1 - median(with, stats off) / median(without)".into())),
-                    ("user_cpu", J::S("utime+stime of the tool's processes (/proc/PID/stat, clock ticks) over both loads of each run / their wall time; user_cpu_pct_schedstat: same from /proc/PID/task/*/schedstat ns".into())),
-                    ("rss", J::S("VmHWM (/proc/PID/status) just before stopping, summed over the tool's processes; max over runs".into())),
-                    ("startup", J::S("spawn (fork+exec) to: every process holds as many bpf_link fds (perf_event fds for bpftrace) and programs as in an untimed warm-up start, and its sched_switch program has run_cnt > 0 in /proc/PID/fdinfo; polled every 0.5 ms with BPF stats on".into())),
-                    ("net", J::S("bpf_stats brackets every program run with two sched_clock() reads; an empty program (r0 = 1; exit, bpftrace's code for an empty sched_switch probe) measured the same way gives that overhead per run, and net_ns_per_switch = ns_per_switch - overhead * (all the tool's program runs / switches)".into())),
-                    ("bpf_share_of_load_cpu", J::S("(sum of the tool's run_time_ns - overhead * runs) / (the load's own CPU time in the stats-on run - the same): the throughput loss the programs alone explain, not disturbed by other work on the machine".into())),
-                    ("other_cpus_busy", J::S("per load run: busy ticks of /proc/stat (user+nice+system+irq+softirq+steal) minus the load's own CPU time (cutime+cstime of xtask once reaped), per second: what the tool, the -p target, xtask and everything else on the machine used meanwhile".into())),
-                    ("priority", J::S("xtask sets itself to nice -20 so the loads and tools it starts (inheriting it) are shielded from other work on the machine".into())),
-                    ("minus_p_target", J::S("a perl loop sleeping 1 ms (about 1000 switches/s), running for the whole bench, unrelated to the loads".into())),
+                Json::obj(vec![
+                    ("sequence", Json::Str("per load: a without run, then rounds; each round runs the empty-program calibration once and then every tool in turn: start tool; load with BPF stats on; load with stats off; stop tool; a without run. A tool's without samples are the runs just before and just after each of its steps".into())),
+                    ("ns_per_switch", Json::Str("programs = ids new in `bpftool prog show --json` across the tool's start that its processes hold as fds; sum of their run_time_ns deltas over the stats-on load / run_cnt delta of the tool's sched_switch program (cpudist's for cpudist+runqlat, the first sched_switch probe for bpftrace); median of runs. run_time_ns covers the program body only, not the attach mechanism (trampoline, or for bpftrace's classic tracepoints the perf trace-buffer fill)".into())),
+                    ("throughput", Json::Str("perf's own figure: pipe ops/sec, messaging messages/s = groups*20*20*loops / total time; loss = 1 - median(with, stats off) / median(without)".into())),
+                    ("user_cpu", Json::Str("utime+stime of the tool's processes (/proc/PID/stat, clock ticks) over both loads of each run / their wall time; user_cpu_pct_schedstat: same from /proc/PID/task/*/schedstat ns".into())),
+                    ("rss", Json::Str("VmHWM (/proc/PID/status) just before stopping, summed over the tool's processes; max over runs".into())),
+                    ("startup", Json::Str("spawn (fork+exec) to: every process holds as many bpf_link fds (perf_event fds for bpftrace) and programs as in an untimed warm-up start, and its sched_switch program has run_cnt > 0 in /proc/PID/fdinfo; polled every 0.5 ms with BPF stats on".into())),
+                    ("net", Json::Str("bpf_stats brackets every program run with two sched_clock() reads; an empty program (r0 = 1; exit, bpftrace's code for an empty sched_switch probe) measured the same way gives that overhead per run, and net_ns_per_switch = ns_per_switch - overhead * (all the tool's program runs / switches)".into())),
+                    ("bpf_share_of_load_cpu", Json::Str("(sum of the tool's run_time_ns - overhead * runs) / (the load's own CPU time in the stats-on run - the same): the throughput loss the programs alone explain, not disturbed by other work on the machine".into())),
+                    ("other_cpus_busy", Json::Str("per load run: busy ticks of /proc/stat (user+nice+system+irq+softirq+steal) minus the load's own CPU time (cutime+cstime of xtask once reaped), per second: what the tool, the -p target, xtask and everything else on the machine used meanwhile".into())),
+                    ("priority", Json::Str("xtask sets itself to nice -20 so the loads and tools it starts (inheriting it) are shielded from other work on the machine".into())),
+                    ("minus_p_target", Json::Str("a perl loop sleeping 1 ms (about 1000 switches/s), running for the whole bench, unrelated to the loads".into())),
                 ]),
             ),
-            ("results", J::A(rows)),
-            ("targets", J::A(self.targets().into_iter().map(|t| t.1).collect())),
+            ("results", Json::Arr(rows)),
+            ("targets", Json::Arr(self.targets().into_iter().map(|t| t.1).collect())),
         ])
     }
 }
@@ -1994,282 +1983,9 @@ fn print_table(rows: &[Vec<String>]) {
 // ---------------------------------------------------------------------------------------
 // A small JSON value: written for the results, parsed for bpftool.
 
-#[derive(Clone, Debug)]
-enum J {
-    Null,
-    B(bool),
-    N(f64),
-    S(String),
-    A(Vec<J>),
-    O(Vec<(String, J)>),
-}
-
-fn obj(pairs: Vec<(&str, J)>) -> J {
-    J::O(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
-}
-
-impl J {
-    fn get(&self, key: &str) -> Option<&J> {
-        match self {
-            J::O(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
-    fn num(&self) -> Option<f64> {
-        match self {
-            J::N(x) => Some(*x),
-            _ => None,
-        }
-    }
-
-    fn str(&self) -> Option<&str> {
-        match self {
-            J::S(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    fn render(&self) -> String {
-        let mut s = String::new();
-        self.write(&mut s, 0);
-        s.push('\n');
-        s
-    }
-
-    fn write(&self, out: &mut String, indent: usize) {
-        let pad = |n: usize| "  ".repeat(n);
-        match self {
-            J::Null => out.push_str("null"),
-            J::B(b) => out.push_str(if *b { "true" } else { "false" }),
-            J::N(x) if !x.is_finite() => out.push_str("null"),
-            J::N(x) => out.push_str(&format!("{x}")),
-            J::S(s) => {
-                out.push('"');
-                for c in s.chars() {
-                    match c {
-                        '"' => out.push_str("\\\""),
-                        '\\' => out.push_str("\\\\"),
-                        '\n' => out.push_str("\\n"),
-                        '\t' => out.push_str("\\t"),
-                        c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-                        c => out.push(c),
-                    }
-                }
-                out.push('"');
-            }
-            J::A(v) if v.iter().all(|x| matches!(x, J::N(_) | J::Null | J::B(_))) => {
-                out.push('[');
-                for (i, x) in v.iter().enumerate() {
-                    if i > 0 {
-                        out.push_str(", ");
-                    }
-                    x.write(out, indent);
-                }
-                out.push(']');
-            }
-            J::A(v) => {
-                out.push_str("[\n");
-                for (i, x) in v.iter().enumerate() {
-                    out.push_str(&pad(indent + 1));
-                    x.write(out, indent + 1);
-                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
-                }
-                out.push_str(&pad(indent));
-                out.push(']');
-            }
-            J::O(m) => {
-                out.push_str("{\n");
-                for (i, (k, v)) in m.iter().enumerate() {
-                    out.push_str(&pad(indent + 1));
-                    J::S(k.clone()).write(out, indent + 1);
-                    out.push_str(": ");
-                    v.write(out, indent + 1);
-                    out.push_str(if i + 1 < m.len() { ",\n" } else { "\n" });
-                }
-                out.push_str(&pad(indent));
-                out.push('}');
-            }
-        }
-    }
-}
-
-fn parse_json(text: &str) -> Result<J> {
-    let mut p = Parser {
-        s: text.as_bytes(),
-        i: 0,
-    };
-    let v = p.value()?;
-    p.ws();
-    ensure!(p.i == p.s.len(), "trailing characters at byte {}", p.i);
-    Ok(v)
-}
-
-struct Parser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl Parser<'_> {
-    fn ws(&mut self) {
-        while self.s.get(self.i).is_some_and(|c| c.is_ascii_whitespace()) {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, c: u8) -> Result<()> {
-        self.ws();
-        ensure!(
-            self.s.get(self.i) == Some(&c),
-            "expected '{}' at byte {}",
-            c as char,
-            self.i
-        );
-        self.i += 1;
-        Ok(())
-    }
-
-    fn value(&mut self) -> Result<J> {
-        self.ws();
-        let c = *self
-            .s
-            .get(self.i)
-            .ok_or_else(|| anyhow!("unexpected end"))?;
-        match c {
-            b'{' => {
-                self.i += 1;
-                let mut m = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(J::O(m));
-                }
-                loop {
-                    self.ws();
-                    let k = self.string()?;
-                    self.eat(b':')?;
-                    m.push((k, self.value()?));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(J::O(m));
-                        }
-                        _ => bail!("expected ',' or '}}' at byte {}", self.i),
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut v = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(J::A(v));
-                }
-                loop {
-                    v.push(self.value()?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(J::A(v));
-                        }
-                        _ => bail!("expected ',' or ']' at byte {}", self.i),
-                    }
-                }
-            }
-            b'"' => Ok(J::S(self.string()?)),
-            b't' | b'f' | b'n' => {
-                for (word, v) in [
-                    ("true", J::B(true)),
-                    ("false", J::B(false)),
-                    ("null", J::Null),
-                ] {
-                    if self.s[self.i..].starts_with(word.as_bytes()) {
-                        self.i += word.len();
-                        return Ok(v);
-                    }
-                }
-                bail!("bad literal at byte {}", self.i)
-            }
-            _ => {
-                let start = self.i;
-                while self
-                    .s
-                    .get(self.i)
-                    .is_some_and(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
-                {
-                    self.i += 1;
-                }
-                let t = std::str::from_utf8(&self.s[start..self.i])?;
-                Ok(J::N(t.parse().with_context(|| {
-                    format!("bad number {t:?} at byte {start}")
-                })?))
-            }
-        }
-    }
-
-    fn string(&mut self) -> Result<String> {
-        self.eat(b'"')?;
-        let mut out = Vec::new();
-        loop {
-            let c = *self
-                .s
-                .get(self.i)
-                .ok_or_else(|| anyhow!("unterminated string"))?;
-            self.i += 1;
-            match c {
-                b'"' => return Ok(String::from_utf8_lossy(&out).into_owned()),
-                b'\\' => {
-                    let e = *self
-                        .s
-                        .get(self.i)
-                        .ok_or_else(|| anyhow!("unterminated escape"))?;
-                    self.i += 1;
-                    match e {
-                        b'n' => out.push(b'\n'),
-                        b't' => out.push(b'\t'),
-                        b'r' => out.push(b'\r'),
-                        b'b' => out.push(8),
-                        b'f' => out.push(12),
-                        b'u' => {
-                            let hex = self.s.get(self.i..self.i + 4).context("short \\u escape")?;
-                            let code = u32::from_str_radix(std::str::from_utf8(hex)?, 16)?;
-                            self.i += 4;
-                            let ch = char::from_u32(code).unwrap_or('\u{fffd}');
-                            out.extend_from_slice(ch.to_string().as_bytes());
-                        }
-                        other => out.push(other),
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn json_round_trip() {
-        let text = r#"[{"id": 12, "name": "sched_switch_btf", "type": "tracing", "jited": true,
-            "map_ids": [1, 2], "x": null, "s": "a\"b\u0041"}, {}]"#;
-        let v = parse_json(text).unwrap();
-        let J::A(items) = &v else { panic!() };
-        assert_eq!(items[0].get("id").and_then(J::num), Some(12.0));
-        assert_eq!(
-            items[0].get("name").and_then(J::str),
-            Some("sched_switch_btf")
-        );
-        assert_eq!(items[0].get("s").and_then(J::str), Some("a\"bA"));
-        let again = parse_json(&v.render()).unwrap();
-        assert_eq!(again.render(), v.render());
-    }
 
     #[test]
     fn medians() {

@@ -4,6 +4,7 @@ mod bench;
 mod cmd;
 mod cross;
 mod elf;
+mod json;
 mod setup;
 mod vm;
 

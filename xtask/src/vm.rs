@@ -11,7 +11,6 @@
 
 mod checks;
 mod initramfs;
-mod json;
 mod protocol;
 mod provision;
 mod qemu;

@@ -3,10 +3,8 @@
 //! cross-checked against what the guest saw at boot; the numbers are checked against the
 //! guest kernel's schedstat as each workload thread recorded it at its end.
 
-use super::{
-    json::{self, Json},
-    protocol::{GuestOutput, Step},
-};
+use super::protocol::{GuestOutput, Step};
+use crate::json::{self, Json};
 
 /// Relative tolerance against schedstat.
 const TOLERANCE: f64 = 0.02;

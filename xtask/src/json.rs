@@ -1,5 +1,6 @@
-//! A small JSON reader for the tracer's reports, so xtask needs no JSON dependency.
-//! Numbers are f64: the nanosecond counts the checks read stay far below 2^53.
+//! A small JSON reader and writer for the tracer's reports, bpftool's output and the
+//! benchmark's results, so xtask needs no JSON dependency (it builds in seconds).
+//! Numbers are f64: the nanosecond counts read stay far below 2^53.
 
 use std::fmt;
 
@@ -62,6 +63,79 @@ impl Json {
 
     pub fn is_null(&self) -> bool {
         matches!(self, Json::Null)
+    }
+
+    /// An object from (key, value) pairs, in order.
+    pub fn obj(pairs: Vec<(&str, Json)>) -> Json {
+        Json::Obj(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+
+    /// Indented, one member per line; arrays of plain values stay on one line.
+    /// Non-finite numbers are written as null.
+    pub fn pretty(&self) -> String {
+        let mut s = String::new();
+        self.write_pretty(&mut s, 0);
+        s.push('\n');
+        s
+    }
+
+    fn write_pretty(&self, out: &mut String, indent: usize) {
+        let pad = |n: usize| "  ".repeat(n);
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(x) if !x.is_finite() => out.push_str("null"),
+            Json::Num(x) => out.push_str(&format!("{x}")),
+            Json::Str(s) => {
+                out.push('"');
+                for c in s.chars() {
+                    match c {
+                        '"' => out.push_str("\\\""),
+                        '\\' => out.push_str("\\\\"),
+                        '\n' => out.push_str("\\n"),
+                        '\t' => out.push_str("\\t"),
+                        c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                        c => out.push(c),
+                    }
+                }
+                out.push('"');
+            }
+            Json::Arr(v)
+                if v.iter()
+                    .all(|x| matches!(x, Json::Num(_) | Json::Null | Json::Bool(_))) =>
+            {
+                out.push('[');
+                for (i, x) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    x.write_pretty(out, indent);
+                }
+                out.push(']');
+            }
+            Json::Arr(v) => {
+                out.push_str("[\n");
+                for (i, x) in v.iter().enumerate() {
+                    out.push_str(&pad(indent + 1));
+                    x.write_pretty(out, indent + 1);
+                    out.push_str(if i + 1 < v.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&pad(indent));
+                out.push(']');
+            }
+            Json::Obj(m) => {
+                out.push_str("{\n");
+                for (i, (k, v)) in m.iter().enumerate() {
+                    out.push_str(&pad(indent + 1));
+                    Json::Str(k.clone()).write_pretty(out, indent + 1);
+                    out.push_str(": ");
+                    v.write_pretty(out, indent + 1);
+                    out.push_str(if i + 1 < m.len() { ",\n" } else { "\n" });
+                }
+                out.push_str(&pad(indent));
+                out.push('}');
+            }
+        }
     }
 }
 
@@ -265,6 +339,20 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pretty_output_parses_back_to_the_same_document() {
+        let text = r#"[{"id": 12, "name": "sched_switch_btf", "type": "tracing", "jited": true,
+            "map_ids": [1, 2], "x": null, "s": "a\"b\u0041"}, {}]"#;
+        let v = parse(text).unwrap();
+        let items = v.items();
+        assert_eq!(items[0].get("id").as_f64(), Some(12.0));
+        assert_eq!(items[0].get("name").as_str(), Some("sched_switch_btf"));
+        assert_eq!(items[0].get("s").as_str(), Some("a\"bA"));
+        let again = parse(&v.pretty()).unwrap();
+        assert_eq!(again, v);
+        assert_eq!(Json::Num(f64::NAN).pretty(), "null\n");
+    }
 
     #[test]
     fn reads_a_report() {
