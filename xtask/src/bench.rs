@@ -569,18 +569,7 @@ fn ensure_packages() -> Result<()> {
         return Ok(());
     }
     println!("xtask bench: installing {}", missing.join(" "));
-    let install = || {
-        Command::new("apt-get")
-            .args(["install", "-y"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-    };
-    if !install().is_ok_and(|s| s.success()) {
-        let _ = Command::new("apt-get").arg("update").status();
-        let st = install().context("cannot run apt-get")?;
-        ensure!(st.success(), "apt-get install {} failed", missing.join(" "));
-    }
+    crate::apt::Apt::new().install(&missing)?;
     let still: Vec<&str> = missing.into_iter().filter(|p| !installed(p)).collect();
     ensure!(still.is_empty(), "still not installed: {}", still.join(" "));
     Ok(())

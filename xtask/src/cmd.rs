@@ -64,6 +64,14 @@ pub fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Whether `cmd` runs and exits 0, its output discarded.
+pub fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 /// Runs `cmd` quietly and returns its stdout; on failure the error carries its stderr.
 pub fn output(cmd: &mut Command) -> Result<String> {
     let shown = describe(cmd);

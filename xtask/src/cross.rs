@@ -8,12 +8,9 @@
 //! by the gcc package, so named explicitly) and `qemu-user-static` (`apt-get update` only
 //! when apt does not know a package yet; through `sudo -n` when not root). The tests see `TRACER_UNDER_QEMU=1`, so tests that
 //! need the live kernel (BPF, perf events) can skip cleanly: qemu-user emulates neither.
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{path::Path, process::Command};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// The Rust target.
 pub const TARGET: &str = "powerpc64le-unknown-linux-gnu";
@@ -31,25 +28,7 @@ fn workspace_root() -> &'static Path {
 
 /// Whether `cmd args` runs and exits 0 (quietly).
 fn succeeds(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Runs a command, failing with the command line in the error.
-fn run(cmd: &mut Command) -> Result<()> {
-    let line = format!("{cmd:?}");
-    eprintln!("+ {line}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start {line}"))?;
-    if !status.success() {
-        bail!("{line} failed: {status}");
-    }
-    Ok(())
+    crate::cmd::succeeds(Command::new(cmd).args(args))
 }
 
 /// The Debian packages still missing, given what is installed.
@@ -76,26 +55,6 @@ pub fn runner() -> String {
     format!("{QEMU} -L {SYSROOT}")
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-/// apt-get, through `sudo -n` when not root.
-fn apt_get(args: &[&str]) -> Command {
-    let mut c = if is_root() {
-        Command::new("apt-get")
-    } else {
-        let mut c = Command::new("sudo");
-        c.args(["-n", "apt-get"]);
-        c
-    };
-    c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-    c
-}
-
 fn ensure_rust_target() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -108,9 +67,11 @@ fn ensure_rust_target() -> Result<()> {
     {
         return Ok(());
     }
-    run(Command::new("rustup")
-        .args(["target", "add", TARGET])
-        .current_dir(workspace_root()))
+    crate::cmd::run(
+        Command::new("rustup")
+            .args(["target", "add", TARGET])
+            .current_dir(workspace_root()),
+    )
 }
 
 fn ensure_packages() -> Result<()> {
@@ -122,18 +83,7 @@ fn ensure_packages() -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    // apt only needs fresh lists when it does not know a package yet.
-    if !missing.iter().all(|p| succeeds("apt-cache", &["show", p])) {
-        run(&mut apt_get(&["update"]))?;
-    }
-    let mut args = vec!["install", "-y", "--no-install-recommends"];
-    args.extend(&missing);
-    run(&mut apt_get(&args)).with_context(|| {
-        format!(
-            "installing {} (needs root or passwordless sudo)",
-            missing.join(" ")
-        )
-    })
+    crate::apt::Apt::new().install(&missing)
 }
 
 /// Provisions the toolchain, then runs `cargo test -p tracer --lib` for powerpc64le under
@@ -142,13 +92,15 @@ pub fn cross_test() -> Result<()> {
     ensure_rust_target()?;
     ensure_packages()?;
     let env_target = TARGET.to_uppercase().replace('-', "_");
-    run(Command::new("cargo")
-        .current_dir(workspace_root())
-        .args(["test", "-p", "tracer", "--lib", "--target", TARGET])
-        .env(format!("CARGO_TARGET_{env_target}_LINKER"), LINKER)
-        .env(format!("CARGO_TARGET_{env_target}_RUNNER"), runner())
-        .env(format!("CC_{}", TARGET.replace('-', "_")), LINKER)
-        .env("TRACER_UNDER_QEMU", "1"))
+    crate::cmd::run(
+        Command::new("cargo")
+            .current_dir(workspace_root())
+            .args(["test", "-p", "tracer", "--lib", "--target", TARGET])
+            .env(format!("CARGO_TARGET_{env_target}_LINKER"), LINKER)
+            .env(format!("CARGO_TARGET_{env_target}_RUNNER"), runner())
+            .env(format!("CC_{}", TARGET.replace('-', "_")), LINKER)
+            .env("TRACER_UNDER_QEMU", "1"),
+    )
     .context("the powerpc64le unit tests failed")
 }
 

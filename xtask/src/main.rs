@@ -1,5 +1,6 @@
 //! Developer tasks for the tracer workspace, run as `cargo xtask <command>`.
 
+mod apt;
 mod bench;
 mod cmd;
 mod cross;

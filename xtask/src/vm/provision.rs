@@ -11,51 +11,14 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::Arch;
-
-fn is_root() -> bool {
-    crate::is_root().unwrap_or(false)
-}
-
-/// A command that changes the system: as it is when root, else through `sudo -n`.
-fn privileged(program: &str) -> Command {
-    if is_root() {
-        Command::new(program)
-    } else {
-        let mut c = Command::new("sudo");
-        c.args(["-n", program]);
-        c
-    }
-}
-
-fn apt_get(args: &[&str]) -> Command {
-    let mut c = privileged("apt-get");
-    c.arg("-q")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive");
-    c
-}
-
-fn succeeds(cmd: &mut Command) -> bool {
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+pub use crate::apt::Apt;
+use crate::{
+    apt::{apt_get, privileged},
+    cmd,
+};
 
 fn have_program(name: &str) -> bool {
-    succeeds(Command::new(name).arg("--version"))
-}
-
-fn run(cmd: &mut Command) -> Result<()> {
-    let shown = crate::cmd::describe(cmd);
-    println!("vm-test: $ {shown}");
-    let status = cmd
-        .status()
-        .with_context(|| format!("cannot start `{shown}`"))?;
-    if !status.success() {
-        bail!("`{shown}` failed ({status})");
-    }
-    Ok(())
+    cmd::succeeds(Command::new(name).arg("--version"))
 }
 
 fn output(cmd: &mut Command) -> Option<String> {
@@ -65,28 +28,7 @@ fn output(cmd: &mut Command) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The package lists, refreshed at most once per run. A failure is not fatal: a mirror
-/// often serves one index mid-sync (seen here for bookworm-security's ppc64el index)
-/// while the packages we need resolve from the others.
-pub struct Apt {
-    updated: bool,
-}
-
 impl Apt {
-    pub fn new() -> Apt {
-        Apt { updated: false }
-    }
-
-    pub fn update(&mut self) {
-        if self.updated {
-            return;
-        }
-        self.updated = true;
-        if let Err(e) = run(&mut apt_get(&["update"])) {
-            println!("vm-test: warning: {e:#}; going on with the lists apt has");
-        }
-    }
-
     /// `apt-cache show` of the candidate version, updating the lists once if apt does not
     /// know the package.
     fn show(&mut self, spec: &str) -> Option<String> {
@@ -114,23 +56,7 @@ impl Apt {
             })
             .map(|(_, pkg)| *pkg)
             .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        if !missing
-            .iter()
-            .all(|p| succeeds(Command::new("apt-cache").args(["show", "--no-all-versions", p])))
-        {
-            self.update();
-        }
-        let mut args = vec!["install", "-y", "--no-install-recommends"];
-        args.extend(&missing);
-        run(&mut apt_get(&args)).with_context(|| {
-            format!(
-                "installing {} (needs root or passwordless sudo)",
-                missing.join(" ")
-            )
-        })
+        self.install(&missing)
     }
 
     /// Lets apt download packages of a foreign architecture (ppc64el).
@@ -144,7 +70,7 @@ impl Apt {
         if foreign.lines().any(|l| l.trim() == deb_arch) {
             return Ok(());
         }
-        run(privileged("dpkg").args(["--add-architecture", deb_arch]))?;
+        cmd::run(privileged("dpkg").args(["--add-architecture", deb_arch]))?;
         self.updated = false;
         self.update();
         Ok(())
@@ -188,11 +114,11 @@ impl Apt {
             return Ok(deb);
         }
         let mut cmd = apt_get(&["download"]);
-        if is_root() {
+        if crate::is_root().unwrap_or(false) {
             // The cache is root's: apt's sandbox user could not write it (a harmless warning).
             cmd.args(["-o", "APT::Sandbox::User=root"]);
         }
-        run(cmd.arg(&spec).current_dir(dir))?;
+        crate::cmd::run(cmd.arg(&spec).current_dir(dir))?;
         if !deb.exists() {
             return newest_cached(dir, &format!("{package}_"), deb_arch).with_context(|| {
                 format!("apt-get download {spec} left no .deb in {}", dir.display())
