@@ -32,6 +32,64 @@ pub struct ThreadRecord {
     pub stats: ThreadStats,
     /// It died during the window (its totals came through the ring buffer).
     pub exited: bool,
+    /// 0 for one thread; else this row sums that many exited threads of process
+    /// `stats.tgid` (key `(tgid, FOLDED_GEN)`, `tid` 0), folded to bound memory.
+    pub folded: u32,
+}
+
+/// Exited threads kept one by one. Past this (plus a quarter, so folding is amortized)
+/// the least busy are folded into one row per process: a tracer left running for days
+/// under thread churn keeps a bounded memory (~0.2 KiB per kept thread).
+pub const EXITED_KEEP: usize = 16384;
+/// The key generation of a process's folded row.
+pub const FOLDED_GEN: u32 = u32::MAX;
+
+/// `into += s`, the cumulative fields only.
+fn add_stats(into: &mut ThreadStats, s: &ThreadStats) {
+    into.on_cpu_ns += s.on_cpu_ns;
+    into.slices += s.slices;
+    into.voluntary += s.voluntary;
+    into.involuntary += s.involuntary;
+    into.runq_wait_ns += s.runq_wait_ns;
+    into.runq_waits += s.runq_waits;
+    into.off_cpu_ns += s.off_cpu_ns;
+    into.blocked_ns += s.blocked_ns;
+    into.preempted_ns += s.preempted_ns;
+    into.migrations += s.migrations;
+    for i in 0..into.counters.len() {
+        into.counters[i] += s.counters[i];
+    }
+}
+
+/// Folds all but the `keep` busiest individual exited threads into one row per process.
+pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) {
+    let mut single: Vec<(u64, ThreadKey)> = exited
+        .iter()
+        .filter(|(k, _)| k.1 != FOLDED_GEN)
+        .map(|(k, r)| (r.stats.on_cpu_ns, *k))
+        .collect();
+    if single.len() <= keep {
+        return;
+    }
+    single.sort_unstable();
+    let n = single.len() - keep;
+    for (_, k) in single.into_iter().take(n) {
+        let Some(r) = exited.remove(&k) else { continue };
+        let tgid = r.stats.tgid;
+        let row = exited.entry((tgid, FOLDED_GEN)).or_insert_with(|| {
+            let mut stats = ThreadStats::zeroed();
+            stats.tgid = tgid;
+            stats.comm = r.stats.comm;
+            ThreadRecord {
+                tid: 0,
+                stats,
+                exited: true,
+                folded: 0,
+            }
+        });
+        add_stats(&mut row.stats, &r.stats);
+        row.folded += 1;
+    }
 }
 
 /// The three histograms of one scope.
@@ -138,10 +196,28 @@ pub fn is_idle(s: &ThreadStats) -> bool {
 impl Snapshot {
     /// What happened between `earlier` and `self`; threads without activity are left out.
     pub fn delta(&self, earlier: &Snapshot) -> Snapshot {
+        // Exited threads folded into their process's row since `earlier` are counted in
+        // that row on the earlier side too, or the interval would show their whole
+        // lifetime again.
+        let mut earlier_folded: HashMap<u32, ThreadStats> = HashMap::new();
+        for (k, e) in &earlier.threads {
+            let now_folded = e.exited && e.folded == 0 && !self.threads.contains_key(k);
+            if e.folded > 0 || now_folded {
+                let f = earlier_folded
+                    .entry(e.stats.tgid)
+                    .or_insert_with(ThreadStats::zeroed);
+                add_stats(f, &e.stats);
+            }
+        }
         let mut threads = BTreeMap::new();
         for (k, r) in &self.threads {
-            let stats = match earlier.threads.get(k) {
-                Some(e) => sub_stats(&r.stats, &e.stats),
+            let earlier_stats = if r.folded > 0 {
+                earlier_folded.get(&r.stats.tgid)
+            } else {
+                earlier.threads.get(k).map(|e| &e.stats)
+            };
+            let stats = match earlier_stats {
+                Some(e) => sub_stats(&r.stats, e),
                 None => r.stats,
             };
             if !is_idle(&stats) {
@@ -151,6 +227,7 @@ impl Snapshot {
                         tid: r.tid,
                         stats,
                         exited: r.exited,
+                        folded: r.folded,
                     },
                 );
             }
@@ -184,6 +261,14 @@ impl Snapshot {
                 .recursion_misses
                 .saturating_sub(earlier.recursion_misses),
         }
+    }
+
+    /// Threads seen, counting those folded into per-process rows.
+    pub fn thread_count(&self) -> usize {
+        self.threads
+            .values()
+            .map(|r| (r.folded as usize).max(1))
+            .sum()
     }
 
     /// Sum of on-CPU time over the traced threads.
@@ -293,12 +378,16 @@ impl Collector {
                     tid: rec.tid,
                     stats: rec.stats,
                     exited: true,
+                    folded: 0,
                 },
             );
             *gen += 1;
             if self.hist_scope == scope::THREAD {
                 self.dead_pending.push(rec.tid);
             }
+        }
+        if self.exited.len() > EXITED_KEEP + EXITED_KEEP / 4 {
+            fold_exited(&mut self.exited, EXITED_KEEP);
         }
     }
 
@@ -378,6 +467,7 @@ impl Collector {
                     tid,
                     stats,
                     exited: false,
+                    folded: 0,
                 },
             );
         }
@@ -406,6 +496,7 @@ impl Collector {
                             tid: cs.tid,
                             stats,
                             exited: false,
+                            folded: 0,
                         },
                     );
                     key
@@ -552,6 +643,71 @@ mod tests {
             )
         }
         .to_vec()
+    }
+
+    fn exited(tid: u32, tgid: u32, on_cpu_ns: u64) -> ThreadRecord {
+        let mut stats = ThreadStats::zeroed();
+        stats.tgid = tgid;
+        stats.on_cpu_ns = on_cpu_ns;
+        stats.slices = 1;
+        ThreadRecord {
+            tid,
+            stats,
+            exited: true,
+            folded: 0,
+        }
+    }
+
+    fn snapshot(threads: BTreeMap<ThreadKey, ThreadRecord>) -> Snapshot {
+        Snapshot {
+            at_ns: 0,
+            threads,
+            hist: HistSet::new(),
+            scoped: BTreeMap::new(),
+            drops: [0; drop::COUNT as usize],
+            live_entries: 0,
+            cpu_busy_ns: Vec::new(),
+            recursion_misses: 0,
+        }
+    }
+
+    #[test]
+    fn folding_keeps_the_busiest_and_sums_the_rest_per_process() {
+        let mut m = BTreeMap::new();
+        for tid in 1..=10u32 {
+            m.insert((tid, 0), exited(tid, 100 + tid % 2, tid as u64 * 10));
+        }
+        fold_exited(&mut m, 4);
+        let singles: Vec<u32> = m
+            .values()
+            .filter(|r| r.folded == 0)
+            .map(|r| r.tid)
+            .collect();
+        assert_eq!(singles, vec![7, 8, 9, 10], "the four busiest stay");
+        let odd = &m[&(101, FOLDED_GEN)];
+        let even = &m[&(100, FOLDED_GEN)];
+        assert_eq!((odd.folded, odd.stats.on_cpu_ns), (3, 10 + 30 + 50));
+        assert_eq!((even.folded, even.stats.on_cpu_ns), (3, 20 + 40 + 60));
+        assert_eq!(odd.stats.slices, 3);
+        assert_eq!(snapshot(m.clone()).thread_count(), 10);
+        assert_eq!(
+            snapshot(m).on_cpu_total_ns(),
+            (1..=10).map(|t| t * 10).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn an_interval_does_not_count_a_fold_as_new_work() {
+        let mut m = BTreeMap::new();
+        for tid in 1..=6u32 {
+            m.insert((tid, 0), exited(tid, 100, 10));
+        }
+        let earlier = snapshot(m.clone());
+        // One more thread exits, then the oldest fold.
+        m.insert((7, 0), exited(7, 100, 25));
+        fold_exited(&mut m, 2);
+        let d = snapshot(m).delta(&earlier);
+        assert_eq!(d.on_cpu_total_ns(), 25, "only thread 7 is new: {d:?}");
     }
 
     #[test]

@@ -124,6 +124,9 @@ fn thread_json(r: &Report, t: &ThreadRecord, o: &ReportOptions) -> Value {
     m.insert("preempted_ns".into(), json!(s.preempted_ns));
     m.insert("migrations".into(), json!(s.migrations));
     m.insert("exited".into(), json!(t.exited));
+    if t.folded > 0 {
+        m.insert("folded_threads".into(), json!(t.folded));
+    }
     if !r.slice_events.is_empty() {
         let c: Map<String, Value> = r
             .slice_events
@@ -154,7 +157,7 @@ fn processes(s: &Snapshot) -> Vec<(u32, String, u64, usize)> {
             e.0 = comm_str(&t.stats.comm);
         }
         e.1 += t.stats.on_cpu_ns;
-        e.2 += 1;
+        e.2 += (t.folded as usize).max(1);
     }
     let mut v: Vec<_> = by.into_iter().map(|(p, (c, n, k))| (p, c, n, k)).collect();
     v.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
@@ -206,7 +209,7 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
                 .collect(),
         ),
     );
-    m.insert("threads_total".into(), json!(threads.len()));
+    m.insert("threads_total".into(), json!(r.snapshot.thread_count()));
     m.insert("histograms".into(), hists_json(&r.snapshot.hist));
     if o.hist_scope == scope::PROCESS {
         let procs: Vec<Value> = processes(&r.snapshot)
@@ -323,12 +326,18 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     for t in threads.iter().take(shown) {
         let s = &t.stats;
         let mut comm = comm_str(&s.comm);
-        if t.exited {
+        if t.folded > 0 {
+            comm = format!("{} exited", t.folded);
+        } else if t.exited {
             comm.push_str(" (exited)");
         }
         out += &format!(
             "{:>8} {:>8} {:<16} {:>10} {:>6.1} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
-            t.tid,
+            if t.folded > 0 {
+                "-".to_string()
+            } else {
+                t.tid.to_string()
+            },
             s.tgid,
             truncate(&comm, 16),
             human_ns(s.on_cpu_ns),
@@ -453,6 +462,7 @@ mod tests {
                     tid,
                     stats: s,
                     exited: tid == 11,
+                    folded: 0,
                 },
             );
         }
