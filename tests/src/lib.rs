@@ -39,6 +39,47 @@ pub fn run_tracer(args: &[&str]) -> Output {
         .expect("cannot start the tracer binary")
 }
 
+/// The last JSON document of a tracer run that must have succeeded (its stderr shown
+/// when it did not).
+pub fn final_report(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "tracer failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json_docs(out).pop().expect("a JSON report")
+}
+
+/// Runs `tracer run --json EXTRA -- PREFIX WORKLOAD ARGS --out F` (PREFIX e.g. `chrt -f
+/// 20`) and returns the documents and the workload's ground truth (its threads'
+/// schedstat and clocks at their end). `workload` is the tests'
+/// `CARGO_BIN_EXE_tracer-workload`.
+pub fn traced_workload(
+    workload: &str,
+    extra: &[&str],
+    prefix: &[&str],
+    args: &[&str],
+    name: &str,
+) -> (Vec<Value>, Vec<Truth>) {
+    require_root();
+    let out_file = scratch(name);
+    let out_s = out_file.to_str().unwrap().to_string();
+    let mut argv = vec!["run", "--json"];
+    argv.extend_from_slice(extra);
+    argv.push("--");
+    argv.extend_from_slice(prefix);
+    argv.push(workload);
+    argv.extend_from_slice(args);
+    argv.extend_from_slice(&["--out", &out_s]);
+    let out = run_tracer(&argv);
+    final_report(&out);
+    let docs = json_docs(&out);
+    let truth = read_truth(&out_file);
+    let _ = std::fs::remove_file(&out_file);
+    (docs, truth)
+}
+
 /// Parses the tracer's JSON output (one document, or JSON Lines).
 pub fn json_docs(out: &Output) -> Vec<Value> {
     let s = String::from_utf8_lossy(&out.stdout);

@@ -1,7 +1,7 @@
 //! Issue 4, end to end as root: perf counters beside the BPF data, checked against the
 //! workload's own CPU time and the BPF switch counts.
 use serde_json::Value;
-use tracer_tests::{json_docs, read_truth, require_root, run_tracer, scratch, thread, Background};
+use tracer_tests::{final_report, require_root, run_tracer, thread, traced_workload, Background};
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
@@ -17,36 +17,29 @@ fn counter<'a>(doc: &'a Value, event: &str) -> &'a Value {
 #[test]
 fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
     require_root();
-    let out_file = scratch("counters");
-    let out = run_tracer(&[
-        "run",
-        "--json",
-        "-e",
-        "task-clock,context-switches,cycles:u",
-        "--slice-event",
-        "task-clock",
-        "--",
+    let (mut docs, truth) = traced_workload(
         WORKLOAD,
-        "busy-sleep",
-        "--threads",
-        "3",
-        "--work-ms",
-        "2",
-        "--sleep-ms",
-        "3",
-        "--duration-ms",
-        "1500",
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &[
+            "-e",
+            "task-clock,context-switches,cycles:u",
+            "--slice-event",
+            "task-clock",
+        ],
+        &[],
+        &[
+            "busy-sleep",
+            "--threads",
+            "3",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "3",
+            "--duration-ms",
+            "1500",
+        ],
+        "counters",
     );
-    let doc = json_docs(&out).pop().unwrap();
-    let truth = read_truth(&out_file);
-    let _ = std::fs::remove_file(out_file);
+    let doc = docs.pop().expect("a report");
 
     // task-clock (msec, as perf reports it) against the workload's own CPU time.
     let tc = counter(&doc, "task-clock");
@@ -134,12 +127,7 @@ fn unsupported_slice_event_is_a_notice_not_a_failure() {
         "sleep",
         "0.1",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     let notices = doc["notices"].to_string();
     assert!(notices.contains("cycles"), "{notices}");
 }
@@ -161,12 +149,7 @@ fn per_thread_counters_for_a_pid_target() {
         "--per-thread",
     ]);
     drop(target);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     let per = doc["counters"]["per_thread"]
         .as_object()
         .expect("per_thread counters");

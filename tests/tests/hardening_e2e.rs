@@ -8,42 +8,31 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    json_docs, new_programs, our_loaded_programs, read_truth, require_root, run_tracer, scratch,
-    thread, tracer_bin, wait_attached, SysctlGuard,
+    final_report, json_docs, new_programs, our_loaded_programs, require_root, run_tracer, thread,
+    traced_workload, tracer_bin, wait_attached, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
 fn run_mode(mode: &str) -> (Value, Vec<tracer_tests::Truth>) {
-    let out_file = scratch(&format!("mode-{mode}"));
-    let out = run_tracer(&[
-        "run",
-        "--json",
-        "--probe",
-        mode,
-        "--",
+    let (mut docs, truth) = traced_workload(
         WORKLOAD,
-        "busy-sleep",
-        "--threads",
-        "3",
-        "--work-ms",
-        "2",
-        "--sleep-ms",
-        "2",
-        "--duration-ms",
-        "1200",
-        "--out",
-        out_file.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{mode}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        &["--probe", mode],
+        &[],
+        &[
+            "busy-sleep",
+            "--threads",
+            "3",
+            "--work-ms",
+            "2",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "1200",
+        ],
+        &format!("mode-{mode}"),
     );
-    let doc = json_docs(&out).pop().unwrap();
-    let truth = read_truth(&out_file);
-    let _ = std::fs::remove_file(out_file);
-    (doc, truth)
+    (docs.pop().expect("a report"), truth)
 }
 
 #[test]
@@ -298,12 +287,7 @@ fn recycled_pids_never_inherit_a_dead_threads_numbers() {
         "--duration-ms",
         "6000",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     let threads = doc["threads"].as_array().unwrap();
     let mut seen = std::collections::HashMap::new();
     for t in threads {

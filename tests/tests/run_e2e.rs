@@ -2,7 +2,7 @@
 //! against the kernel's own accounting (schedstat, CLOCK_THREAD_CPUTIME_ID).
 use serde_json::Value;
 use tracer_tests::{
-    json_docs, read_truth, require_root, run_tracer, scratch, thread, Background, Truth,
+    final_report, json_docs, require_root, run_tracer, thread, traced_workload, Background, Truth,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -10,37 +10,7 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 /// Runs `tracer run --json [extra] -- tracer-workload ARGS --out F` and returns the
 /// documents and the workload's ground truth.
 fn traced(extra: &[&str], workload: &[&str], name: &str) -> (Vec<Value>, Vec<Truth>) {
-    traced_with(extra, &[], workload, name)
-}
-
-/// As `traced`, with `prefix` (e.g. `chrt -f 20`) before the workload.
-fn traced_with(
-    extra: &[&str],
-    prefix: &[&str],
-    workload: &[&str],
-    name: &str,
-) -> (Vec<Value>, Vec<Truth>) {
-    require_root();
-    let out_file = scratch(name);
-    let out_s = out_file.to_str().unwrap().to_string();
-    let mut args = vec!["run", "--json"];
-    args.extend_from_slice(extra);
-    args.push("--");
-    args.extend_from_slice(prefix);
-    args.push(WORKLOAD);
-    args.extend_from_slice(workload);
-    args.extend_from_slice(&["--out", &out_s]);
-    let out = run_tracer(&args);
-    assert!(
-        out.status.success(),
-        "tracer failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs = json_docs(&out);
-    let truth = read_truth(&out_file);
-    let _ = std::fs::remove_file(&out_file);
-    (docs, truth)
+    traced_workload(WORKLOAD, extra, &[], workload, name)
 }
 
 fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
@@ -163,7 +133,8 @@ fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
 fn histograms_find_the_work_and_sleep_times() {
     // One worker: 4 ms of CPU, then 10 ms asleep, about 100 times. SCHED_FIFO keeps
     // other work on a busy machine (CI, parallel builds) from cutting the bursts.
-    let (docs, truth) = traced_with(
+    let (docs, truth) = traced_workload(
+        WORKLOAD,
         &["-L"],
         &["chrt", "-f", "20"],
         &[
@@ -297,12 +268,7 @@ fn pid_target_traces_only_that_process() {
     let pid = target.pid().to_string();
     let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
     drop(target);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     let threads = doc["threads"].as_array().unwrap();
     assert!(threads.len() >= 2, "{doc}");
     for t in threads {
@@ -323,12 +289,7 @@ fn pid_target_traces_only_that_process() {
 fn system_wide_reports_many_threads() {
     require_root();
     let out = run_tracer(&["run", "--json", "-d", "500ms"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     assert!(!doc["threads"].as_array().unwrap().is_empty());
     assert!(
         doc["threads"]
@@ -421,12 +382,7 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     ]);
     drop(inside);
     let _ = std::fs::remove_dir(&cg);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc = json_docs(&out).pop().unwrap();
+    let doc = final_report(&out);
     let threads = doc["threads"].as_array().unwrap();
     assert!(threads.len() >= 2, "{doc}");
     for t in threads {
