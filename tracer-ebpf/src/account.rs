@@ -4,10 +4,11 @@
 //! voluntary/involuntary, off-CPU start, runnable again if preempted) together with
 //! what ended when that slice began (its run-queue wait, off-CPU time, migration); the
 //! next thread's slice is opened in per-CPU state.
-//! The cost on the hot path: one per-CPU lookup, one `THREADS` lookup for the thread
-//! leaving, histogram slots (array lookups in the default scope), in tp_btf mode one
-//! task-local storage lookup for the thread arriving (its wakeup time), and with a
-//! target one `TRACKED` lookup for the next thread. Untraced threads cost the per-CPU
+//! The cost on the hot path: one per-CPU lookup, one entry lookup for the thread leaving
+//! (task-local storage in tp_btf mode on 6.4+, else the `THREADS` hash), histogram slots
+//! (array lookups in the default scope), in task-storage mode one more storage lookup
+//! for the thread arriving (its wakeup time), and with a target one `TRACKED` lookup for
+//! the next thread. Untraced threads cost the per-CPU
 //! lookup and the filter lookup only.
 use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use aya_ebpf::helpers::{

@@ -532,7 +532,8 @@ fn build_report(
         if let Some(pt) = &cr.per_thread {
             thread_counters = pt.clone();
         }
-        if let Some(tc) = counters::task_clock_ns(c) {
+        // Comparable only for a target: system-wide, task-clock counts idle too.
+        if let Some(tc) = counters::task_clock_ns(c).filter(|_| !s.system_wide) {
             let bpf = snapshot.on_cpu_total_ns() as f64;
             if tc > 0.0 {
                 notices.push(format!(
