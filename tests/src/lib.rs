@@ -150,6 +150,9 @@ pub const OUR_PROGRAMS: &[&str] = &[
     "sched_switch_tp",
     "sched_wakeup_tp",
     "sched_fork_tp",
+    "sched_exec_btf",
+    "sched_exec_raw",
+    "sched_exec_tp",
     "floor_switch",
 ];
 

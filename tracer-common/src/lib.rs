@@ -135,6 +135,18 @@ pub struct CpuState {
     pub traced: u32,
 }
 
+/// The window, in `CLOCK_MONOTONIC` ns (the `WINDOW` map's one value), written by user
+/// space: `open_ns` before the switch programs attach, so every slice they see begins
+/// inside it; `close_ns` when the window ends (0: still open). After the close the
+/// programs stay attached until the final read but cut slices at `close_ns` and start
+/// no new ones, so threads that die meanwhile still hand over their totals.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub open_ns: u64,
+    pub close_ns: u64,
+}
+
 /// Value of the `TRACKED` map: a thread in the traced set.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -232,6 +244,10 @@ pub struct Config {
     /// 1: wakeup and preemption times are kept in task-local storage (`RUNNABLE`), read
     /// at switch-in (tp_btf mode: every program has trusted task pointers).
     pub use_task_storage: u32,
+    /// Classic `sched_process_exec` record: offsets of `pid` (the TID after exec) and
+    /// `old_pid` (before: a non-main thread that execs takes the leader's TID).
+    pub tp_exec_pid: u32,
+    pub tp_exec_old_pid: u32,
     pub _pad: u32,
 }
 
@@ -240,7 +256,8 @@ const _: () = assert!(core::mem::size_of::<ThreadStats>() == 168);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 176);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 56);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
-const _: () = assert!(core::mem::size_of::<Config>() == 96);
+const _: () = assert!(core::mem::size_of::<Window>() == 16);
+const _: () = assert!(core::mem::size_of::<Config>() == 104);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]
@@ -250,6 +267,7 @@ mod pod {
     unsafe impl aya::Pod for super::ExitRecord {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::Tracked {}
+    unsafe impl aya::Pod for super::Window {}
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::hist::HistKey {}
 }

@@ -98,6 +98,17 @@ fn in_storage(t: &Task) -> bool {
     config().use_task_storage != 0 && t.trusted
 }
 
+/// The thread's entry if it has one (never created here).
+#[inline(always)]
+fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
+    if in_storage(t) {
+        // SAFETY: a trusted task pointer.
+        unsafe { TASK_STATS.get(t.ptr, None) }
+    } else {
+        THREADS.get_ptr_mut(t.tid)
+    }
+}
+
 /// The thread's entry, created on first sight: in task-local storage (one pointer chase
 /// from the task) in tp_btf mode, else in the `THREADS` hash.
 #[inline(always)]
@@ -167,6 +178,15 @@ pub fn switch(prev: Task, leave: Leave, next: Task) {
     switch_in_at(next, now);
 }
 
+/// The window's opening and close (0: open-ended), see `tracer_common::Window`.
+#[inline(always)]
+fn window() -> (u64, u64) {
+    match WINDOW.get(0) {
+        Some(w) => (w.open_ns, w.close_ns),
+        None => (0, 0),
+    }
+}
+
 /// Closes the slice of `prev`, which is leaving the CPU, and settles everything about
 /// the thread that ended when this slice began (its run-queue wait, its off-CPU time, a
 /// migration): deferring those from switch-in means one `THREADS` lookup per switch.
@@ -179,19 +199,23 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: per-CPU state, only this CPU's switch programs touch it.
     let cs = unsafe { &mut *cs };
     let c = config();
+    let (open, close) = window();
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let (prev_traced, start) = if cs.slice_start_ns == 0 {
-        // First switch on this CPU since load: prev has run since before the window
-        // opened; its slice counts from the opening (nothing before it is ours).
-        let open = WINDOW.get(0).copied().unwrap_or(0);
+        // First switch on this CPU since load: prev has run since before the programs
+        // attached; its slice counts from the opening, written before they attached.
         (
             open != 0 && (traced(&prev).is_some() || join_cgroup(&prev)),
             open,
         )
     } else if cs.tid == prev.tid && prev.tid != 0 {
+        // A thread joining the cgroup mid-slice: `switch_in_at` timed every switch-in in
+        // cgroup mode, so the slice's start is known even though it was not traced then.
         (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
     } else {
+        // The switch-in was not seen under this TID (a program run the kernel skipped,
+        // or a TID changed by exec): the slice's start is unknown.
         (false, 0)
     };
     // The CPU is known from here on; switch_in sets the rest.
@@ -200,9 +224,31 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         cs.slice_start_ns = 1;
     }
     if !prev_traced {
+        // A slice not timed (begun after the window's close, or its start unknown):
+        // a traced thread dying in it still hands over its totals.
+        if leave == Leave::Dead && prev.tid != 0 && traced(&prev).is_some() {
+            if let Some(s) = existing_entry(&prev) {
+                // SAFETY: map value or task storage.
+                flush_dead(&prev, unsafe { &mut *s });
+            }
+        }
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
+    if close != 0 && (start >= close || start < open) {
+        // Began after the close (or before the opening): nothing of it is in the window.
+        // Only a death still has to be handed over.
+        if leave == Leave::Dead {
+            if let Some(s) = existing_entry(&prev) {
+                // SAFETY: map value or task storage.
+                flush_dead(&prev, unsafe { &mut *s });
+            }
+        }
+        return now;
+    }
+    // After the close the slice is cut there.
+    let cut = close != 0 && now > close;
+    let end = if cut { close } else { now };
     let Some(s) = thread_entry(&prev, prev.tgid) else {
         return now;
     };
@@ -263,7 +309,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
     // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
     let sum = prev.sum_exec();
-    let slice = if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
+    let slice = if cut {
+        // The scheduler's figure runs past the close: time it to the close instead.
+        (end > start).then(|| end - start)
+    } else if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
         Some(sum - s.last_sum_exec)
     } else if s.pending_runtime != 0 {
         Some(s.pending_runtime)
@@ -274,8 +323,12 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     s.last_sum_exec = sum;
     s.pending_runtime = 0;
+    // The CPU's busy time is wall time (never more than the window); the thread's is
+    // the scheduler's figure, which schedstat reports too.
+    if end > start {
+        cs.busy_ns += end - start;
+    }
     if let Some(d) = slice {
-        cs.busy_ns += d;
         s.on_cpu_ns += d;
         s.slices += 1;
         hist_add(KIND_ON_CPU, id, d);
@@ -327,7 +380,17 @@ fn switch_in_at(next: Task, mut now: u64) {
     let cs = unsafe { &mut *cs };
     cs.tid = next.tid;
     cs.traced = 0;
+    let c = config();
     if traced(&next).is_none() {
+        if c.filter == filter::CGROUP && next.tid != 0 {
+            // It may join the cgroup before it leaves the CPU (`join_cgroup`): its
+            // slice then counts from here, so the start must be known.
+            if now == 0 {
+                now = unsafe { bpf_ktime_get_ns() };
+            }
+            cs.slice_start_ns = now;
+            return;
+        }
         // Untraced or idle: the CPU is known, so the next switch-out does not take this
         // thread for one that ran since before the window.
         if cs.slice_start_ns == 0 {
@@ -337,6 +400,12 @@ fn switch_in_at(next: Task, mut now: u64) {
     }
     if now == 0 {
         now = unsafe { bpf_ktime_get_ns() };
+    }
+    let (_, close) = window();
+    if close != 0 && now > close {
+        // The window has closed: no new slice is counted.
+        cs.slice_start_ns = now;
+        return;
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
@@ -358,7 +427,7 @@ fn switch_in_at(next: Task, mut now: u64) {
             s.runnable_ns = 0;
         }
     }
-    let n_counters = (config().n_counters as usize).min(MAX_SLICE_COUNTERS);
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
     }
@@ -382,17 +451,7 @@ fn flush_dead(t: &Task, s: &mut ThreadStats) {
     if let Ok(comm) = bpf_get_current_comm() {
         s.comm = comm;
     }
-    match EXITED.reserve::<ExitRecord>(0) {
-        Some(mut e) => {
-            e.write(ExitRecord {
-                tid,
-                _pad: 0,
-                stats: *s,
-            });
-            e.submit(0);
-        }
-        None => count_drop(drop::EXIT_RINGBUF_FULL),
-    }
+    flush_record(t, s);
     if in_storage(t) {
         // A zombie stays visible to the task iterator until reaped: its totals are in
         // the ring buffer now, so the iterator must not report them again.
@@ -403,6 +462,22 @@ fn flush_dead(t: &Task, s: &mut ThreadStats) {
     }
     if config().filter != filter::ALL {
         let _ = TRACKED.remove(tid);
+    }
+}
+
+/// Hands a dead thread's totals to user space through the ring buffer.
+#[inline(always)]
+fn flush_record(t: &Task, s: &ThreadStats) {
+    match EXITED.reserve::<ExitRecord>(0) {
+        Some(mut e) => {
+            e.write(ExitRecord {
+                tid: t.tid,
+                _pad: 0,
+                stats: *s,
+            });
+            e.submit(0);
+        }
+        None => count_drop(drop::EXIT_RINGBUF_FULL),
     }
 }
 
@@ -431,6 +506,57 @@ pub fn wakeup(p: Task) {
         // SAFETY: map value or task storage.
         unsafe { (*s).runnable_ns = now };
     }
+}
+
+/// `sched_process_exec` of a thread that was not its process's leader: `de_thread()` gave
+/// it the leader's TID (`new`) and reaps the old leader, so the traced set, the
+/// per-thread entry keyed by TID and this CPU's slice (the exec'ing thread is `current`)
+/// move from `old` to `new`. In task-local storage the entry hangs off the task and
+/// needs no move.
+#[inline(always)]
+pub fn exec(new: u32, old: u32) {
+    if new == old || new == 0 || old == 0 {
+        return;
+    }
+    if let Some(cs) = CPU_STATE.get_ptr_mut(0) {
+        // SAFETY: per-CPU state.
+        let cs = unsafe { &mut *cs };
+        if cs.tid == old {
+            cs.tid = new;
+        }
+    }
+    if config().filter != filter::ALL {
+        // SAFETY: copied out at once.
+        if let Some(v) = unsafe { TRACKED.get(old) }.copied() {
+            if TRACKED.insert(new, v, 0).is_err() {
+                count_drop(drop::TRACKED_FULL);
+            }
+            let _ = TRACKED.remove(old);
+        }
+    }
+    if config().use_task_storage != 0 {
+        return;
+    }
+    // SAFETY: copied out at once.
+    let Some(moved) = unsafe { THREADS.get(old) }.copied() else {
+        return;
+    };
+    if let Some(leader) = THREADS.get_ptr_mut(new) {
+        // The old leader has not made its final switch yet: hand its totals over now.
+        let t = crate::Task {
+            tid: new,
+            tgid: 0,
+            ptr: core::ptr::null(),
+            trusted: false,
+            comm: crate::CommSrc::None,
+        };
+        // SAFETY: map value.
+        flush_record(&t, unsafe { &*leader });
+    }
+    if THREADS.insert(new, moved, 0).is_err() {
+        count_drop(drop::THREADS_FULL);
+    }
+    let _ = THREADS.remove(old);
 }
 
 /// A new thread or process: it joins the traced set when its parent's set inherits.

@@ -48,6 +48,8 @@ static CONFIG: Config = Config {
     tp_runtime_val: 0,
     task_run_delay_off: 0,
     use_task_storage: 0,
+    tp_exec_pid: 0,
+    tp_exec_old_pid: 0,
     _pad: 0,
 };
 
@@ -267,6 +269,16 @@ pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
+/// `sched_process_exec(p, old_pid, bprm)`: a non-main thread that execs takes the
+/// leader's TID (`de_thread()`); the entries keyed by TID follow it.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
+    let p: *const u8 = ctx.arg(0);
+    let old: u64 = ctx.arg(1);
+    account::exec(task_from_btf(p, true).tid, old as u32);
+    0
+}
+
 /// The cost floor for `cargo xtask bench`: a tp_btf sched_switch program that only
 /// bumps a per-CPU counter. Not used by `tracer run`.
 #[btf_tracepoint(function = "sched_switch")]
@@ -299,6 +311,14 @@ pub fn sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
     on_fork(ctx.arg(1), false);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_exec_raw(ctx: RawTracePointContext) -> i32 {
+    let p: *const u8 = ctx.arg(0);
+    let old: u64 = ctx.arg(1);
+    account::exec(task_from_btf(p, false).tid, old as u32);
     0
 }
 
@@ -371,6 +391,16 @@ pub fn sched_stat_runtime_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: offset from the format file; read_at checks bounds.
     let runtime = unsafe { ctx.read_at::<u64>(c.tp_runtime_val as usize) }.unwrap_or(0);
     account::add_runtime(pid, runtime);
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_exec_tp(ctx: TracePointContext) -> u32 {
+    let c = config();
+    account::exec(
+        rec_u32(&ctx, c.tp_exec_pid),
+        rec_u32(&ctx, c.tp_exec_old_pid),
+    );
     0
 }
 

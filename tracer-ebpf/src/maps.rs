@@ -7,13 +7,13 @@ use aya_ebpf::{
 use tracer_common::{
     drop,
     hist::{HistKey, N_BUCKETS, N_KINDS},
-    CpuState, ThreadStats, Tracked,
+    CpuState, ThreadStats, Tracked, Window,
 };
 
-/// CLOCK_MONOTONIC ns at which user space declared the window open (after attaching):
-/// the start of slices that were already running then. 0 until written.
+/// The window (see `tracer_common::Window`): its opening is the start of slices already
+/// running when the programs attached; after its close nothing new is counted.
 #[map]
-pub static WINDOW: Array<u64> = Array::with_max_entries(1, 0);
+pub static WINDOW: Array<Window> = Array::with_max_entries(1, 0);
 
 /// The slice running on each CPU.
 #[map]

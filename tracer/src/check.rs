@@ -61,7 +61,6 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {
-            let _ = t.open_window();
             std::thread::sleep(std::time::Duration::from_millis(50));
             let seen = Collector::live_entries(&mut t.ebpf, t.runq).unwrap_or(0);
             t.detach();

@@ -263,6 +263,17 @@ impl Snapshot {
         }
     }
 
+    /// Takes the live threads of `earlier` that this snapshot lacks: read after the
+    /// programs were detached, it misses threads that died since without a final
+    /// record (their task-local storage went with them), whose totals `earlier` has.
+    pub fn adopt_missing(&mut self, earlier: &Snapshot) {
+        for (k, r) in &earlier.threads {
+            if !r.exited && !self.threads.contains_key(k) {
+                self.threads.insert(*k, r.clone());
+            }
+        }
+    }
+
     /// Threads seen, counting those folded into per-process rows.
     pub fn thread_count(&self) -> usize {
         self.threads
@@ -289,6 +300,14 @@ impl Snapshot {
             .map(|(i, _)| i as u32)
             .collect()
     }
+}
+
+/// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
+fn set_comm(comm: &mut [u8], name: &str) {
+    let b = name.as_bytes();
+    let n = b.len().min(comm.len() - 1);
+    comm.fill(0);
+    comm[..n].copy_from_slice(&b[..n]);
 }
 
 /// The live threads' entries: from the `dump_threads` task iterator when they are in
@@ -413,9 +432,37 @@ impl Collector {
         }
     }
 
+    /// The part of a running slice to count now, `elapsed` after its switch-in. While
+    /// the window is open it must not exceed what the kernel will count when the slice
+    /// ends, or an interval would later have to take time back: the kernel counts the
+    /// scheduler's runtime (`sum_exec_runtime` delta) where it knows its base, and
+    /// schedstat shows that runtime as of now (it lags by at most a tick). At the close
+    /// the kernel cuts slices by the clock, and so does this.
+    fn running_part(&self, tid: u32, st: &ThreadStats, elapsed: u64, closed: bool) -> u64 {
+        if closed {
+            return elapsed;
+        }
+        if st.last_sum_exec != 0 {
+            return match crate::procfs::schedstat(&self.root, tid, tid) {
+                Ok(ss) => ss.run_ns.saturating_sub(st.last_sum_exec).min(elapsed),
+                Err(_) => 0,
+            };
+        }
+        if st.pending_runtime != 0 {
+            return st.pending_runtime.min(elapsed);
+        }
+        elapsed
+    }
+
     /// A cumulative snapshot. With `partial_slices`, time of slices still running on each
     /// CPU is added to their threads (the window's end cuts them).
-    pub fn snapshot(&mut self, ebpf: &mut Ebpf, partial_slices: bool) -> Result<Snapshot> {
+    /// `close_ns`: the window's close (0: still open).
+    pub fn snapshot(
+        &mut self,
+        ebpf: &mut Ebpf,
+        partial_slices: bool,
+        close_ns: u64,
+    ) -> Result<Snapshot> {
         self.drain();
         // Histograms first: an event the kernel settles while we read is then missing
         // from this snapshot (and in the next), never counted twice (kernel and pending).
@@ -454,34 +501,78 @@ impl Collector {
                 hist.merge(set);
             }
         }
+        // The threads and the slices running on the CPUs, read consistently: a slice
+        // the kernel closes while the live entries are read is in those entries or not,
+        // depending on timing; read again until no traced slice changed across the read
+        // (after the window's close none starts, so this ends), and past a few tries
+        // leave the slices that changed to the next read rather than risk counting them
+        // twice.
+        let cpu_states = |ebpf: &Ebpf| -> Result<Vec<CpuState>> {
+            let m: PerCpuArray<_, CpuState> =
+                PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
+            Ok(m.get(&0, 0)?.iter().copied().collect())
+        };
+        let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
+        let mut tries = 0;
+        let (live, states, stable) = loop {
+            tries += 1;
+            let before = cpu_states(ebpf)?;
+            let live: Vec<(ThreadKey, ThreadStats)> = live_threads(ebpf, self.runq)?
+                .into_iter()
+                .map(|(tid, st)| ((tid, self.generations.get(&tid).copied().unwrap_or(0)), st))
+                .collect();
+            // Threads that died while the live ones were read: their final totals.
+            self.drain();
+            let after = cpu_states(ebpf)?;
+            let stable: Vec<bool> = before
+                .iter()
+                .zip(after.iter())
+                .map(|(b, a)| traced_slice(b) == traced_slice(a))
+                .collect();
+            if stable.iter().all(|&s| s) || tries >= 4 {
+                break (live, after, stable);
+            }
+        };
+        let at_ns = crate::loader::monotonic_ns();
+        // Slices still running are cut at the window's close, or at this read.
+        let end = if close_ns != 0 {
+            close_ns.min(at_ns)
+        } else {
+            at_ns
+        };
         let mut threads = self.exited.clone();
         let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
         let mut live_entries = 0;
-        for (tid, stats) in live_threads(ebpf, self.runq)? {
+        for (key, mut stats) in live {
             live_entries += 1;
-            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
-            live_by_tid.insert(tid, key);
+            // A thread that died during the read is in `exited` under the same key.
+            if threads.contains_key(&key) {
+                continue;
+            }
+            // The comm now, not at the entry's creation (an exec since, a rename).
+            if let Some(c) = crate::procfs::comm(&self.root, key.0, key.0) {
+                set_comm(&mut stats.comm, &c);
+            }
+            live_by_tid.insert(key.0, key);
             threads.insert(
                 key,
                 ThreadRecord {
-                    tid,
+                    tid: key.0,
                     stats,
                     exited: false,
                     folded: 0,
                 },
             );
         }
-        let cpu_state: PerCpuArray<_, CpuState> =
-            PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
-        let states = cpu_state.get(&0, 0)?;
-        let at_ns = crate::loader::monotonic_ns();
         let mut cpu_busy_ns: Vec<u64> = states.iter().map(|cs| cs.busy_ns).collect();
-        // Threads on a CPU right now: the kernel settles a thread's wait, off-CPU time and
-        // migration when it leaves the CPU; until then they are pending here.
         let mut pending: Vec<(u32, u32, &'static str, u64)> = Vec::new();
         if partial_slices {
             for (cpu, cs) in states.iter().enumerate() {
-                if cs.traced == 0 || cs.slice_start_ns <= 1 || cs.slice_start_ns > at_ns {
+                if !stable[cpu]
+                    || cs.traced == 0
+                    || cs.slice_start_ns <= 1
+                    || cs.slice_start_ns >= end
+                {
                     continue;
                 }
                 let begun = cs.slice_start_ns;
@@ -505,8 +596,9 @@ impl Collector {
                     continue;
                 };
                 let st = &mut r.stats;
-                st.on_cpu_ns += at_ns - begun;
-                cpu_busy_ns[cpu] += at_ns - begun;
+                let ran = self.running_part(cs.tid, st, end - begun, close_ns != 0);
+                st.on_cpu_ns += ran;
+                cpu_busy_ns[cpu] += ran;
                 if let Some(d) = self.pending_wait(cs, st, begun) {
                     st.runq_wait_ns += d;
                     st.runq_waits += 1;

@@ -10,7 +10,7 @@ use aya::{
     programs::{BtfTracePoint, FEntry, Iter, KProbe, RawTracePoint, TracePoint},
     Btf, Ebpf, EbpfLoader,
 };
-use tracer_common::Config;
+use tracer_common::{Config, Window};
 
 use crate::{
     btf::KernelBtf,
@@ -55,6 +55,9 @@ pub struct Tracer {
     programs: Vec<&'static str>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
     _sched_hook_event: Option<std::os::fd::OwnedFd>,
+    /// The window's opening and close (0: open), CLOCK_MONOTONIC ns.
+    t0: u64,
+    t1: u64,
 }
 
 /// How run-queue waits are measured in the loaded mode.
@@ -108,6 +111,12 @@ fn programs_of(
     if !with_wakeup {
         v.retain(|(name, _)| !name.starts_with("sched_wakeup"));
     }
+    // A non-main thread that execs takes its leader's TID: every mode follows it.
+    v.push(match mode {
+        ProbeMode::TpBtf => ("sched_exec_btf", "sched_process_exec"),
+        ProbeMode::RawTp => ("sched_exec_raw", "sched_process_exec"),
+        _ => ("sched_exec_tp", "sched_process_exec"),
+    });
     if with_fork {
         v.push(match mode {
             ProbeMode::TpBtf => ("sched_fork_btf", "sched_process_fork"),
@@ -198,6 +207,9 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
             "sched_wakeup and sched_wakeup_new records differ in layout"
         ));
     }
+    let ex = tracefs::event_format(&dir, "sched", "sched_process_exec")?;
+    cfg.tp_exec_pid = ex.field("pid")?.offset;
+    cfg.tp_exec_old_pid = ex.field("old_pid")?.offset;
     let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
     cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
     // Slices follow the scheduler's own accounting: with kernel BTF through
@@ -375,6 +387,9 @@ impl Tracer {
         };
         log::debug!("{}: programs verified after {:?}", mode.name(), t.elapsed());
         seed(&mut ebpf)?;
+        // The window opens before anything attaches: every slice the programs see then
+        // begins inside it (a slice running at attach counts from here).
+        let t0 = write_window(&mut ebpf, monotonic_ns(), 0)?;
         for (name, target) in &progs {
             attach_program(&mut ebpf, name, target)
                 .with_context(|| format!("attaching {name} to {target}"))?;
@@ -388,17 +403,29 @@ impl Tracer {
             runq,
             programs: progs.iter().map(|(n, _)| *n).collect(),
             _sched_hook_event: sched_hook_event,
+            t0,
+            t1: 0,
         })
     }
 
-    /// Opens the window now (after attaching): slices already running when it opens
-    /// count from here. Returns the opening time (CLOCK_MONOTONIC ns).
-    pub fn open_window(&mut self) -> Result<u64> {
-        let mut w: aya::maps::Array<_, u64> =
-            aya::maps::Array::try_from(self.ebpf.map_mut("WINDOW").context("WINDOW map missing")?)?;
-        let t0 = monotonic_ns();
-        w.set(0, t0, 0).context("opening the window")?;
-        Ok(t0)
+    /// When the window opened (CLOCK_MONOTONIC ns): just before the programs attached.
+    pub fn opened_at(&self) -> u64 {
+        self.t0
+    }
+
+    /// Closes the window now: the programs stay attached, so threads that die before
+    /// the final read still hand over their totals, but they cut running slices here
+    /// and count nothing after. Returns the close (CLOCK_MONOTONIC ns); idempotent.
+    pub fn close_window(&mut self) -> Result<u64> {
+        if self.t1 == 0 {
+            self.t1 = write_window(&mut self.ebpf, self.t0, monotonic_ns())?;
+        }
+        Ok(self.t1)
+    }
+
+    /// When the window closed, 0 while it is open.
+    pub fn closed_at(&self) -> u64 {
+        self.t1
     }
 
     /// Runs of our programs the kernel skipped because one was already running on the
@@ -443,6 +470,22 @@ impl Tracer {
             }
         }
     }
+}
+
+/// Writes the `WINDOW` map; returns `close` or, when 0, `open`.
+fn write_window(ebpf: &mut Ebpf, open: u64, close: u64) -> Result<u64> {
+    let mut w: aya::maps::Array<_, Window> =
+        aya::maps::Array::try_from(ebpf.map_mut("WINDOW").context("WINDOW map missing")?)?;
+    w.set(
+        0,
+        Window {
+            open_ns: open,
+            close_ns: close,
+        },
+        0,
+    )
+    .context("writing the window")?;
+    Ok(if close != 0 { close } else { open })
 }
 
 /// The attach mechanism of the switch programs, for the report.

@@ -293,7 +293,7 @@ fn setup(
     }
     let runq = tracer.runq;
     let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
-    let t0 = tracer.open_window()?;
+    let t0 = tracer.opened_at();
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
     } else {
@@ -387,7 +387,7 @@ async fn event_loop(
             }
             _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
                 intervals += 1;
-                let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+                let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true, 0)?;
                 snap.recursion_misses = s.tracer.recursion_misses();
                 let delta = snap.delta(&prev_snap);
                 let csnap = match &s.counters { Some(c) => Some(c.read()?), None => None };
@@ -414,10 +414,10 @@ async fn event_loop(
         }
     };
 
-    // The window ends here: detach first so the final numbers are stable.
-    let misses = s.tracer.recursion_misses();
-    s.tracer.detach();
-    let t1 = loader::monotonic_ns();
+    // The window ends here. The programs stay attached through the final read, cutting
+    // slices at the close: a thread that dies meanwhile still hands over its totals
+    // (detached, its task-local storage would go with it, uncounted).
+    let t1 = s.tracer.close_window()?;
     let csnap = match &s.counters {
         Some(c) => {
             c.disable()?;
@@ -425,7 +425,15 @@ async fn event_loop(
         }
         None => None,
     };
-    let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true)?;
+    // A thread reaped just now makes its final switch a moment later: let it.
+    std::thread::sleep(Duration::from_millis(5));
+    let attached = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
+    let misses = s.tracer.recursion_misses();
+    s.tracer.detach();
+    // Read again once nothing changes any more (the final records drained, slices cut
+    // at the close settled), keeping the threads that died since without a record.
+    let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
+    snap.adopt_missing(&attached);
     snap.at_ns = t1;
     snap.recursion_misses = misses;
     if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev_snap.at_ns {

@@ -1,0 +1,84 @@
+//! A process whose second thread execs (issue 13: de_thread() gives the exec'ing thread
+//! the leader's TID and reaps the old leader).
+//!
+//! Usage: exec-from-thread --out FILE [--before-ms B] [--after-ms A]
+//! The main thread spins until exec ends it; a second thread spins B ms, then execs
+//! this program again (as `/proc/self/exe`, comm "exe") with `--after`, which spins A ms and writes the task's own
+//! schedstat (pre-exec time included: exec keeps the task) as one JSON line to FILE.
+use std::time::Duration;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn spin_ms(ms: u64) {
+    let end = thread_cpu_ns() + ms * 1_000_000;
+    while thread_cpu_ns() < end {
+        std::hint::spin_loop();
+    }
+}
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .expect("--out FILE")
+        .clone();
+    if args.iter().any(|a| a == "--after") {
+        spin_ms(arg(&args, "--after-ms", 300));
+        // SAFETY: no arguments.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+        let ss = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+        let v: Vec<u64> = ss.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        std::fs::write(
+            &out,
+            format!(
+                "{{\"tid\":{tid},\"pid\":{},\"cpu_ns\":{},\"run_ns\":{},\"wait_ns\":{},\"slices\":{}}}\n",
+                std::process::id(),
+                thread_cpu_ns(),
+                v[0],
+                v[1],
+                v[2]
+            ),
+        )
+        .unwrap();
+        return;
+    }
+    let before = arg(&args, "--before-ms", 200);
+    let after = arg(&args, "--after-ms", 300);
+    // Through /proc/self/exe, so the program after exec has another comm ("exe") than
+    // the threads before it.
+    let exe = std::path::PathBuf::from("/proc/self/exe");
+    std::thread::spawn(move || {
+        spin_ms(before);
+        let err = std::os::unix::process::CommandExt::exec(std::process::Command::new(exe).args([
+            "--after",
+            "--after-ms",
+            &after.to_string(),
+            "--out",
+            &out,
+        ]));
+        panic!("exec failed: {err}");
+    });
+    // Spins until the exec ends this thread (bounded, should the exec never come).
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end {
+        spin_ms(1);
+    }
+}
