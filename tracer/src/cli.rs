@@ -90,11 +90,11 @@ pub struct RunArgs {
     /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Print a report of the interval's deltas every DURATION, then the totals.
-    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval)]
     pub interval: Option<Duration>,
-    /// Stop after N intervals.
-    #[arg(long, value_name = "N", requires = "interval")]
+    /// Stop after N intervals (N >= 1).
+    #[arg(long, value_name = "N", requires = "interval", value_parser = parse_count)]
     pub count: Option<u64>,
     /// One JSON document (JSON Lines in interval mode).
     #[arg(long)]
@@ -133,7 +133,7 @@ pub struct RunArgs {
     pub runq_from: RunqFrom,
     /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
     /// accumulators too).
-    #[arg(long, value_name = "N", default_value_t = 65536)]
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
     pub max_threads: u32,
     /// Run COMMAND as root even when started through sudo.
     #[arg(long)]
@@ -204,6 +204,70 @@ pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
     Ok(Duration::from_nanos(ns.round() as u64))
 }
 
+/// Shortest `-i`: each report reads every map, and perf stat -I has the same floor.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// `-i`: a duration of at least [`MIN_INTERVAL`] (0 would be a busy loop; tokio refuses it).
+pub fn parse_interval(s: &str) -> Result<Duration, TracerError> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(TracerError::BadOption(format!(
+            "the interval must be at least {}ms",
+            MIN_INTERVAL.as_millis()
+        )));
+    }
+    Ok(d)
+}
+
+/// `--count`: a positive whole number.
+pub fn parse_count(s: &str) -> Result<u64, TracerError> {
+    let bad = |why: &str| TracerError::BadOption(why.to_string());
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(bad("at least 1 interval")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(bad("expected a whole number of intervals, e.g. 5")),
+    }
+}
+
+/// Largest `--max-threads`: the kernel's PID_MAX_LIMIT, more threads than can exist.
+pub const MAX_THREADS_LIMIT: u32 = 4 * 1024 * 1024;
+
+/// `--max-threads`: 1 ..= [`MAX_THREADS_LIMIT`].
+pub fn parse_max_threads(s: &str) -> Result<u32, TracerError> {
+    let bad = TracerError::BadOption;
+    let range = || format!("expected a whole number from 1 to {MAX_THREADS_LIMIT}");
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(bad(format!(
+            "the maps need room for at least 1 thread; {}",
+            range()
+        ))),
+        Ok(n) if n > MAX_THREADS_LIMIT as u64 => Err(bad(format!(
+            "more threads than Linux can have (PID_MAX_LIMIT {MAX_THREADS_LIMIT}); {}",
+            range()
+        ))),
+        Ok(n) => Ok(n as u32),
+        Err(_) => Err(bad(range())),
+    }
+}
+
+/// Writes one report to standard output and flushes it. A reader that went away is
+/// [`TracerError::OutputClosed`] (the run then ends quietly, as `yes | head -1` does);
+/// any other failure (a full disk, /dev/full) is [`TracerError::Output`].
+pub fn emit(text: &str) -> Result<(), TracerError> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|_| out.flush())
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::BrokenPipe => TracerError::OutputClosed,
+            _ => TracerError::Output(e),
+        })
+}
+
+/// Exit code when standard output was closed by its reader: 128+SIGPIPE, what a shell
+/// reports for a tool SIGPIPE ended (`yes | head -1` under `set -o pipefail`).
+pub const EXIT_OUTPUT_CLOSED: i32 = 128 + libc::SIGPIPE;
+
 /// Parses `0x10`, `0o17`, `0b101` or decimal.
 pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
     let t = s.trim();
@@ -222,6 +286,7 @@ pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
 pub fn main() -> i32 {
+    crate::launch::note_inherited_state();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
@@ -235,8 +300,15 @@ pub fn main() -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e) if crate::error::is_output_closed(&e) => EXIT_OUTPUT_CLOSED,
         Err(e) => {
-            eprintln!("tracer: error: {e:#}");
+            use std::io::Write as _;
+            // Not eprintln!: a closed stderr must not turn an error into a panic.
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "tracer: error: {}",
+                crate::error::one_line(&e)
+            );
             2
         }
     }
@@ -258,6 +330,32 @@ mod tests {
         for bad in ["", "s", "-1s", "5x", "1..2s", "1e9999", "99999999h", "NaN"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
         }
+    }
+
+    #[test]
+    fn numeric_options_are_validated() {
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("0").is_err());
+        assert!(parse_interval("1ms").is_err());
+        assert_eq!(parse_interval("10ms").unwrap(), MIN_INTERVAL);
+        assert!(parse_count("0").is_err());
+        assert!(parse_count("-1").is_err());
+        assert_eq!(parse_count("3").unwrap(), 3);
+        assert!(parse_max_threads("0").is_err());
+        assert!(parse_max_threads("4294967296").is_err());
+        assert!(parse_max_threads("4194305").is_err());
+        assert_eq!(parse_max_threads("4194304").unwrap(), MAX_THREADS_LIMIT);
+        let e = parse_max_threads("0").unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        // Through clap, as a user types them.
+        for bad in [
+            &["tracer", "run", "-i", "0s", "--count", "1"][..],
+            &["tracer", "run", "-i", "1s", "--count", "0"],
+            &["tracer", "run", "--max-threads", "0"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        assert!(Cli::try_parse_from(["tracer", "run", "-d", "0"]).is_ok());
     }
 
     #[test]

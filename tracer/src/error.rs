@@ -82,4 +82,89 @@ pub enum TracerError {
     },
     #[error("nothing to count: the {0} list is empty")]
     EmptyCounterTarget(&'static str),
+    /// A numeric option out of range; clap names the option and the value around it.
+    #[error("{0}")]
+    BadOption(String),
+    /// The reader of standard output went away (EPIPE): the run ends quietly.
+    #[error("standard output was closed")]
+    OutputClosed,
+    #[error("cannot write the report to standard output: {0}")]
+    Output(std::io::Error),
+    #[error(
+        "the traced set has {wanted} threads but the per-thread maps hold {capacity}; \
+         raise --max-threads (e.g. --max-threads {suggest})"
+    )]
+    TooManyThreads {
+        wanted: usize,
+        capacity: u32,
+        suggest: u64,
+    },
+}
+
+/// An error and its causes on one line, each cause once: messages here already end with
+/// their source (`cannot read X: Permission denied`), which anyhow's `{:#}` would print
+/// a second time.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if out.ends_with(&c) {
+            continue;
+        }
+        if !out.is_empty() {
+            out += ": ";
+        }
+        out += &c;
+    }
+    out
+}
+
+/// Whether the error (or any cause) is standard output closed by its reader.
+pub fn is_output_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<TracerError>(),
+            Some(TracerError::OutputClosed)
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        let e: anyhow::Error = TracerError::CommandStart {
+            command: "/nonexistent".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "command not found"),
+        }
+        .into();
+        assert_eq!(
+            one_line(&e),
+            "cannot start \"/nonexistent\": command not found"
+        );
+        let e = anyhow::Error::from(TracerError::Read {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(13),
+        })
+        .context("reading the targets");
+        assert_eq!(
+            one_line(&e),
+            "reading the targets: cannot read /x: Permission denied (os error 13)"
+        );
+        // A cause not already in the message is kept.
+        let e = anyhow::Error::from(std::io::Error::from_raw_os_error(2)).context("opening it");
+        assert_eq!(
+            one_line(&e),
+            "opening it: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn a_closed_pipe_is_recognized_through_context() {
+        let e = anyhow::Error::from(TracerError::OutputClosed).context("printing");
+        assert!(is_output_closed(&e));
+        assert!(!is_output_closed(&anyhow::anyhow!("other")));
+    }
 }

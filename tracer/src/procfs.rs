@@ -271,8 +271,103 @@ pub fn write_sysctl(root: &Root, name: &str, value: &str) -> Result<(), TracerEr
         .map_err(|source| TracerError::Write { path, source })
 }
 
+/// A -p process or -t thread the run watches, to end when it exits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watched {
+    /// `/proc/<tgid>` for a process, `/proc/<tgid>/task/<tid>` for a thread.
+    dir: String,
+    /// Process: any of its threads alive keeps it alive (a zombie leader's threads run on).
+    process: bool,
+    /// starttime (stat field 22): a recycled PID is a different task.
+    start: u64,
+}
+
+/// State letter and starttime from a `stat` file's text.
+fn stat_state_start(text: &str) -> Option<(char, u64)> {
+    // The comm in parentheses may hold spaces and ')': fields follow the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_ascii_whitespace();
+    let state = f.next()?.chars().next()?;
+    // Field 3 is the state; starttime is field 22.
+    let start = f.nth(22 - 4)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// A task counts as alive until it is a zombie (exited, not yet reaped) or dead.
+fn task_alive(stat_path: &Path, start: Option<u64>) -> Option<u64> {
+    let text = std::fs::read_to_string(stat_path).ok()?;
+    let (state, st) = stat_state_start(&text)?;
+    (!matches!(state, 'Z' | 'X' | 'x') && start.is_none_or(|s| s == st)).then_some(st)
+}
+
+fn watch(root: &Root, dir: String, process: bool) -> Option<Watched> {
+    let text = std::fs::read_to_string(root.path(format!("{dir}/stat"))).ok()?;
+    let (_, start) = stat_state_start(&text)?;
+    Some(Watched {
+        dir,
+        process,
+        start,
+    })
+}
+
+/// Watches process `pid` (None when it is already gone).
+pub fn watch_process(root: &Root, pid: u32) -> Option<Watched> {
+    watch(root, format!("/proc/{pid}"), true)
+}
+
+/// Watches thread `tid` (None when it is already gone).
+pub fn watch_thread(root: &Root, tid: u32) -> Option<Watched> {
+    let tgid = tgid_of(root, tid).ok()?;
+    watch(root, format!("/proc/{tgid}/task/{tid}"), false)
+}
+
+/// Whether a watched process (any of its threads) or thread still runs.
+pub fn still_alive(root: &Root, w: &Watched) -> bool {
+    let dir = root.path(&w.dir);
+    // The same task, not a recycled PID: the leader's (or thread's) starttime matches.
+    let Ok(text) = std::fs::read_to_string(dir.join("stat")) else {
+        return false;
+    };
+    match stat_state_start(&text) {
+        Some((_, st)) if st == w.start => {}
+        _ => return false,
+    }
+    if !w.process {
+        return task_alive(&dir.join("stat"), Some(w.start)).is_some();
+    }
+    numeric_entries(&dir.join("task"))
+        .unwrap_or_default()
+        .iter()
+        .any(|tid| task_alive(&dir.join(format!("task/{tid}/stat")), None).is_some())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stat_state_and_starttime() {
+        let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 98765 1000 10";
+        assert_eq!(super::stat_state_start(line), Some(('S', 98765)));
+        assert_eq!(super::stat_state_start("1 (x) Z"), None);
+    }
+
+    #[test]
+    fn watched_targets_end_with_their_process() {
+        let root = crate::root::Root::default();
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let w = super::watch_process(&root, child.id()).unwrap();
+        assert!(super::still_alive(&root, &w));
+        // Exited but not reaped (a zombie) already counts as gone.
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(!super::still_alive(&root, &w));
+        child.wait().unwrap();
+        assert!(!super::still_alive(&root, &w));
+        let me = super::watch_thread(&root, unsafe { libc::gettid() } as u32).unwrap();
+        assert!(super::still_alive(&root, &me));
+    }
+
     use super::*;
 
     /// A fresh fixture directory under the system temp dir.

@@ -40,8 +40,8 @@ pub struct Report {
     pub slice_events: Vec<String>,
     pub sections: Vec<Section>,
     pub notices: Vec<String>,
-    /// Command line and exit code of `-- COMMAND`.
-    pub command: Option<(Vec<String>, Option<i32>)>,
+    /// Command line of `-- COMMAND` and what became of it.
+    pub command: Option<(Vec<String>, crate::launch::ChildState)>,
     /// Capacity of the kernel's per-thread map (`--max-threads`); 0 when the entries
     /// live in task-local storage, which has none.
     pub max_threads: u32,
@@ -245,8 +245,11 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     for s in &r.sections {
         m.insert(s.key.into(), s.json.clone());
     }
-    if let Some((argv, code)) = &r.command {
-        m.insert("command".into(), json!({"argv": argv, "exit_code": code}));
+    if let Some((argv, state)) = &r.command {
+        m.insert(
+            "command".into(),
+            json!({"argv": argv, "exit_code": state.exit_code(), "state": state.name()}),
+        );
     }
     m.insert("notices".into(), json!(r.notices));
     Value::Object(m)
@@ -288,9 +291,9 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
             .collect();
         out += &format!("  traced on-CPU time per CPU: {}\n", cpus.join("  "));
     }
-    if let Some((argv, code)) = &r.command {
-        let code = code.map_or("killed".to_string(), |c| c.to_string());
-        out += &format!("  command: {} (exit {code})\n", argv.join(" "));
+    if let Some((argv, state)) = &r.command {
+        let shown = crate::launch::short_command(argv, crate::launch::COMMAND_SHOWN);
+        out += &format!("  command: {shown} ({})\n", state.describe());
     }
     out += "\n";
 

@@ -164,7 +164,11 @@ enum End {
     Duration,
     Count,
     Signal,
-    CommandExited(i32),
+    CommandExited(launch::ChildState),
+    /// Every -p/-t target exited (perf stat -p ends the same way).
+    TargetsExited,
+    /// An interval report could not be written (closed pipe, full disk).
+    Output(crate::error::TracerError),
 }
 
 pub fn run(args: RunArgs, root: Root) -> Result<i32> {
@@ -263,6 +267,18 @@ fn setup(
     event_specs: &[counters::EventSpec],
 ) -> Result<Session> {
     let targets = resolve_targets(args, root, child)?;
+    // The seed goes into a map of --max-threads entries: more would fail in the kernel
+    // with E2BIG, which reads as if no probe mode worked.
+    if targets.seed.len() > args.max_threads as usize {
+        return Err(crate::error::TracerError::TooManyThreads {
+            wanted: targets.seed.len(),
+            capacity: args.max_threads,
+            suggest: (2 * targets.seed.len() as u64)
+                .next_power_of_two()
+                .min(crate::cli::MAX_THREADS_LIMIT as u64),
+        }
+        .into());
+    }
     let mut notices = Vec::new();
     let slice = open_slice_counters(args, root, &mut notices)?;
     let scope_ = hist_scope(args);
@@ -294,7 +310,15 @@ fn setup(
     let runq = tracer.runq;
     let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
     let t0 = tracer.opened_at();
+    let empty_cgroup = matches!(&targets.counter_target, CounterTarget::Threads(t) if t.is_empty());
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
+        None
+    } else if empty_cgroup {
+        // perf counters here follow the threads present at the start; the trace itself
+        // follows the tasks that join the cgroup later.
+        notices.push(
+            "the cgroup had no tasks at the start: no perf counters (they count the threads present at the start); tasks that join are traced".into(),
+        );
         None
     } else {
         let c = Counters::open(event_specs, &targets.counter_target, args.per_thread)?;
@@ -327,18 +351,74 @@ fn setup(
     })
 }
 
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal) end the run with the final report.
+/// SIGHUP ignored when the tracer started (under nohup) stays ignored; SIGINT and
+/// SIGTERM are always caught, as before (a script's `tracer ... &` starts with SIGINT
+/// ignored and is still stopped with `kill -INT`).
 async fn wait_signal() -> &'static str {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
+    let (mut int, mut term) = (
+        signal(SignalKind::interrupt()).ok(),
+        signal(SignalKind::terminate()).ok(),
+    );
+    let mut hup = (!launch::ignored_at_start(libc::SIGHUP))
+        .then(|| signal(SignalKind::hangup()).ok())
+        .flatten();
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
     }
+    tokio::select! {
+        _ = recv(&mut int) => "SIGINT",
+        _ = recv(&mut term) => "SIGTERM",
+        _ = recv(&mut hup) => "SIGHUP",
+    }
+}
+
+/// What `tracer run` traces, for the banner: "all CPUs", "PID 42", "cgroup /x".
+fn target_text(args: &RunArgs) -> String {
+    if let Some(cg) = &args.cgroup {
+        return format!("cgroup {}", cg.display());
+    }
+    let mut parts: Vec<String> = args.pids.iter().map(|p| format!("PID {p}")).collect();
+    parts.extend(args.tids.iter().map(|t| format!("TID {t}")));
+    if parts.is_empty() {
+        "all CPUs".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The banner of a run with no command, as bcc's tools print it: on stderr, and only on
+/// a terminal, so pipes, JSON and tests see nothing.
+fn show_life(args: &RunArgs) {
+    use std::io::{IsTerminal as _, Write as _};
+    if !args.command.is_empty() || !std::io::stderr().is_terminal() {
+        return;
+    }
+    let how_long = match args.duration {
+        Some(d) => format!(" for {}", crate::hist::human_ns(d.as_nanos() as u64)),
+        None => String::new(),
+    };
+    let stop = if args.duration.is_some() {
+        "Hit Ctrl-C to end early."
+    } else {
+        "Hit Ctrl-C to end."
+    };
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "Tracing scheduling of {}{how_long}... {stop}",
+        target_text(args)
+    );
+}
+
+/// Whether any -p/-t target (given at the start) still runs.
+fn targets_alive(root: &Root, watch: &[procfs::Watched]) -> bool {
+    watch.iter().any(|w| procfs::still_alive(root, w))
 }
 
 async fn event_loop(
@@ -375,6 +455,24 @@ async fn event_loop(
     let mut intervals = 0u64;
     let signal = wait_signal();
     tokio::pin!(signal);
+    // -p/-t: the run ends with its targets. A cgroup can gain tasks later: never.
+    let watch: Vec<procfs::Watched> = if args.cgroup.is_none() {
+        let mut w: Vec<_> = args
+            .pids
+            .iter()
+            .filter_map(|&p| procfs::watch_process(root, p))
+            .collect();
+        w.extend(
+            args.tids
+                .iter()
+                .filter_map(|&t| procfs::watch_thread(root, t)),
+        );
+        w
+    } else {
+        Vec::new()
+    };
+    let watching = !args.pids.is_empty() || !args.tids.is_empty();
+    show_life(args);
 
     let end = loop {
         tokio::select! {
@@ -397,7 +495,9 @@ async fn event_loop(
                     _ => None,
                 };
                 let r = build_report(&s, "interval", Some(intervals), delta, snap.at_ns - prev_snap.at_ns, cdelta.as_ref(), None, None, root);
-                print_report(&r, &opts, args.json);
+                if let Err(e) = print_report(&r, &opts, args.json) {
+                    break End::Output(e);
+                }
                 prev_snap = snap;
                 prev_counters = csnap;
                 if args.count.is_some_and(|n| intervals >= n) {
@@ -410,6 +510,9 @@ async fn event_loop(
                 if let Some(code) = child.and_then(launch::try_wait_exit) {
                     break End::CommandExited(code);
                 }
+                if watching && args.cgroup.is_none() && !targets_alive(root, &watch) {
+                    break End::TargetsExited;
+                }
             }
         }
     };
@@ -418,6 +521,11 @@ async fn event_loop(
     // slices at the close: a thread that dies meanwhile still hands over its totals
     // (detached, its task-local storage would go with it, uncounted).
     let t1 = s.tracer.close_window()?;
+    if let End::Output(e) = end {
+        // Nothing more can be shown: detach and end.
+        s.tracer.detach();
+        return Err(e.into());
+    }
     let csnap = match &s.counters {
         Some(c) => {
             c.disable()?;
@@ -454,19 +562,38 @@ async fn event_loop(
             None,
             root,
         );
-        print_report(&r, &opts, args.json);
+        print_report(&r, &opts, args.json)?;
     }
-    let exit_code = match end {
-        End::CommandExited(code) => Some(code),
-        End::Signal | End::Duration | End::Count => {
-            if let Some(pid) = child {
+    let state = match end {
+        End::CommandExited(state) => Some(state),
+        End::Output(_) => unreachable!("returned above"),
+        End::TargetsExited => {
+            s.notices
+                .push("all targets exited: the run ended with them".to_string());
+            None
+        }
+        End::Signal | End::Duration | End::Count => child.map(|pid| {
+            // Ctrl-C on a terminal reaches the command too: give it a moment to end, so
+            // the header says what became of it rather than "still running".
+            let mut state = None;
+            if matches!(end, End::Signal) {
+                for _ in 0..20 {
+                    state = launch::try_wait_exit(pid);
+                    if state.is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            state.unwrap_or_else(|| {
                 s.notices.push(format!(
                     "the window ended before the command did; PID {pid} goes on untraced"
                 ));
-            }
-            None
-        }
+                launch::ChildState::Running { pid }
+            })
+        }),
     };
+    let exit_code = state.and_then(|s| s.exit_code());
     // The hypervisor's view of the CPUs the traced set ran on (all CPUs system-wide).
     let busy = snap.busy_cpus();
     let cpus = (!args.pids.is_empty()
@@ -480,7 +607,7 @@ async fn event_loop(
             .map(|after| hypervisor::report(before, &after, cpus, t1 - s.t0)),
         None => None,
     };
-    let command = (!args.command.is_empty()).then(|| (args.command.clone(), exit_code));
+    let command = state.map(|st| (args.command.clone(), st));
     let r = build_report(
         &s,
         "total",
@@ -492,7 +619,7 @@ async fn event_loop(
         command,
         root,
     );
-    print_report(&r, &opts, args.json);
+    print_report(&r, &opts, args.json)?;
     Ok(exit_code.unwrap_or(0))
 }
 
@@ -505,7 +632,7 @@ fn build_report(
     duration_ns: u64,
     counters: Option<&CounterSnapshot>,
     hyp: Option<hypervisor::HypervisorReport>,
-    command: Option<(Vec<String>, Option<i32>)>,
+    command: Option<(Vec<String>, launch::ChildState)>,
     root: &Root,
 ) -> Report {
     snapshot
@@ -607,10 +734,14 @@ fn build_report(
     }
 }
 
-fn print_report(r: &Report, o: &ReportOptions, json: bool) {
+fn print_report(
+    r: &Report,
+    o: &ReportOptions,
+    json: bool,
+) -> Result<(), crate::error::TracerError> {
     if json {
-        println!("{}", report::to_json(r, o));
+        crate::cli::emit(&report::to_json(r, o).to_string())
     } else {
-        println!("{}", report::format_text(r, o));
+        crate::cli::emit(&report::format_text(r, o))
     }
 }
