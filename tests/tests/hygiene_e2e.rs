@@ -194,6 +194,31 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         new_programs(&before)
     );
 
+    // No -d and nothing printed yet: the run ends once the reader has gone, rather
+    // than running on for nobody.
+    let t = Instant::now();
+    let mut child = Command::new(tracer_bin())
+        .args(["run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let st = wait_within(&mut child, Duration::from_secs(10), "no -d, a closed pipe");
+    let err = stderr_of(&mut child);
+    assert_eq!(st.code(), Some(141), "{err}");
+    assert!(err.is_empty(), "quiet: {err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        detached(&before),
+        "left attached: {:?}",
+        new_programs(&before)
+    );
+
     // The final report into a pipe already closed (`| true`).
     let mut child = Command::new(tracer_bin())
         .args(["run", "-d", "500ms"])

@@ -264,6 +264,24 @@ pub fn emit(text: &str) -> Result<(), TracerError> {
         })
 }
 
+/// Whether standard output is a pipe whose reader has gone (`tracer run | true`): the
+/// run can end then rather than at its next report.
+pub fn stdout_closed() -> bool {
+    // SAFETY: fstat and poll on fd 1 with valid out pointers; a zero timeout.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(1, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+            return false;
+        }
+        let mut p = libc::pollfd {
+            fd: 1,
+            events: 0,
+            revents: 0,
+        };
+        libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLERR != 0
+    }
+}
+
 /// Exit code when standard output was closed by its reader: 128+SIGPIPE, what a shell
 /// reports for a tool SIGPIPE ended (`yes | head -1` under `set -o pipefail`).
 pub const EXIT_OUTPUT_CLOSED: i32 = 128 + libc::SIGPIPE;

@@ -257,8 +257,9 @@ impl Tracer {
                     return Ok(t);
                 }
                 Err(e) if opts.probe == ProbeMode::Auto => {
-                    log::info!("probe mode {} refused: {e:#}", mode.name());
-                    refused.push((mode, format!("{e:#}")));
+                    let why = crate::error::one_line(&e);
+                    log::info!("probe mode {} refused: {why}", mode.name());
+                    refused.push((mode, why));
                 }
                 Err(e) => {
                     return Err(e.context(format!("probe mode {} does not work here", mode.name())))

@@ -513,6 +513,9 @@ async fn event_loop(
                 if watching && args.cgroup.is_none() && !targets_alive(root, &watch) {
                     break End::TargetsExited;
                 }
+                if crate::cli::stdout_closed() {
+                    break End::Output(crate::error::TracerError::OutputClosed);
+                }
             }
         }
     };
