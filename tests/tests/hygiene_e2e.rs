@@ -383,6 +383,23 @@ fn the_run_ends_when_its_targets_exit() {
     }
 }
 
+#[test]
+fn a_target_already_exited_is_refused_at_once() {
+    require_root();
+    let mut zombie = Command::new("true").spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // exited, not reaped
+    let pid = zombie.id().to_string();
+    for by in ["-p", "-t"] {
+        let t = Instant::now();
+        let out = run_tracer(&["run", by, &pid]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{by}: {err}");
+        assert!(err.contains("has already exited"), "{by}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+    zombie.wait().unwrap();
+}
+
 /// Runs the tracer with stdout into a file (a command that outlives the tracer would
 /// hold a pipe open); returns the status and what it wrote.
 fn run_to_file(args: &[&str], name: &str, signal: Option<i32>) -> (ExitStatus, String) {

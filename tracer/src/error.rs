@@ -18,6 +18,10 @@ pub enum TracerError {
     NoSuchProcess(u32),
     #[error("no such thread: TID {0} does not exist")]
     NoSuchThread(u32),
+    #[error(
+        "{what} {id} has already exited (a zombie its parent has not reaped): nothing to trace"
+    )]
+    AlreadyExited { what: &'static str, id: u32 },
     #[error("cannot start {command:?}: {source}")]
     CommandStart {
         command: String,

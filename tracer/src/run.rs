@@ -9,6 +9,7 @@ use crate::{
     cli::RunArgs,
     collect::{Collector, Snapshot},
     counters::{self, CounterSnapshot, CounterTarget, Counters},
+    error::TracerError,
     hist::Unit,
     hypervisor,
     launch::{self, Held},
@@ -178,9 +179,23 @@ pub fn run(args: RunArgs, root: Root) -> Result<i32> {
     // Validate everything cheap before touching the kernel.
     for &pid in &args.pids {
         procfs::threads_of(&root, pid)?;
+        if !procfs::watch_process(&root, pid).is_some_and(|w| procfs::still_alive(&root, &w)) {
+            return Err(TracerError::AlreadyExited {
+                what: "PID",
+                id: pid,
+            }
+            .into());
+        }
     }
     for &tid in &args.tids {
         procfs::tgid_of(&root, tid)?;
+        if !procfs::watch_thread(&root, tid).is_some_and(|w| procfs::still_alive(&root, &w)) {
+            return Err(TracerError::AlreadyExited {
+                what: "TID",
+                id: tid,
+            }
+            .into());
+        }
     }
     let event_specs = if args.events.is_empty() {
         counters::default_events()
