@@ -3,6 +3,7 @@
 //! numbers are refused, `-p` ends with its targets, the command's fate is told right,
 //! errors say each cause once.
 use std::{
+    collections::BTreeSet,
     io::{BufRead as _, Read as _},
     os::unix::process::CommandExt as _,
     path::Path,
@@ -12,8 +13,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    json_docs, new_programs, our_loaded_programs, require_root, run_tracer, scratch, tracer_bin,
-    wait_attached, Background,
+    json_docs, our_loaded_programs, require_root, run_tracer, scratch, tracer_bin, Background,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -34,13 +34,65 @@ fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
     }
 }
 
-/// Waits until no program of ours beyond `before` is loaded (up to 5 s); true if so.
-fn detached(before: &std::collections::BTreeMap<u32, String>) -> bool {
+/// IDs of the BPF programs process `pid` holds (fds and links), from its fdinfo. Other
+/// tracers may run on the machine at the same time: the tests look only at their own.
+fn held_programs(pid: u32) -> BTreeSet<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return BTreeSet::new();
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Waits (up to 20 s) until the tracer `pid` holds programs and then 300 ms more, so its
+/// signal handlers are in place; false if it never did.
+fn wait_loaded(pid: u32) -> bool {
     let t = Instant::now();
-    while !new_programs(before).is_empty() && t.elapsed() < Duration::from_secs(5) {
+    while held_programs(pid).is_empty() && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    new_programs(before).is_empty()
+    std::thread::sleep(Duration::from_millis(300));
+    !held_programs(pid).is_empty()
+}
+
+/// Like [`wait_within`], and then checks that every program the tracer was seen holding
+/// is gone from the kernel: nothing left attached.
+fn wait_detached(child: &mut Child, limit: Duration, what: &str, expect_held: bool) -> ExitStatus {
+    let t = Instant::now();
+    let mut held = BTreeSet::new();
+    let st = loop {
+        held.extend(held_programs(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        !expect_held || !held.is_empty(),
+        "{what}: never seen holding programs"
+    );
+    let loaded = || -> BTreeSet<u32> {
+        our_loaded_programs()
+            .into_keys()
+            .filter(|id| held.contains(id))
+            .collect()
+    };
+    let t = Instant::now();
+    while !loaded().is_empty() && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(loaded().is_empty(), "{what}: left loaded {:?}", loaded());
+    st
 }
 
 fn stderr_of(child: &mut Child) -> String {
@@ -170,7 +222,6 @@ fn a_pipeline_in_the_command_ends_without_broken_pipe() {
 fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
     require_root();
     // Interval mode: the reader takes one line and goes away (`| head -1`).
-    let before = our_loaded_programs();
     let t = Instant::now();
     let mut child = Command::new(tracer_bin())
         .args(["run", "-i", "200ms", "-d", "30s"])
@@ -183,16 +234,16 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         .read_line(&mut first)
         .unwrap();
     assert!(first.starts_with("tracer interval 1"), "{first}");
-    let st = wait_within(&mut child, Duration::from_secs(10), "-i with a closed pipe");
+    let st = wait_detached(
+        &mut child,
+        Duration::from_secs(10),
+        "-i with a closed pipe",
+        true,
+    );
     let err = stderr_of(&mut child);
     assert_eq!(st.code(), Some(141), "{err}");
     assert!(err.is_empty(), "quiet: {err}");
     assert!(t.elapsed() < Duration::from_secs(10));
-    assert!(
-        detached(&before),
-        "left attached: {:?}",
-        new_programs(&before)
-    );
 
     // No -d and nothing printed yet: the run ends once the reader has gone, rather
     // than running on for nobody.
@@ -204,7 +255,12 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    let st = wait_within(&mut child, Duration::from_secs(10), "no -d, a closed pipe");
+    let st = wait_detached(
+        &mut child,
+        Duration::from_secs(10),
+        "no -d, a closed pipe",
+        true,
+    );
     let err = stderr_of(&mut child);
     assert_eq!(st.code(), Some(141), "{err}");
     assert!(err.is_empty(), "quiet: {err}");
@@ -212,11 +268,6 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         t.elapsed() < Duration::from_secs(5),
         "took {:?}",
         t.elapsed()
-    );
-    assert!(
-        detached(&before),
-        "left attached: {:?}",
-        new_programs(&before)
     );
 
     // The final report into a pipe already closed (`| true`).
@@ -227,24 +278,24 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         .spawn()
         .unwrap();
     drop(child.stdout.take());
-    let st = wait_within(&mut child, Duration::from_secs(10), "-d with a closed pipe");
+    let st = wait_detached(
+        &mut child,
+        Duration::from_secs(10),
+        "-d with a closed pipe",
+        true,
+    );
     let err = stderr_of(&mut child);
     assert_eq!(st.code(), Some(141), "{err}");
     assert!(err.is_empty(), "quiet: {err}");
-    assert!(
-        detached(&before),
-        "left attached: {:?}",
-        new_programs(&before)
-    );
 }
 
 #[test]
 fn a_failed_write_is_a_one_line_error() {
     require_root();
-    let before = our_loaded_programs();
     for args in [
         &["run", "-d", "300ms"][..],
         &["run", "-i", "200ms", "-d", "30s"],
+        &["check"],
     ] {
         let t = Instant::now();
         let mut child = Command::new(tracer_bin())
@@ -253,7 +304,12 @@ fn a_failed_write_is_a_one_line_error() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let st = wait_within(&mut child, Duration::from_secs(10), "writing to /dev/full");
+        let st = wait_detached(
+            &mut child,
+            Duration::from_secs(10),
+            "writing to /dev/full",
+            args[0] == "run",
+        );
         let err = stderr_of(&mut child);
         assert_eq!(st.code(), Some(2), "{args:?}: {err}");
         assert_eq!(
@@ -262,7 +318,6 @@ fn a_failed_write_is_a_one_line_error() {
             "{args:?}"
         );
         assert!(t.elapsed() < Duration::from_secs(5), "{args:?}");
-        assert!(detached(&before), "{args:?}: left attached");
     }
 }
 
@@ -404,7 +459,6 @@ fn a_target_already_exited_is_refused_at_once() {
 /// hold a pipe open); returns the status and what it wrote.
 fn run_to_file(args: &[&str], name: &str, signal: Option<i32>) -> (ExitStatus, String) {
     let path = scratch(name);
-    let before = our_loaded_programs();
     let mut child = Command::new(tracer_bin())
         .args(args)
         .stdout(std::fs::File::create(&path).unwrap())
@@ -412,8 +466,7 @@ fn run_to_file(args: &[&str], name: &str, signal: Option<i32>) -> (ExitStatus, S
         .spawn()
         .unwrap();
     if let Some(sig) = signal {
-        assert!(wait_attached(&before), "tracer never attached");
-        std::thread::sleep(Duration::from_millis(300));
+        assert!(wait_loaded(child.id()), "tracer never loaded its programs");
         // SAFETY: our own child; only the tracer gets it, not its command.
         unsafe { libc::kill(child.id() as i32, sig) };
     }
@@ -598,7 +651,6 @@ fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
     require_root();
     let cg = Path::new(&cgroup2_base()).join(format!("tracer-hygiene-{}", std::process::id()));
     std::fs::create_dir(&cg).expect("create a test cgroup");
-    let before = our_loaded_programs();
     let path = scratch("empty-cgroup");
     let mut child = Command::new(tracer_bin())
         .args([
@@ -613,7 +665,7 @@ fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let attached = wait_attached(&before);
+    let attached = wait_loaded(child.id());
     let (mut joiner, _) = short_workload(1000);
     std::fs::write(cg.join("cgroup.procs"), joiner.id().to_string()).unwrap();
     let st = wait_within(&mut child, Duration::from_secs(25), "--cgroup");

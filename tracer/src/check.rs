@@ -232,9 +232,9 @@ pub fn format_text(r: &CheckReport) -> String {
 pub fn run(args: &CheckArgs, root: &Root) -> Result<i32> {
     let r = gather(root);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::cli::emit(&serde_json::to_string_pretty(&r)?)?;
     } else {
-        print!("{}", format_text(&r));
+        crate::cli::emit_raw(&format_text(&r))?;
     }
     Ok(if r.run_ok { 0 } else { 1 })
 }

@@ -250,13 +250,19 @@ pub fn parse_max_threads(s: &str) -> Result<u32, TracerError> {
     }
 }
 
-/// Writes one report to standard output and flushes it. A reader that went away is
-/// [`TracerError::OutputClosed`] (the run then ends quietly, as `yes | head -1` does);
-/// any other failure (a full disk, /dev/full) is [`TracerError::Output`].
+/// Writes one report and a newline to standard output and flushes it. A reader that went
+/// away is [`TracerError::OutputClosed`] (the run then ends quietly, as `yes | head -1`
+/// does); any other failure (a full disk, /dev/full) is [`TracerError::Output`]. Never
+/// println!, which panics on both.
 pub fn emit(text: &str) -> Result<(), TracerError> {
+    emit_raw(&format!("{text}\n"))
+}
+
+/// [`emit`] without the newline.
+pub fn emit_raw(text: &str) -> Result<(), TracerError> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}")
+    out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::BrokenPipe => TracerError::OutputClosed,

@@ -736,12 +736,11 @@ pub fn run(args: &DtlArgs, root: &Root) -> anyhow::Result<i32> {
     }
     let report = collect_blocking(args, root)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("encoding the JSON report")?
-        );
+        crate::cli::emit(
+            &serde_json::to_string_pretty(&report).context("encoding the JSON report")?,
+        )?;
     } else {
-        print!("{}", format_text(&report));
+        crate::cli::emit_raw(&format_text(&report))?;
     }
     Ok(0)
 }
