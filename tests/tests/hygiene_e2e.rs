@@ -355,9 +355,14 @@ fn numeric_options_are_validated_never_a_panic() {
 }
 
 /// A workload process that exits by itself after `ms`, and the TID of one of its threads.
+fn short_workload(ms: u64) -> (Child, u32) {
+    short_workload_to(ms, Path::new("/dev/null"))
+}
+
+/// [`short_workload`] writing its threads' ground truth to `out`.
 // The child is handed to the caller, which waits for it.
 #[allow(clippy::zombie_processes)]
-fn short_workload(ms: u64) -> (Child, u32) {
+fn short_workload_to(ms: u64, out: &Path) -> (Child, u32) {
     let child = Command::new(WORKLOAD)
         .args([
             "busy-sleep",
@@ -368,7 +373,8 @@ fn short_workload(ms: u64) -> (Child, u32) {
             "--sleep-ms",
             "2",
         ])
-        .args(["--duration-ms", &ms.to_string(), "--out", "/dev/null"])
+        .args(["--duration-ms", &ms.to_string(), "--out"])
+        .arg(out)
         .spawn()
         .unwrap();
     let task_dir = format!("/proc/{}/task", child.id());
@@ -666,7 +672,8 @@ fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
         .spawn()
         .unwrap();
     let attached = wait_loaded(child.id());
-    let (mut joiner, _) = short_workload(1000);
+    let truth_file = scratch("empty-cgroup-truth");
+    let (mut joiner, _) = short_workload_to(1000, &truth_file);
     std::fs::write(cg.join("cgroup.procs"), joiner.id().to_string()).unwrap();
     let st = wait_within(&mut child, Duration::from_secs(25), "--cgroup");
     let _ = joiner.wait();
@@ -691,6 +698,24 @@ fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
         !rows.is_empty(),
         "the late joiner's threads are traced: {doc}"
     );
+    // Its on-CPU time is its own, from the join on (a join once read as the thread's
+    // whole uptime): at most the kernel's figure, and most of it (it joined a few ms
+    // after it started).
+    let truth = tracer_tests::read_truth(&truth_file);
+    let _ = std::fs::remove_file(&truth_file);
+    for t in truth.iter().filter(|t| t.tid != t.pid) {
+        let row = rows
+            .iter()
+            .find(|r| r["tid"].as_u64() == Some(t.tid))
+            .unwrap_or_else(|| panic!("joiner thread {} missing: {doc}", t.tid));
+        let ours = row["on_cpu_ns"].as_u64().unwrap();
+        assert!(
+            ours <= t.run_ns + 1_000_000 && ours as f64 >= 0.8 * t.run_ns as f64,
+            "tid {}: ours {ours} ns, schedstat {} ns",
+            t.tid,
+            t.run_ns
+        );
+    }
 }
 
 /// Opens a pseudo-terminal: (master, slave) fds.
