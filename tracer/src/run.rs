@@ -169,7 +169,7 @@ enum End {
     /// Every -p/-t target exited (perf stat -p ends the same way).
     TargetsExited,
     /// An interval report could not be written (closed pipe, full disk).
-    Output(crate::error::TracerError),
+    Output(TracerError),
 }
 
 pub fn run(args: RunArgs, root: Root) -> Result<i32> {
@@ -285,7 +285,7 @@ fn setup(
     // The seed goes into a map of --max-threads entries: more would fail in the kernel
     // with E2BIG, which reads as if no probe mode worked.
     if targets.seed.len() > args.max_threads as usize {
-        return Err(crate::error::TracerError::TooManyThreads {
+        return Err(TracerError::TooManyThreads {
             wanted: targets.seed.len(),
             capacity: args.max_threads,
             suggest: (2 * targets.seed.len() as u64)
@@ -486,7 +486,7 @@ async fn event_loop(
     } else {
         Vec::new()
     };
-    let watching = !args.pids.is_empty() || !args.tids.is_empty();
+    let watching = args.cgroup.is_none() && (!args.pids.is_empty() || !args.tids.is_empty());
     show_life(args);
 
     let end = loop {
@@ -525,11 +525,11 @@ async fn event_loop(
                 if let Some(code) = child.and_then(launch::try_wait_exit) {
                     break End::CommandExited(code);
                 }
-                if watching && args.cgroup.is_none() && !targets_alive(root, &watch) {
+                if watching && !targets_alive(root, &watch) {
                     break End::TargetsExited;
                 }
                 if crate::cli::stdout_closed() {
-                    break End::Output(crate::error::TracerError::OutputClosed);
+                    break End::Output(TracerError::OutputClosed);
                 }
             }
         }
@@ -752,11 +752,7 @@ fn build_report(
     }
 }
 
-fn print_report(
-    r: &Report,
-    o: &ReportOptions,
-    json: bool,
-) -> Result<(), crate::error::TracerError> {
+fn print_report(r: &Report, o: &ReportOptions, json: bool) -> Result<(), TracerError> {
     if json {
         crate::cli::emit(&report::to_json(r, o).to_string())
     } else {
