@@ -49,22 +49,37 @@ fn held_programs(pid: u32) -> BTreeSet<u32> {
         .collect()
 }
 
-/// Waits (up to 20 s) until the tracer `pid` holds programs and then 300 ms more, so its
-/// signal handlers are in place; false if it never did.
-fn wait_loaded(pid: u32) -> bool {
+/// Waits (up to 20 s) until the tracer `pid` holds programs; the ones it holds.
+fn wait_held(pid: u32) -> BTreeSet<u32> {
     let t = Instant::now();
-    while held_programs(pid).is_empty() && t.elapsed() < Duration::from_secs(20) {
+    loop {
+        let held = held_programs(pid);
+        if !held.is_empty() || t.elapsed() > Duration::from_secs(20) {
+            return held;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until the tracer `pid` holds programs and then 300 ms more, so its signal
+/// handlers are in place; false if it never did.
+fn wait_loaded(pid: u32) -> bool {
+    let held = wait_held(pid);
     std::thread::sleep(Duration::from_millis(300));
-    !held_programs(pid).is_empty()
+    !held.is_empty()
 }
 
 /// Like [`wait_within`], and then checks that every program the tracer was seen holding
-/// is gone from the kernel: nothing left attached.
-fn wait_detached(child: &mut Child, limit: Duration, what: &str, expect_held: bool) -> ExitStatus {
+/// (`seen` before, and while it ran) is gone from the kernel: nothing left attached.
+fn wait_detached(
+    child: &mut Child,
+    limit: Duration,
+    what: &str,
+    seen: BTreeSet<u32>,
+    expect_held: bool,
+) -> ExitStatus {
     let t = Instant::now();
-    let mut held = BTreeSet::new();
+    let mut held = seen;
     let st = loop {
         held.extend(held_programs(child.id()));
         if let Some(st) = child.try_wait().unwrap() {
@@ -238,6 +253,7 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         &mut child,
         Duration::from_secs(10),
         "-i with a closed pipe",
+        BTreeSet::new(),
         true,
     );
     let err = stderr_of(&mut child);
@@ -254,11 +270,14 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The reader goes away once the tracer has loaded (so the test sees its programs).
+    let seen = wait_held(child.id());
     drop(child.stdout.take());
     let st = wait_detached(
         &mut child,
         Duration::from_secs(10),
         "no -d, a closed pipe",
+        seen,
         true,
     );
     let err = stderr_of(&mut child);
@@ -270,18 +289,21 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
         t.elapsed()
     );
 
-    // The final report into a pipe already closed (`| true`).
+    // A short run whose reader has gone (`| true`).
     let mut child = Command::new(tracer_bin())
         .args(["run", "-d", "500ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // The reader goes away once the tracer has loaded (so the test sees its programs).
+    let seen = wait_held(child.id());
     drop(child.stdout.take());
     let st = wait_detached(
         &mut child,
         Duration::from_secs(10),
         "-d with a closed pipe",
+        seen,
         true,
     );
     let err = stderr_of(&mut child);
@@ -308,6 +330,7 @@ fn a_failed_write_is_a_one_line_error() {
             &mut child,
             Duration::from_secs(10),
             "writing to /dev/full",
+            BTreeSet::new(),
             args[0] == "run",
         );
         let err = stderr_of(&mut child);
