@@ -251,3 +251,48 @@ pub fn wait_attached(before: &std::collections::BTreeMap<u32, String>) -> bool {
     }
     !new_programs(before).is_empty()
 }
+
+/// IDs of the BPF programs process `pid` holds (program fds and links), from its fdinfo.
+/// Other tracers (other test runs) may load programs at the same time: a test that looks
+/// at its own tracer's programs is not misled by them, as "any new program" can be.
+pub fn held_programs(pid: u32) -> std::collections::BTreeSet<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Default::default();
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .filter_map(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("prog_id:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .collect()
+}
+
+/// Waits (up to 20 s) until process `pid` holds BPF programs; returns them (empty if it
+/// never did).
+pub fn wait_held(pid: u32) -> std::collections::BTreeSet<u32> {
+    let t = std::time::Instant::now();
+    loop {
+        let held = held_programs(pid);
+        if !held.is_empty() || t.elapsed() > std::time::Duration::from_secs(20) {
+            return held;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Waits (up to 5 s) until none of the programs `ids` is loaded; returns those still
+/// loaded then.
+pub fn wait_unloaded(ids: &std::collections::BTreeSet<u32>) -> std::collections::BTreeSet<u32> {
+    let still = || -> std::collections::BTreeSet<u32> {
+        aya::programs::loaded_programs()
+            .filter_map(|p| Some(p.ok()?.id()))
+            .filter(|id| ids.contains(id))
+            .collect()
+    };
+    let t = std::time::Instant::now();
+    while !still().is_empty() && t.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    still()
+}

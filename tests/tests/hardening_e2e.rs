@@ -8,8 +8,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    final_report, json_docs, new_programs, our_loaded_programs, require_root, run_tracer, thread,
-    traced_workload, tracer_bin, wait_attached, SysctlGuard,
+    final_report, held_programs, json_docs, require_root, run_tracer, thread, traced_workload,
+    tracer_bin, wait_held, wait_unloaded, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -87,14 +87,30 @@ fn auto_mode_says_which_mode_and_why() {
 #[test]
 fn check_reports_what_this_machine_offers() {
     require_root();
-    let before = our_loaded_programs();
-    let out = run_tracer(&["check", "--json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The programs check loads, seen while it runs (other tracers on the machine load
+    // theirs meanwhile: only these count).
+    let mut child = Command::new(tracer_bin())
+        .args(["check", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut so = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut so, &mut v).unwrap();
+        v
+    });
+    let mut held = std::collections::BTreeSet::new();
+    let status = loop {
+        held.extend(held_programs(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stdout = reader.join().unwrap();
+    assert!(status.success(), "{}", String::from_utf8_lossy(&stdout));
+    let doc: Value = serde_json::from_slice(&stdout).unwrap();
     assert_eq!(doc["run_ok"], true);
     let mode = |m: &str| {
         doc["probe_modes"]
@@ -132,47 +148,38 @@ fn check_reports_what_this_machine_offers() {
     assert_eq!(item("kernel BTF")["ok"], true);
     assert_eq!(item("pseries DTL")["ok"], false);
     // check itself leaves nothing attached.
-    assert!(
-        new_programs(&before).is_empty(),
-        "{:?}",
-        new_programs(&before)
-    );
+    let left = wait_unloaded(&held);
+    assert!(left.is_empty(), "left loaded: {left:?}");
 }
 
 #[test]
 fn kill_9_leaves_no_program_attached() {
     require_root();
-    let before = our_loaded_programs();
     let mut child = Command::new(tracer_bin())
         .args(["run", "-d", "60s"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_attached(&before), "tracer never attached");
+    // Its own programs: other tracers on the machine load and unload theirs meanwhile.
+    let held = wait_held(child.id());
+    std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let t = Instant::now();
-    while !new_programs(&before).is_empty() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        new_programs(&before).is_empty(),
-        "left attached: {:?}",
-        new_programs(&before)
-    );
+    assert!(!held.is_empty(), "tracer never loaded its programs");
+    let left = wait_unloaded(&held);
+    assert!(left.is_empty(), "left attached: {left:?}");
 }
 
 #[test]
 fn sigint_and_sigterm_print_the_final_report() {
     require_root();
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        let before = our_loaded_programs();
         let child = Command::new(tracer_bin())
             .args(["run", "--json", "-d", "60s"])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let _ = wait_attached(&before);
+        let _ = wait_held(child.id());
         std::thread::sleep(Duration::from_millis(300));
         // SAFETY: our own child.
         unsafe { libc::kill(child.id() as i32, sig) };
@@ -360,13 +367,12 @@ fn command_runs_as_the_sudo_user_unless_as_root() {
 #[test]
 fn capabilities_are_dropped_once_attached() {
     require_root();
-    let before = our_loaded_programs();
     let mut child = Command::new(tracer_bin())
         .args(["run", "-d", "20s"])
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let _ = wait_attached(&before);
+    let _ = wait_held(child.id());
     std::thread::sleep(Duration::from_millis(300));
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let _ = child.kill();

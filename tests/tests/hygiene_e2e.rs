@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    json_docs, our_loaded_programs, require_root, run_tracer, scratch, tracer_bin, Background,
+    held_programs, json_docs, require_root, run_tracer, scratch, tracer_bin, wait_held, Background,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -29,33 +29,6 @@ fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
             let _ = child.kill();
             let _ = child.wait();
             panic!("{what}: still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// IDs of the BPF programs process `pid` holds (fds and links), from its fdinfo. Other
-/// tracers may run on the machine at the same time: the tests look only at their own.
-fn held_programs(pid: u32) -> BTreeSet<u32> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return BTreeSet::new();
-    };
-    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .filter_map(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("prog_id:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .collect()
-}
-
-/// Waits (up to 20 s) until the tracer `pid` holds programs; the ones it holds.
-fn wait_held(pid: u32) -> BTreeSet<u32> {
-    let t = Instant::now();
-    loop {
-        let held = held_programs(pid);
-        if !held.is_empty() || t.elapsed() > Duration::from_secs(20) {
-            return held;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -96,17 +69,8 @@ fn wait_detached(
         !expect_held || !held.is_empty(),
         "{what}: never seen holding programs"
     );
-    let loaded = || -> BTreeSet<u32> {
-        our_loaded_programs()
-            .into_keys()
-            .filter(|id| held.contains(id))
-            .collect()
-    };
-    let t = Instant::now();
-    while !loaded().is_empty() && t.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(loaded().is_empty(), "{what}: left loaded {:?}", loaded());
+    let left = tracer_tests::wait_unloaded(&held);
+    assert!(left.is_empty(), "{what}: left loaded {left:?}");
     st
 }
 
