@@ -60,14 +60,20 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         );
         sum_run += t.run_ns;
     }
-    // The kernel also sums the traced slices per CPU: the same total, split by CPU.
+    // The kernel also sums the traced slices per CPU, in wall time (so no CPU shows more
+    // than the window): the threads' total within the scheduler's clock skips at
+    // wakeup preemptions (runtime moves between the two threads of a switch).
     let per_cpu: u64 = doc["per_cpu"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["on_cpu_ns"].as_u64().unwrap())
         .sum();
-    assert_eq!(per_cpu, doc["on_cpu_ns"].as_u64().unwrap(), "per-CPU split");
+    let total = doc["on_cpu_ns"].as_u64().unwrap();
+    assert!(
+        per_cpu.abs_diff(total) as f64 <= (total as f64 * 0.01).max(2e6),
+        "per-CPU split {per_cpu} ns vs threads' total {total} ns"
+    );
     let dur = doc["duration_ns"].as_u64().unwrap();
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let expect = sum_run as f64 / dur as f64;
