@@ -273,3 +273,108 @@ fn threads_exiting_at_the_close_keep_their_time() {
         }
     }
 }
+
+/// Sums of the per-thread fields over the interval documents, and in the total, by TID.
+fn interval_and_total_sums(
+    docs: &[Value],
+) -> (
+    std::collections::BTreeMap<u64, [u64; 4]>,
+    std::collections::BTreeMap<u64, [u64; 4]>,
+) {
+    let fields = ["on_cpu_ns", "slices", "runq_wait_ns", "off_cpu_ns"];
+    let mut ints = std::collections::BTreeMap::new();
+    let mut total = std::collections::BTreeMap::new();
+    for d in docs {
+        let into = if d["kind"] == "total" {
+            &mut total
+        } else {
+            &mut ints
+        };
+        for t in d["threads"].as_array().unwrap() {
+            let e: &mut [u64; 4] = into.entry(t["tid"].as_u64().unwrap()).or_default();
+            for (i, f) in fields.iter().enumerate() {
+                e[i] += ns(t, f);
+            }
+        }
+    }
+    (ints, total)
+}
+
+/// Issue 12.3: interval mode counted exiting threads twice (a thread missing from one
+/// interval, then the final one carrying its lifetime). Thread churn, every mode: the
+/// intervals add up exactly to the totals, thread by thread.
+#[test]
+fn intervals_add_up_to_the_totals_under_thread_churn() {
+    require_root();
+    for mode in probe_modes() {
+        let out = run_tracer(&[
+            "run",
+            "--probe",
+            mode,
+            "-i",
+            "200ms",
+            "--json",
+            "--",
+            WORKLOAD,
+            "churn",
+            "--per-sec",
+            "1000",
+            "--duration-ms",
+            "1500",
+            "--out",
+            "/dev/null",
+        ]);
+        final_report(&out);
+        let docs = json_docs(&out);
+        assert!(docs.len() >= 4, "--probe {mode}: too few intervals");
+        for d in &docs {
+            assert_within_window(d, &format!("--probe {mode} interval {}", d["interval"]));
+        }
+        let (ints, total) = interval_and_total_sums(&docs);
+        assert!(
+            total.len() > 1000,
+            "--probe {mode}: {} threads",
+            total.len()
+        );
+        assert_eq!(
+            ints, total,
+            "--probe {mode}: intervals vs totals per thread"
+        );
+    }
+}
+
+/// Exec from a non-main thread under `-i`: the exec'd thread's rows move from its old
+/// TID to the leader's, but no time is shown twice: the intervals add up to the total.
+#[test]
+fn intervals_add_up_to_the_totals_across_an_exec_from_a_thread() {
+    require_root();
+    for mode in probe_modes() {
+        let out = run_tracer(&[
+            "run",
+            "--probe",
+            mode,
+            "-i",
+            "100ms",
+            "--json",
+            "--",
+            EXEC_FROM_THREAD,
+            "--out",
+            "/dev/null",
+        ]);
+        final_report(&out);
+        let (ints, total) = interval_and_total_sums(&json_docs(&out));
+        let sum = |m: &std::collections::BTreeMap<u64, [u64; 4]>| {
+            m.values().fold([0u64; 4], |mut a, v| {
+                for i in 0..4 {
+                    a[i] += v[i];
+                }
+                a
+            })
+        };
+        assert_eq!(
+            sum(&ints),
+            sum(&total),
+            "--probe {mode}: intervals vs total"
+        );
+    }
+}

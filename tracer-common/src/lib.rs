@@ -64,6 +64,10 @@ pub struct ThreadStats {
     /// [`HAVE_RUN_DELAY`].
     pub flags: u32,
     pub comm: [u8; COMM_LEN],
+    /// Unique per entry (CPU in the top 16 bits, a per-CPU count below), set when the
+    /// entry is made: the thread's identity across snapshots, which its TID is not — a
+    /// non-main thread that execs takes its leader's TID.
+    pub serial: u64,
 }
 
 /// `ThreadStats::last_run_delay` holds a value read at a switch-out.
@@ -98,6 +102,7 @@ impl ThreadStats {
             off_state: 0,
             flags: 0,
             comm: [0; COMM_LEN],
+            serial: 0,
         }
     }
 }
@@ -252,8 +257,8 @@ pub struct Config {
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 168);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 176);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 176);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 184);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 56);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);

@@ -25,7 +25,7 @@ use tracer_common::{
 use crate::{
     config,
     maps::{
-        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SLICE_COUNTER0, SLICE_COUNTER1,
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SERIAL, SLICE_COUNTER0, SLICE_COUNTER1,
         TASK_STATS, THREADS, TRACKED, WINDOW,
     },
     Leave, Task,
@@ -98,6 +98,21 @@ fn in_storage(t: &Task) -> bool {
     config().use_task_storage != 0 && t.trusted
 }
 
+/// A number no other entry has: this CPU's count of entries made, with the CPU on top.
+#[inline(always)]
+fn next_serial() -> u64 {
+    let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    match SERIAL.get_ptr_mut(0) {
+        Some(p) => {
+            // SAFETY: per-CPU slot; the programs that make entries do not nest on a CPU.
+            let n = unsafe { *p } + 1;
+            unsafe { *p = n };
+            (cpu << 48) | n
+        }
+        None => 0,
+    }
+}
+
 /// The thread's entry if it has one (never created here).
 #[inline(always)]
 fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
@@ -122,6 +137,7 @@ fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
         return Some(p);
     }
     let mut s = ThreadStats::zeroed();
+    s.serial = next_serial();
     s.tgid = if tgid != 0 { tgid } else { t.tgid() };
     s.comm = t.comm.read();
     if in_storage(t) {

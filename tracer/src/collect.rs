@@ -209,12 +209,30 @@ impl Snapshot {
                 add_stats(f, &e.stats);
             }
         }
+        // A thread is matched by its entry's serial, which survives the TID change of
+        // an exec from a non-main thread; a row without one (a first slice still
+        // running) by its key.
+        let by_serial: HashMap<u64, &ThreadStats> = earlier
+            .threads
+            .values()
+            .filter(|e| e.folded == 0 && e.stats.serial != 0)
+            .map(|e| (e.stats.serial, &e.stats))
+            .collect();
         let mut threads = BTreeMap::new();
         for (k, r) in &self.threads {
+            let by_key = || {
+                earlier
+                    .threads
+                    .get(k)
+                    .map(|e| &e.stats)
+                    .filter(|e| e.serial == 0 || e.serial == r.stats.serial)
+            };
             let earlier_stats = if r.folded > 0 {
                 earlier_folded.get(&r.stats.tgid)
+            } else if r.stats.serial != 0 {
+                by_serial.get(&r.stats.serial).copied().or_else(by_key)
             } else {
-                earlier.threads.get(k).map(|e| &e.stats)
+                by_key()
             };
             let stats = match earlier_stats {
                 Some(e) => sub_stats(&r.stats, e),
@@ -503,10 +521,10 @@ impl Collector {
         }
         // The threads and the slices running on the CPUs, read consistently: a slice
         // the kernel closes while the live entries are read is in those entries or not,
-        // depending on timing; read again until no traced slice changed across the read
-        // (after the window's close none starts, so this ends), and past a few tries
-        // leave the slices that changed to the next read rather than risk counting them
-        // twice.
+        // depending on timing. Read again while a traced slice changed across the read
+        // (after the window's close none starts, so this ends); past a few tries, a
+        // slice that ended during the read is counted here only when its thread's entry
+        // shows no switch-out since it began, and no further than the read's start.
         let cpu_states = |ebpf: &Ebpf| -> Result<Vec<CpuState>> {
             let m: PerCpuArray<_, CpuState> =
                 PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
@@ -514,8 +532,9 @@ impl Collector {
         };
         let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
         let mut tries = 0;
-        let (live, states, stable) = loop {
+        let (live, before, after, read_start) = loop {
             tries += 1;
+            let read_start = crate::loader::monotonic_ns();
             let before = cpu_states(ebpf)?;
             let live: Vec<(ThreadKey, ThreadStats)> = live_threads(ebpf, self.runq)?
                 .into_iter()
@@ -524,13 +543,12 @@ impl Collector {
             // Threads that died while the live ones were read: their final totals.
             self.drain();
             let after = cpu_states(ebpf)?;
-            let stable: Vec<bool> = before
+            let stable = before
                 .iter()
                 .zip(after.iter())
-                .map(|(b, a)| traced_slice(b) == traced_slice(a))
-                .collect();
-            if stable.iter().all(|&s| s) || tries >= 4 {
-                break (live, after, stable);
+                .all(|(b, a)| traced_slice(b) == traced_slice(a));
+            if stable || tries >= 4 {
+                break (live, before, after, read_start);
             }
         };
         let at_ns = crate::loader::monotonic_ns();
@@ -543,11 +561,17 @@ impl Collector {
         let mut threads = self.exited.clone();
         let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
         let mut live_entries = 0;
-        for (key, mut stats) in live {
+        for (mut key, mut stats) in live {
             live_entries += 1;
-            // A thread that died during the read is in `exited` under the same key.
-            if threads.contains_key(&key) {
-                continue;
+            if let Some(e) = threads.get(&key) {
+                if e.stats.serial == stats.serial {
+                    // It died during the read: `exited` has its final totals.
+                    continue;
+                }
+                // Another thread with this TID died during the read (an old leader
+                // reaped by an exec from another thread): this one is the TID's next
+                // generation.
+                key = (key.0, self.generations.get(&key.0).copied().unwrap_or(0));
             }
             // The comm now, not at the entry's creation (an exec since, a rename).
             if let Some(c) = crate::procfs::comm(&self.root, key.0, key.0) {
@@ -564,59 +588,90 @@ impl Collector {
                 },
             );
         }
-        let mut cpu_busy_ns: Vec<u64> = states.iter().map(|cs| cs.busy_ns).collect();
-        let mut pending: Vec<(u32, u32, &'static str, u64)> = Vec::new();
+        let running = |cs: &CpuState| cs.traced != 0 && cs.slice_start_ns > 1;
+        // Per CPU the kernel's sum and the running slice come from one read: exact.
+        let cpu_busy_ns: Vec<u64> = after
+            .iter()
+            .map(|cs| {
+                let open = partial_slices && running(cs) && cs.slice_start_ns < end;
+                cs.busy_ns + if open { end - cs.slice_start_ns } else { 0 }
+            })
+            .collect();
+        // (CPU, its state, how far the slice may be counted, whether it may have ended).
+        let mut slices: Vec<(usize, CpuState, u64, bool)> = Vec::new();
         if partial_slices {
-            for (cpu, cs) in states.iter().enumerate() {
-                if !stable[cpu]
-                    || cs.traced == 0
-                    || cs.slice_start_ns <= 1
-                    || cs.slice_start_ns >= end
-                {
-                    continue;
+            for (cpu, (b, a)) in before.iter().zip(after.iter()).enumerate() {
+                if traced_slice(b) != traced_slice(a) && running(b) && b.slice_start_ns < end {
+                    slices.push((cpu, *b, read_start.min(end), true));
                 }
-                let begun = cs.slice_start_ns;
-                let key = *live_by_tid.entry(cs.tid).or_insert_with(|| {
-                    let key = (cs.tid, self.generations.get(&cs.tid).copied().unwrap_or(0));
-                    // Switched in during the window and not out since: no entry yet.
-                    let mut stats = ThreadStats::zeroed();
-                    stats.last_cpu = cpu as u32;
-                    threads.insert(
-                        key,
-                        ThreadRecord {
-                            tid: cs.tid,
-                            stats,
-                            exited: false,
-                            folded: 0,
-                        },
-                    );
-                    key
-                });
-                let Some(r) = threads.get_mut(&key) else {
-                    continue;
-                };
-                let st = &mut r.stats;
-                let ran = self.running_part(cs.tid, st, end - begun, close_ns != 0);
-                st.on_cpu_ns += ran;
-                cpu_busy_ns[cpu] += ran;
-                if let Some(d) = self.pending_wait(cs, st, begun) {
-                    st.runq_wait_ns += d;
-                    st.runq_waits += 1;
-                    pending.push((cs.tid, st.tgid, "runq", d));
+                if running(a) && a.slice_start_ns < end {
+                    slices.push((cpu, *a, end, false));
                 }
-                if st.last_off_ns != 0 && begun > st.last_off_ns {
-                    let d = begun - st.last_off_ns;
-                    st.off_cpu_ns += d;
-                    if st.off_state == tracer_common::OFF_PREEMPTED {
-                        st.preempted_ns += d;
-                    } else {
-                        st.blocked_ns += d;
-                    }
-                    pending.push((cs.tid, st.tgid, "off", d));
+            }
+        }
+        let mut pending: Vec<(u32, u32, &'static str, u64)> = Vec::new();
+        let mut settled = std::collections::HashSet::new();
+        for (cpu, cs, upto, may_have_ended) in slices {
+            let begun = cs.slice_start_ns;
+            if upto <= begun {
+                continue;
+            }
+            if may_have_ended {
+                // It ended during the read: count it only if the entry read lacks it.
+                match live_by_tid.get(&cs.tid).and_then(|k| threads.get(k)) {
+                    Some(r) if r.stats.last_off_ns < begun => {}
+                    Some(_) => continue,
+                    // No live entry: it died (its record has it) or was created by
+                    // this very switch-out after the read (the next read has it).
+                    None => continue,
                 }
-                if st.last_cpu != u32::MAX && st.last_cpu != cpu as u32 {
-                    st.migrations += 1;
+            }
+            let key = *live_by_tid.entry(cs.tid).or_insert_with(|| {
+                let key = (cs.tid, self.generations.get(&cs.tid).copied().unwrap_or(0));
+                // Switched in during the window and not out since: no entry yet.
+                let mut stats = ThreadStats::zeroed();
+                stats.last_cpu = cpu as u32;
+                threads.insert(
+                    key,
+                    ThreadRecord {
+                        tid: cs.tid,
+                        stats,
+                        exited: false,
+                        folded: 0,
+                    },
+                );
+                key
+            });
+            let Some(r) = threads.get_mut(&key) else {
+                continue;
+            };
+            if r.exited {
+                continue;
+            }
+            let st = &mut r.stats;
+            st.on_cpu_ns += self.running_part(cs.tid, st, upto - begun, close_ns != 0);
+            // A thread that switched out and in again during the read: what ended at
+            // its second switch-in is left to the kernel (the next read has it).
+            if !settled.insert(cs.tid) {
+                continue;
+            }
+            if let Some(d) = self.pending_wait(&cs, st, begun) {
+                st.runq_wait_ns += d;
+                st.runq_waits += 1;
+                pending.push((cs.tid, st.tgid, "runq", d));
+            }
+            if st.last_off_ns != 0 && begun > st.last_off_ns {
+                let d = begun - st.last_off_ns;
+                st.off_cpu_ns += d;
+                if st.off_state == tracer_common::OFF_PREEMPTED {
+                    st.preempted_ns += d;
+                } else {
+                    st.blocked_ns += d;
                 }
+                pending.push((cs.tid, st.tgid, "off", d));
+            }
+            if st.last_cpu != u32::MAX && st.last_cpu != cpu as u32 {
+                st.migrations += 1;
             }
         }
 
