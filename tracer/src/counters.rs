@@ -190,6 +190,11 @@ pub fn default_events() -> Vec<EventSpec> {
         .collect()
 }
 
+/// task-clock and cpu-clock: they count nanoseconds (perf prints them in msec).
+pub fn is_clock(spec: &EventSpec) -> bool {
+    spec.is_clock()
+}
+
 /// The perf_event_attr fields this spec sets (type, config, exclude_user/kernel/hv/guest/host),
 /// testable without a syscall.
 pub fn attr_fields(spec: &EventSpec) -> AttrFields {

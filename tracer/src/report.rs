@@ -52,19 +52,67 @@ pub struct Report {
 /// How to show it.
 #[derive(Clone, Copy, Debug)]
 pub struct ReportOptions {
+    /// `--top N` as given: None (not given) shows [`DEFAULT_TEXT_TOP`] rows in text and
+    /// every thread in JSON; `Some(0)` shows every thread.
     pub top: Option<usize>,
+    /// Thread order (`--sort`).
+    pub sort: SortKey,
     pub unit: Unit,
     /// One of `tracer_common::scope`.
     pub hist_scope: u32,
 }
 
-/// Threads, busiest first.
-fn sorted_threads(s: &Snapshot) -> Vec<&ThreadRecord> {
+/// Rows of the text thread table without `--top`: a screenful, as top and perf top show
+/// (a 5 s system-wide run has hundreds of threads).
+pub const DEFAULT_TEXT_TOP: usize = 20;
+
+/// What the thread list is sorted by, largest first (`--sort`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SortKey {
+    /// On-CPU time.
+    #[default]
+    OnCpu,
+    /// Run-queue wait.
+    Runq,
+    /// Off-CPU time.
+    OffCpu,
+    /// Number of on-CPU slices.
+    Slices,
+    /// CPU migrations.
+    Migrations,
+}
+
+impl SortKey {
+    fn key(self, t: &ThreadRecord) -> u64 {
+        let s = &t.stats;
+        match self {
+            SortKey::OnCpu => s.on_cpu_ns,
+            SortKey::Runq => s.runq_wait_ns,
+            SortKey::OffCpu => s.off_cpu_ns,
+            SortKey::Slices => s.slices,
+            SortKey::Migrations => s.migrations,
+        }
+    }
+}
+
+impl ReportOptions {
+    /// Rows to show: text defaults to a screenful, JSON to everything.
+    fn shown(&self, json: bool) -> usize {
+        match self.top {
+            None if !json => DEFAULT_TEXT_TOP,
+            None | Some(0) => usize::MAX,
+            Some(n) => n,
+        }
+    }
+}
+
+/// Threads in `--sort` order, largest first; ties by on-CPU time, then TID.
+fn sorted_threads(s: &Snapshot, key: SortKey) -> Vec<&ThreadRecord> {
     let mut v: Vec<&ThreadRecord> = s.threads.values().collect();
     v.sort_by(|a, b| {
-        b.stats
-            .on_cpu_ns
-            .cmp(&a.stats.on_cpu_ns)
+        key.key(b)
+            .cmp(&key.key(a))
+            .then(b.stats.on_cpu_ns.cmp(&a.stats.on_cpu_ns))
             .then(a.tid.cmp(&b.tid))
     });
     v
@@ -197,8 +245,8 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
                 .collect(),
         ),
     );
-    let threads = sorted_threads(&r.snapshot);
-    let shown = o.top.unwrap_or(usize::MAX);
+    let threads = sorted_threads(&r.snapshot, o.sort);
+    let shown = o.shown(true);
     m.insert(
         "threads".into(),
         Value::Array(
@@ -294,85 +342,9 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     }
     out += "\n";
 
-    let threads = sorted_threads(&r.snapshot);
-    let shown = o.top.unwrap_or(usize::MAX);
-    out += &format!(
-        "{:>8} {:>8} {:<16} {:>10} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
-        "TID",
-        "PID",
-        "COMM",
-        "ON-CPU",
-        "%CPU",
-        "SLICES",
-        "VOL",
-        "INVOL",
-        "RUNQ-WAIT",
-        "OFF-CPU",
-        "MIGR"
-    );
-    for e in &r.slice_events {
-        out += &format!(" {:>14}", truncate(e, 14));
-    }
-    let counter_events: Vec<String> = r
-        .thread_counters
-        .values()
-        .next()
-        .map(|v| v.iter().map(|(e, _)| e.clone()).collect())
-        .unwrap_or_default();
-    for e in &counter_events {
-        out += &format!(" {:>14}", truncate(e, 14));
-    }
-    out += "\n";
-    for t in threads.iter().take(shown) {
-        let s = &t.stats;
-        let mut comm = comm_str(&s.comm);
-        if t.folded > 0 {
-            comm = format!("{} exited", t.folded);
-        } else if t.exited {
-            comm.push_str(" (exited)");
-        }
-        out += &format!(
-            "{:>8} {:>8} {:<16} {:>10} {:>6.1} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
-            if t.folded > 0 {
-                "-".to_string()
-            } else {
-                t.tid.to_string()
-            },
-            s.tgid,
-            truncate(&comm, 16),
-            human_ns(s.on_cpu_ns),
-            100.0 * r.share(s.on_cpu_ns),
-            s.slices,
-            s.voluntary,
-            s.involuntary,
-            human_ns(s.runq_wait_ns),
-            human_ns(s.off_cpu_ns),
-            s.migrations
-        );
-        for v in s.counters.iter().take(r.slice_events.len()) {
-            out += &format!(" {:>14}", v);
-        }
-        if !counter_events.is_empty() {
-            let vals = r.thread_counters.get(&t.tid);
-            for e in &counter_events {
-                let v = vals
-                    .and_then(|v| v.iter().find(|(n, _)| n == e))
-                    .and_then(|(_, v)| *v);
-                match v {
-                    Some(v) => out += &format!(" {:>14.0}", v),
-                    None => out += &format!(" {:>14}", "-"),
-                }
-            }
-        }
-        out += "\n";
-    }
-    if threads.len() > shown {
-        out += &format!("  ... {} more threads (--top)\n", threads.len() - shown);
-    }
-    if threads.is_empty() {
-        out += "  (no traced thread ran in this window)\n";
-    }
-
+    let threads = sorted_threads(&r.snapshot, o.sort);
+    let shown = o.shown(false);
+    out += &thread_table(r, &threads, shown);
     out += "\n";
     out += &hist_block("", &r.snapshot.hist, o.unit);
     match o.hist_scope {
@@ -436,8 +408,172 @@ fn hist_block(label: &str, h: &HistSet, unit: Unit) -> String {
     out
 }
 
-fn truncate(s: &str, n: usize) -> String {
-    s.chars().take(n).collect()
+/// A comm as shown in the table: control characters (a comm is whatever the program
+/// wrote with prctl) escaped so one row stays one line.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// A counter column: its header (event, with the unit when there is one) and how a value
+/// is shown. Clocks (task-clock, cpu-clock) count ns: shown in ms as perf does.
+struct CounterColumn {
+    header: String,
+    clock: bool,
+}
+
+impl CounterColumn {
+    /// `prefix` tells the per-slice sums read in the kernel ("slice ") from perf's own
+    /// per-thread counts ("").
+    fn new(prefix: &str, event: &str) -> CounterColumn {
+        let clock = crate::counters::parse_event(event)
+            .map(|e| crate::counters::is_clock(&e))
+            .unwrap_or(false);
+        CounterColumn {
+            header: if clock {
+                format!("{prefix}{event} (ms)")
+            } else {
+                format!("{prefix}{event}")
+            },
+            clock,
+        }
+    }
+
+    fn width(&self) -> usize {
+        self.header.chars().count().max(10)
+    }
+
+    /// `v` in the event's own unit (ns for clocks, a count otherwise).
+    fn cell(&self, v: Option<f64>) -> String {
+        match v {
+            None => "-".to_string(),
+            Some(v) if self.clock => format!("{:.2}", v / 1e6),
+            Some(v) => format!("{v:.0}"),
+        }
+    }
+}
+
+/// The thread table: every column labelled with its unit where values carry none, the
+/// COMM column as wide as the longest name shown (never cut), and a line for the rows
+/// `--top` left out.
+fn thread_table(r: &Report, threads: &[&ThreadRecord], shown: usize) -> String {
+    let rows: Vec<&&ThreadRecord> = threads.iter().take(shown).collect();
+    let comm_of = |t: &ThreadRecord| {
+        let mut comm = printable(&comm_str(&t.stats.comm));
+        if t.folded > 0 {
+            comm = format!("{} exited", t.folded);
+        } else if t.exited {
+            comm.push_str(" (exited)");
+        }
+        comm
+    };
+    let comms: Vec<String> = rows.iter().map(|t| comm_of(t)).collect();
+    let cw = comms
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(16);
+    let slice_cols: Vec<CounterColumn> = r
+        .slice_events
+        .iter()
+        .map(|e| CounterColumn::new("slice ", e))
+        .collect();
+    // Per-thread perf counters are already in the event's reported unit (ms for clocks).
+    let counter_events: Vec<String> = r
+        .thread_counters
+        .values()
+        .next()
+        .map(|v| v.iter().map(|(e, _)| e.clone()).collect())
+        .unwrap_or_default();
+    let counter_cols: Vec<CounterColumn> = counter_events
+        .iter()
+        .map(|e| CounterColumn::new("", e))
+        .collect();
+    let mut out = format!(
+        "{:>8} {:>8} {:<cw$} {:>10} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
+        "TID",
+        "PID",
+        "COMM",
+        "ON-CPU",
+        "%CPU",
+        "SLICES",
+        "VOL",
+        "INVOL",
+        "RUNQ-WAIT",
+        "OFF-CPU",
+        "MIGR"
+    );
+    for c in slice_cols.iter().chain(&counter_cols) {
+        out += &format!(" {:>w$}", c.header, w = c.width());
+    }
+    out += "\n";
+    for (t, comm) in rows.iter().zip(&comms) {
+        let s = &t.stats;
+        out += &format!(
+            "{:>8} {:>8} {:<cw$} {:>10} {:>6.1} {:>8} {:>8} {:>8} {:>10} {:>10} {:>6}",
+            if t.folded > 0 {
+                "-".to_string()
+            } else {
+                t.tid.to_string()
+            },
+            s.tgid,
+            comm,
+            human_ns(s.on_cpu_ns),
+            100.0 * r.share(s.on_cpu_ns),
+            s.slices,
+            s.voluntary,
+            s.involuntary,
+            human_ns(s.runq_wait_ns),
+            human_ns(s.off_cpu_ns),
+            s.migrations
+        );
+        for (c, v) in slice_cols.iter().zip(s.counters.iter()) {
+            out += &format!(" {:>w$}", c.cell(Some(*v as f64)), w = c.width());
+        }
+        let vals = r.thread_counters.get(&t.tid);
+        for (c, e) in counter_cols.iter().zip(&counter_events) {
+            let v = vals
+                .and_then(|v| v.iter().find(|(n, _)| n == e))
+                .and_then(|(_, v)| *v)
+                // Already in ms for clocks: back to the event's own unit.
+                .map(|v| if c.clock { v * 1e6 } else { v });
+            out += &format!(" {:>w$}", c.cell(v), w = c.width());
+        }
+        out += "\n";
+    }
+    if threads.len() > rows.len() {
+        let hidden = threads.len() - rows.len();
+        let on: u64 = threads[rows.len()..]
+            .iter()
+            .map(|t| t.stats.on_cpu_ns)
+            .sum();
+        out += &format!(
+            "  ... {hidden} more {} not shown ({} on-CPU; --top 0 shows all, --sort orders)\n",
+            plural(hidden, "thread", "threads"),
+            human_ns(on)
+        );
+    }
+    if threads.is_empty() {
+        out += "  (no traced thread ran in this window)\n";
+    }
+    out
+}
+
+/// `one` for 1, else `many`.
+pub fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 {
+        one
+    } else {
+        many
+    }
 }
 
 #[cfg(test)]
@@ -489,6 +625,7 @@ mod tests {
 
     const OPTS: ReportOptions = ReportOptions {
         top: None,
+        sort: SortKey::OnCpu,
         unit: Unit::Usecs,
         hist_scope: scope::ALL,
     };
@@ -540,7 +677,146 @@ mod tests {
             },
         );
         assert!(!t.contains("      11 "));
-        assert!(t.contains("1 more threads"));
+        assert!(
+            t.contains("... 1 more thread not shown (3.00ms on-CPU;"),
+            "{t}"
+        );
+    }
+
+    /// A report with `n` threads: TID 100+i, on-CPU (i+1) ms, run-queue wait (n-i) ms.
+    fn many(n: u32) -> Report {
+        let mut r = sample();
+        r.snapshot.threads.clear();
+        for i in 0..n {
+            let mut s = ThreadStats::zeroed();
+            s.tgid = 100;
+            s.on_cpu_ns = u64::from(i + 1) * 1_000_000;
+            s.runq_wait_ns = u64::from(n - i) * 1_000_000;
+            s.slices = u64::from(i % 3);
+            s.comm[..2].copy_from_slice(b"th");
+            r.snapshot.threads.insert(
+                (100 + i, 0),
+                ThreadRecord {
+                    tid: 100 + i,
+                    stats: s,
+                    exited: false,
+                    folded: 0,
+                },
+            );
+        }
+        r.duration_ns = 1_000_000_000;
+        r
+    }
+
+    fn table_tids(text: &str) -> Vec<u32> {
+        text.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let tid = w.next()?.parse().ok()?;
+                (w.next()? == "100").then_some(tid)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_shows_a_screenful_by_default_and_says_what_it_left_out() {
+        let r = many(30);
+        let t = format_text(&r, &OPTS);
+        let tids = table_tids(&t);
+        assert_eq!(tids.len(), DEFAULT_TEXT_TOP);
+        assert_eq!(tids[0], 129, "busiest first");
+        // The 10 left out: 1..=10 ms = 55 ms.
+        assert!(
+            t.contains("  ... 10 more threads not shown (55.0ms on-CPU; --top 0 shows all, --sort orders)\n"),
+            "{t}"
+        );
+        let all = format_text(
+            &r,
+            &ReportOptions {
+                top: Some(0),
+                ..OPTS
+            },
+        );
+        assert_eq!(table_tids(&all).len(), 30);
+        assert!(!all.contains("not shown"));
+        // JSON keeps every thread unless --top is given.
+        let v = to_json(&r, &OPTS);
+        assert_eq!(v["threads"].as_array().unwrap().len(), 30);
+        assert_eq!(v["threads_total"], 30);
+        let v = to_json(
+            &r,
+            &ReportOptions {
+                top: Some(5),
+                ..OPTS
+            },
+        );
+        assert_eq!(v["threads"].as_array().unwrap().len(), 5);
+        let v = to_json(
+            &r,
+            &ReportOptions {
+                top: Some(0),
+                ..OPTS
+            },
+        );
+        assert_eq!(v["threads"].as_array().unwrap().len(), 30);
+    }
+
+    #[test]
+    fn sort_orders_text_and_json() {
+        let r = many(4);
+        let o = |sort| ReportOptions {
+            sort,
+            top: Some(0),
+            ..OPTS
+        };
+        assert_eq!(
+            table_tids(&format_text(&r, &o(SortKey::OnCpu))),
+            [103, 102, 101, 100]
+        );
+        assert_eq!(
+            table_tids(&format_text(&r, &o(SortKey::Runq))),
+            [100, 101, 102, 103]
+        );
+        // Slices 0,1,2,0: ties broken by on-CPU time.
+        assert_eq!(
+            table_tids(&format_text(&r, &o(SortKey::Slices))),
+            [102, 101, 103, 100]
+        );
+        let v = to_json(&r, &o(SortKey::Runq));
+        assert_eq!(v["threads"][0]["tid"], 100);
+    }
+
+    #[test]
+    fn text_table_golden() {
+        let mut r = sample();
+        // A 15-character comm, exited: shown whole with the marker, the column widened.
+        let t = r.snapshot.threads.get_mut(&(11, 0)).unwrap();
+        t.stats.comm = [0; 16];
+        t.stats.comm[..15].copy_from_slice(b"apt-cache-helpr");
+        t.stats.counters[0] = 2_500_000;
+        r.slice_events = vec!["task-clock".into()];
+        r.thread_counters.insert(
+            12,
+            vec![
+                ("task-clock".into(), Some(9.0)),
+                ("context-switches".into(), Some(3.0)),
+            ],
+        );
+        r.thread_counters.insert(
+            11,
+            vec![
+                ("task-clock".into(), Some(0.0)),
+                ("context-switches".into(), None),
+            ],
+        );
+        let t = format_text(&r, &OPTS);
+        let table: Vec<&str> = t.lines().skip(2).take(3).collect();
+        let want = [
+            "     TID      PID COMM                         ON-CPU   %CPU   SLICES      VOL    INVOL  RUNQ-WAIT    OFF-CPU   MIGR slice task-clock (ms) task-clock (ms) context-switches",
+            "      12       10 work                         9.00ms   75.0        3        2        1        0ns        0ns      0                  0.00            9.00                3",
+            "      11       10 apt-cache-helpr (exited)     3.00ms   25.0        3        2        1        0ns        0ns      0                  2.50            0.00                -",
+        ];
+        assert_eq!(table, want, "{t}");
     }
 
     #[test]

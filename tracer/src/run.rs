@@ -349,6 +349,7 @@ async fn event_loop(
 ) -> Result<i32> {
     let opts = ReportOptions {
         top: args.top,
+        sort: args.sort,
         unit: if args.millis {
             Unit::Msecs
         } else {
