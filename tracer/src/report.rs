@@ -23,6 +23,12 @@ pub struct Report {
     pub kind: &'static str,
     /// 1-based interval number in interval mode.
     pub interval: Option<u64>,
+    /// Wall-clock time at the end of the report's window (ns since the Unix epoch).
+    pub time_unix_ns: u64,
+    /// The same as HH:MM:SS in the local time zone, for the text interval header.
+    pub local_time: String,
+    /// No target: the traced set is every thread (idle excluded).
+    pub system_wide: bool,
     pub duration_ns: u64,
     pub probe: String,
     /// How the switch programs attach (tp_btf, raw_tracepoint, tracepoint, fentry, kprobe).
@@ -137,6 +143,24 @@ impl Report {
         self.snapshot.on_cpu_total_ns() as f64 / self.duration_ns as f64
     }
 
+    /// What [`Report::cpus_utilized`] was computed from, for JSON.
+    pub fn cpus_utilized_source(&self) -> &'static str {
+        if self.cpus_utilized_task_clock.is_some() {
+            "task-clock"
+        } else {
+            "on_cpu"
+        }
+    }
+
+    /// The same, for the text header.
+    fn cpus_utilized_label(&self) -> &'static str {
+        match (self.cpus_utilized_task_clock.is_some(), self.system_wide) {
+            (true, _) => "task-clock",
+            (false, true) => "on-CPU time of all threads, idle excluded",
+            (false, false) => "on-CPU time of the traced threads",
+        }
+    }
+
     fn share(&self, ns: u64) -> f64 {
         if self.duration_ns == 0 {
             0.0
@@ -219,6 +243,7 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     if let Some(i) = r.interval {
         m.insert("interval".into(), json!(i));
     }
+    m.insert("time".into(), json!(iso_utc(r.time_unix_ns)));
     m.insert("duration_ns".into(), json!(r.duration_ns));
     m.insert("probe".into(), json!(r.probe));
     m.insert("probe_attach".into(), json!(r.probe_attach));
@@ -233,6 +258,10 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
         ),
     );
     m.insert("cpus_utilized".into(), json!(r.cpus_utilized()));
+    m.insert(
+        "cpus_utilized_source".into(),
+        json!(r.cpus_utilized_source()),
+    );
     m.insert("on_cpu_ns".into(), json!(r.snapshot.on_cpu_total_ns()));
     m.insert(
         "per_cpu".into(),
@@ -300,6 +329,102 @@ pub fn to_json(r: &Report, o: &ReportOptions) -> Value {
     Value::Object(m)
 }
 
+/// ns since the Unix epoch as ISO 8601 UTC with milliseconds: `2026-11-30T16:22:05.123Z`.
+pub fn iso_utc(unix_ns: u64) -> String {
+    let secs = unix_ns / 1_000_000_000;
+    let ms = unix_ns % 1_000_000_000 / 1_000_000;
+    let (days, rem) = (secs / 86400, secs % 86400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// What the BPF figures and task-clock each saw, for one comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CrossCheck {
+    /// BPF on-CPU time of the threads task-clock covers.
+    pub bpf_ns: u64,
+    pub task_clock_ns: f64,
+    /// Threads task-clock does not cover (-p/-t: started after the counters were opened)
+    /// and their BPF on-CPU time.
+    pub missed_threads: usize,
+    pub missed_ns: u64,
+    /// Window time before the counters were enabled.
+    pub lag_ns: u64,
+    pub cpus: usize,
+    /// The report's window, and the largest on-CPU time of one thread (BPF): a thread
+    /// cannot run longer than the window, nor all threads longer than window x CPUs.
+    pub window_ns: u64,
+    pub max_thread_ns: u64,
+}
+
+/// How far the two may differ and still agree: 2% or 2 ms, plus what the CPUs could
+/// have run before the counters were enabled.
+pub fn cross_check_tolerance_ns(c: &CrossCheck) -> f64 {
+    (0.02 * c.task_clock_ns).max(2e6) + c.lag_ns as f64 * c.cpus as f64
+}
+
+/// The cross-check line: whether the two figures agree, and where they cannot (threads
+/// task-clock does not see), which one to read.
+pub fn cross_check_notice(c: &CrossCheck) -> String {
+    let (bpf, tc) = (c.bpf_ns as f64, c.task_clock_ns);
+    let pct = if tc > 0.0 {
+        format!(" ({:+.2}%)", 100.0 * (bpf - tc) / tc)
+    } else {
+        String::new()
+    };
+    let same = format!(
+        "on-CPU time from the BPF programs {:.3} ms vs task-clock {:.3} ms{pct}",
+        bpf / 1e6,
+        tc / 1e6
+    );
+    let impossible = c.max_thread_ns > c.window_ns.saturating_add(1_000_000)
+        || bpf > (c.window_ns as f64 * c.cpus as f64) * 1.01 + 1e6;
+    let verdict = if (bpf - tc).abs() <= cross_check_tolerance_ns(c) {
+        "they agree".to_string()
+    } else if impossible {
+        "the BPF figures are wrong (a thread on CPU longer than the window, or more than \
+         the CPUs could run): trust task-clock"
+            .to_string()
+    } else if bpf > tc {
+        "task-clock is short (it starts when the counters are enabled and a thread's \
+         counter stops at its exit); the BPF figure is the scheduler's own per-slice \
+         runtime: trust it"
+            .to_string()
+    } else {
+        "the BPF figure is short: events were lost (see drops), trust task-clock".to_string()
+    };
+    if c.missed_threads == 0 {
+        return format!("cross-check: {same}: {verdict}");
+    }
+    let headline = if c.missed_ns as f64 > cross_check_tolerance_ns(c) {
+        " (so the headline CPUs utilized is the BPF figure)"
+    } else {
+        ""
+    };
+    format!(
+        "cross-check: task-clock counts the threads present at the start (as perf stat -p/-t); \
+         {} {} that started later ({:.3} ms on-CPU) are in the BPF figures only{headline}; \
+         for the threads both count: {same}: {verdict}",
+        c.missed_threads,
+        plural(c.missed_threads, "thread", "threads"),
+        c.missed_ns as f64 / 1e6
+    )
+}
+
 fn fmt_secs(ns: u64) -> String {
     format!("{:.3} s", ns as f64 / 1e9)
 }
@@ -308,11 +433,12 @@ fn fmt_secs(ns: u64) -> String {
 pub fn format_text(r: &Report, o: &ReportOptions) -> String {
     let mut out = String::new();
     let head = match r.interval {
+        Some(i) if !r.local_time.is_empty() => format!("interval {i} at {}", r.local_time),
         Some(i) => format!("interval {i}"),
         None => "total".to_string(),
     };
     out += &format!(
-        "tracer {head}: {} window, probe {} ({}, waits from {}), {:.3} CPUs utilized\n",
+        "tracer {head}: {} window, probe {} ({}, waits from {}), {:.3} CPUs utilized ({})\n",
         fmt_secs(r.duration_ns),
         r.probe,
         r.probe_attach,
@@ -321,7 +447,8 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         } else {
             "wakeups"
         },
-        r.cpus_utilized()
+        r.cpus_utilized(),
+        r.cpus_utilized_label()
     );
     for (mode, why) in &r.probe_refused {
         out += &format!("  (probe {mode} refused: {why})\n");
@@ -607,6 +734,9 @@ mod tests {
         Report {
             kind: "total",
             interval: None,
+            time_unix_ns: 1_764_519_725_123_456_789,
+            local_time: "16:22:05".into(),
+            system_wide: false,
             duration_ns: 12_000_000,
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
@@ -817,6 +947,107 @@ mod tests {
             "      11       10 apt-cache-helpr (exited)     3.00ms   25.0        3        2        1        0ns        0ns      0                  2.50            0.00                -",
         ];
         assert_eq!(table, want, "{t}");
+    }
+
+    #[test]
+    fn iso_times() {
+        assert_eq!(iso_utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            iso_utc(1_764_519_725_123_456_789),
+            "2025-11-30T16:22:05.123Z"
+        );
+        assert_eq!(iso_utc(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn interval_header_has_the_time_and_json_the_timestamp() {
+        let mut r = sample();
+        r.kind = "interval";
+        r.interval = Some(3);
+        let t = format_text(&r, &OPTS);
+        assert!(
+            t.starts_with("tracer interval 3 at 16:22:05: 0.012 s window"),
+            "{t}"
+        );
+        let v = to_json(&r, &OPTS);
+        assert_eq!(v["time"], "2025-11-30T16:22:05.123Z");
+        assert_eq!(v["interval"], 3);
+    }
+
+    #[test]
+    fn headline_says_what_cpus_utilized_is() {
+        let mut r = sample();
+        assert!(format_text(&r, &OPTS)
+            .contains("1.000 CPUs utilized (on-CPU time of the traced threads)\n"));
+        assert_eq!(to_json(&r, &OPTS)["cpus_utilized_source"], "on_cpu");
+        r.system_wide = true;
+        assert!(format_text(&r, &OPTS)
+            .contains("1.000 CPUs utilized (on-CPU time of all threads, idle excluded)\n"));
+        r.system_wide = false;
+        r.cpus_utilized_task_clock = Some(0.5);
+        assert!(format_text(&r, &OPTS).contains("0.500 CPUs utilized (task-clock)\n"));
+        assert_eq!(to_json(&r, &OPTS)["cpus_utilized_source"], "task-clock");
+    }
+
+    fn cc(bpf_ms: f64, tc_ms: f64) -> CrossCheck {
+        CrossCheck {
+            bpf_ns: (bpf_ms * 1e6) as u64,
+            task_clock_ns: tc_ms * 1e6,
+            missed_threads: 0,
+            missed_ns: 0,
+            lag_ns: 0,
+            cpus: 2,
+            window_ns: 1_000_000_000,
+            max_thread_ns: 0,
+        }
+    }
+
+    #[test]
+    fn cross_check_warns_only_where_it_means_something() {
+        let n = cross_check_notice(&cc(909.202, 904.912));
+        assert_eq!(
+            n,
+            "cross-check: on-CPU time from the BPF programs 909.202 ms vs task-clock 904.912 ms (+0.47%): they agree"
+        );
+        // Short runs: 2 ms either way is agreement, and so is what ran before the
+        // counters were enabled.
+        assert!(cross_check_notice(&cc(3.0, 1.5)).ends_with("they agree"));
+        let late = CrossCheck {
+            lag_ns: 5_000_000,
+            ..cc(100.0, 92.0)
+        };
+        assert!(cross_check_notice(&late).ends_with("they agree"));
+        // A real gap says which figure to trust.
+        let n = cross_check_notice(&cc(258.0, 100.0));
+        assert!(n.contains("(+158.00%)") && n.ends_with("trust it"), "{n}");
+        let n = cross_check_notice(&cc(60.0, 100.0));
+        assert!(n.ends_with("trust task-clock"), "{n}");
+        // A BPF figure that cannot be (a thread on CPU longer than the window) is not
+        // the one to trust, however much larger it is.
+        let n = cross_check_notice(&CrossCheck {
+            max_thread_ns: 566_000_000_000,
+            ..cc(566_000.0, 1491.0)
+        });
+        assert!(
+            n.contains("the BPF figures are wrong") && n.ends_with("trust task-clock"),
+            "{n}"
+        );
+        let n = cross_check_notice(&cc(2500.0, 1000.0));
+        assert!(
+            n.ends_with("trust task-clock"),
+            "more than 2 CPUs x 1 s: {n}"
+        );
+        // Threads task-clock never saw are named, and the comparison is on the others.
+        let n = cross_check_notice(&CrossCheck {
+            missed_threads: 3,
+            missed_ns: 150_000_000,
+            ..cc(100.5, 100.0)
+        });
+        assert!(
+            n.contains("3 threads that started later (150.000 ms on-CPU) are in the BPF figures only (so the headline")
+                && n.ends_with("(+0.50%): they agree"),
+            "{n}"
+        );
     }
 
     #[test]
