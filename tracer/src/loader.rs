@@ -220,6 +220,26 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     Ok(())
 }
 
+/// An error and its causes, each said once: anyhow's `{:#}` repeats a cause the message
+/// already quotes (aya: "returned EPERM. Verifier output: " then ": EPERM") and shows an
+/// empty verifier log as an empty "Verifier output: ".
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let mut t = cause.to_string();
+        if let Some(i) = t.find(". Verifier output:") {
+            if t[i + ". Verifier output:".len()..].trim().is_empty() {
+                t.truncate(i);
+            }
+        }
+        let t = t.trim().to_string();
+        if !t.is_empty() && !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
+        }
+    }
+    parts.join(": ")
+}
+
 impl Tracer {
     /// Loads the programs for `opts.probe` (trying modes in order for `auto`), lets `seed`
     /// fill the maps (the traced set) before anything is attached, then attaches.
@@ -246,7 +266,7 @@ impl Tracer {
                 }
                 Err(e) if opts.probe == ProbeMode::Auto => {
                     log::info!("probe mode {} refused: {e:#}", mode.name());
-                    refused.push((mode, format!("{e:#}")));
+                    refused.push((mode, error_text(&e)));
                 }
                 Err(e) => {
                     return Err(e.context(format!("probe mode {} does not work here", mode.name())))
@@ -561,7 +581,11 @@ fn perf_sched_programs(
                 Ok(())
             })();
             if let Err(ke) = kp {
-                return Err(anyhow!("fentry refused ({fe:#}); kprobe refused ({ke:#})"));
+                return Err(anyhow!(
+                    "fentry refused ({}); kprobe refused ({})",
+                    error_text(&fe),
+                    error_text(&ke)
+                ));
             }
             progs.push(("perf_sched_out_kprobe", compat::PERF_SCHED_OUT));
             progs.push(("perf_sched_in_kprobe", compat::PERF_SCHED_IN));
