@@ -463,6 +463,9 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
             .collect();
         out += &format!("  traced on-CPU time per CPU: {}\n", cpus.join("  "));
     }
+    if r.runq_source == "run_delay" {
+        out += &run_delay_line(r);
+    }
     if let Some((argv, code)) = &r.command {
         let code = code.map_or("killed".to_string(), |c| c.to_string());
         out += &format!("  command: {} (exit {code})\n", argv.join(" "));
@@ -520,6 +523,21 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         out += &format!("note: {n}\n");
     }
     out
+}
+
+/// With `--runq-from schedstat` a wait is the growth of `sched_info.run_delay` over a
+/// slice's start; where it did not grow (the scheduler skips its clock update after a
+/// wakeup that preempts, so such waits read 0) there is no wait to record. Say how many
+/// of the slices the histogram and RUNQ-WAIT hold, so its percentiles are not read as
+/// those of every wait.
+fn run_delay_line(r: &Report) -> String {
+    let slices: u64 = r.snapshot.threads.values().map(|t| t.stats.slices).sum();
+    let waits = r.snapshot.hist.runq.count();
+    format!(
+        "  run-queue waits: {waits} of {slices} slices began after a wait the scheduler clocked \
+         (run_delay grew); the rest read 0 in run_delay and are not in the histogram \
+         (--runq-from wakeup times every wait)\n"
+    )
 }
 
 fn hist_block(label: &str, h: &HistSet, unit: Unit) -> String {
@@ -940,7 +958,11 @@ mod tests {
             ],
         );
         let t = format_text(&r, &OPTS);
-        let table: Vec<&str> = t.lines().skip(2).take(3).collect();
+        let table: Vec<&str> = t
+            .lines()
+            .skip_while(|l| !l.starts_with("     TID"))
+            .take(3)
+            .collect();
         let want = [
             "     TID      PID COMM                         ON-CPU   %CPU   SLICES      VOL    INVOL  RUNQ-WAIT    OFF-CPU   MIGR slice task-clock (ms) task-clock (ms) context-switches",
             "      12       10 work                         9.00ms   75.0        3        2        1        0ns        0ns      0                  0.00            9.00                3",
@@ -1048,6 +1070,19 @@ mod tests {
                 && n.ends_with("(+0.50%): they agree"),
             "{n}"
         );
+    }
+
+    #[test]
+    fn schedstat_mode_says_what_the_runq_histogram_holds() {
+        let mut r = sample();
+        r.snapshot.hist.runq.record(50_000);
+        let t = format_text(&r, &OPTS);
+        assert!(
+            t.contains("  run-queue waits: 1 of 6 slices began after a wait the scheduler clocked (run_delay grew);"),
+            "{t}"
+        );
+        r.runq_source = "wakeup";
+        assert!(!format_text(&r, &OPTS).contains("run-queue waits:"));
     }
 
     #[test]
