@@ -701,6 +701,7 @@ fn cross_check_input(
                 .collect()
         });
     let (mut covered_ns, mut missed_ns, mut missed, mut exited) = (0u64, 0u64, 0usize, 0usize);
+    let mut slices = 0;
     let mut max_thread_ns = 0;
     for t in snapshot.threads.values() {
         if t.folded == 0 {
@@ -708,6 +709,7 @@ fn cross_check_input(
         }
         if tids.as_ref().is_none_or(|set| set.contains(&t.tid)) {
             covered_ns += t.stats.on_cpu_ns;
+            slices += t.stats.slices;
             if t.exited {
                 exited += (t.folded as usize).max(1);
             }
@@ -722,6 +724,7 @@ fn cross_check_input(
         missed_threads: missed,
         missed_ns,
         exited_threads: exited,
+        slices,
         // Only the first report's window starts before the counters were enabled.
         lag_ns: if interval.is_none_or(|i| i == 1) {
             s.counters_lag_ns
