@@ -586,7 +586,7 @@ fn build_report(
             let cc = cross_check_input(c, &snapshot, duration_ns, tc, s, interval);
             // Threads that started after the counters were opened (-p/-t): task-clock
             // misses them, so the headline takes the BPF figure, which has them all.
-            if cc.missed_ns as f64 > report::cross_check_tolerance_ns(&cc) {
+            if report::headline_from_bpf(&cc) {
                 task_clock_util = None;
             }
             notices.push(report::cross_check_notice(&cc));
