@@ -155,3 +155,127 @@ fn per_thread_counters_for_a_pid_target() {
         .expect("per_thread counters");
     assert!(per.len() >= 3, "{per:?}");
 }
+
+/// CPU time of every thread of `pid` so far (schedstat's first field), ns.
+fn process_cpu_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+fn cgroup2_dir(name: &str) -> std::path::PathBuf {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let base = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+        })
+        .expect("a cgroup2 mount");
+    std::path::PathBuf::from(base).join(format!("tracer-test-{}-{name}", std::process::id()))
+}
+
+/// Issue 12.2: with --cgroup, task-clock covered only the threads present at the start
+/// (a process using 0.63 CPUs showed 0.00015). Counted per CPU with the cgroup as the
+/// filter (perf stat -G), a process that joins after the start is counted.
+#[test]
+fn cgroup_task_clock_counts_a_process_that_joins_later() {
+    require_root();
+    let cg = cgroup2_dir("late");
+    std::fs::create_dir(&cg).expect("create a test cgroup");
+    let before = tracer_tests::our_loaded_programs();
+    let tracer = std::process::Command::new(tracer_tests::tracer_bin())
+        .args(["run", "--json", "-e", "task-clock", "-d", "3s", "--cgroup"])
+        .arg(&cg)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        tracer_tests::wait_attached(&before),
+        "the tracer never attached"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let late = Background::start(WORKLOAD);
+    let t0 = process_cpu_ns(late.pid());
+    std::fs::write(cg.join("cgroup.procs"), late.pid().to_string()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    // Out of the cgroup again before the window closes: its time inside is known.
+    let root_procs = cg.parent().unwrap().join("cgroup.procs");
+    std::fs::write(&root_procs, late.pid().to_string()).unwrap();
+    let inside = process_cpu_ns(late.pid()) - t0;
+    drop(late);
+    let out = tracer.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir(&cg);
+    let doc = final_report(&out);
+    let tc_ns = counter(&doc, "task-clock")["value"].as_f64().unwrap() * 1e6;
+    assert!(inside > 300_000_000, "the workload barely ran: {inside} ns");
+    assert!(
+        (tc_ns - inside as f64).abs() <= 0.05 * inside as f64 + 5e6,
+        "task-clock {tc_ns} ns vs the process's own CPU time in the cgroup {inside} ns"
+    );
+    let util = doc["cpus_utilized"].as_f64().unwrap();
+    let dur = doc["duration_ns"].as_f64().unwrap();
+    assert!((util - tc_ns / dur).abs() < 1e-6 * util.max(1.0), "{util}");
+}
+
+/// Issue 13.9: `--per-thread` with `-- COMMAND` gave `per_thread: null` without a word.
+#[test]
+fn per_thread_with_a_command_says_why_there_is_no_breakdown() {
+    require_root();
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "-e",
+        "task-clock",
+        "--per-thread",
+        "--",
+        "sleep",
+        "0.1",
+    ]);
+    let doc = final_report(&out);
+    assert!(doc["counters"]["per_thread"].is_null());
+    let notices = doc["notices"].to_string();
+    assert!(
+        notices.contains("--per-thread")
+            && notices.contains("inherited")
+            && notices.contains("-p PID"),
+        "{notices}"
+    );
+}
+
+/// Issue 13.9: with `-p`, a thread that stayed asleep read `null` (never counted) instead
+/// of the 0 it counted.
+#[test]
+fn per_thread_counter_of_an_idle_thread_is_zero() {
+    require_root();
+    let target = Background::start(WORKLOAD);
+    let pid = target.pid();
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "500ms",
+        "-e",
+        "task-clock,context-switches",
+        "--per-thread",
+    ]);
+    drop(target);
+    let doc = final_report(&out);
+    // The main thread waits in join for the whole run.
+    let main = &doc["counters"]["per_thread"][pid.to_string()];
+    assert_eq!(main[0][0], "task-clock", "{main}");
+    assert_eq!(main[0][1].as_f64(), Some(0.0), "{main}");
+    assert_eq!(main[1][1].as_f64(), Some(0.0), "{main}");
+    // The busy ones counted something.
+    let per = doc["counters"]["per_thread"].as_object().unwrap();
+    assert!(
+        per.values().any(|v| v[0][1].as_f64().unwrap_or(0.0) > 10.0),
+        "{per:?}"
+    );
+}

@@ -666,6 +666,11 @@ fn cli_snapshot_json_and_text() {
         err.contains("not a pseries partition:") && err.contains("vcpudispatch_stats not found"),
         "{err}"
     );
+    // Where to look instead on this machine.
+    assert!(
+        err.contains("`tracer run`") && err.contains("steal time"),
+        "{err}"
+    );
 }
 
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {

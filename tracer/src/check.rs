@@ -20,8 +20,21 @@ use crate::{
 #[derive(Serialize, Debug, Clone)]
 pub struct Item {
     pub name: String,
+    /// Works here (`status` "ok").
     pub ok: bool,
+    /// "ok"; "absent": this machine does not have it (no pseries hypervisor, no hardware
+    /// PMU in a VM, an optional probe mode) and nothing is wrong; "fail": it should work
+    /// and does not.
+    pub status: Status,
     pub detail: String,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Absent,
+    Fail,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -38,7 +51,16 @@ fn item(name: &str, ok: bool, detail: impl Into<String>) -> Item {
     Item {
         name: name.to_string(),
         ok,
+        status: if ok { Status::Ok } else { Status::Fail },
         detail: detail.into(),
+    }
+}
+
+/// Something this machine does not have, which is not a fault.
+fn absent(name: &str, detail: impl Into<String>) -> Item {
+    Item {
+        status: Status::Absent,
+        ..item(name, false, detail)
     }
 }
 
@@ -78,7 +100,10 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
                 )
             }
         }
-        Err(e) => item(mode.name(), false, format!("{e:#}")),
+        // perf-sched is optional (auto never picks it): without fentry or kprobes the
+        // machine does not offer it.
+        Err(e) if mode == ProbeMode::PerfSched => absent(mode.name(), crate::error::one_line(&e)),
+        Err(e) => item(mode.name(), false, crate::error::one_line(&e)),
     }
 }
 
@@ -95,18 +120,17 @@ pub fn gather(root: &Root) -> CheckReport {
         },
     ));
     let btf = root.path(loader::VMLINUX_BTF);
-    items.push(item(
-        "kernel BTF",
-        btf.exists(),
-        if btf.exists() {
-            format!("{}", btf.display())
-        } else {
+    items.push(if btf.exists() {
+        item("kernel BTF", true, format!("{}", btf.display()))
+    } else {
+        absent(
+            "kernel BTF",
             format!(
-                "{} missing: tp-btf, raw-tp and perf-sched need it (CONFIG_DEBUG_INFO_BTF)",
+                "{} missing: tp-btf, raw-tp and perf-sched need it (CONFIG_DEBUG_INFO_BTF); the tracepoint mode does not",
                 btf.display()
-            )
-        },
-    ));
+            ),
+        )
+    });
     match tracefs::tracefs_dir(root) {
         Ok(d) => items.push(item("tracefs", true, d.display().to_string())),
         Err(e) => items.push(item("tracefs", false, e.to_string())),
@@ -121,35 +145,43 @@ pub fn gather(root: &Root) -> CheckReport {
         lockdown.unwrap_or_else(|| "not available (no lockdown LSM)".into()),
     ));
     let stats = read_trim(&root.path("/proc/sys/kernel/bpf_stats_enabled"));
-    items.push(item(
-        "bpf_stats",
-        stats.is_some(),
-        match stats.as_deref() {
-            Some("1") => "enabled (run_time_ns/run_cnt are being counted)".to_string(),
-            Some(v) => format!("kernel.bpf_stats_enabled={v} (cargo xtask bench turns it on)"),
-            None => "kernel.bpf_stats_enabled not available".to_string(),
-        },
-    ));
+    items.push(match stats.as_deref() {
+        Some("1") => item(
+            "bpf_stats",
+            true,
+            "enabled (run_time_ns/run_cnt are being counted)",
+        ),
+        Some(v) => item(
+            "bpf_stats",
+            true,
+            format!("kernel.bpf_stats_enabled={v} (cargo xtask bench turns it on)"),
+        ),
+        None => absent("bpf_stats", "kernel.bpf_stats_enabled not available"),
+    });
     let cg2 = procfs::cgroup2_mount(root);
-    items.push(item(
-        "cgroup v2",
-        cg2.is_some(),
-        match &cg2 {
-            Some(d) => format!("mounted at {}", d.display()),
-            None => "not mounted: --cgroup will not work".to_string(),
-        },
-    ));
+    items.push(match &cg2 {
+        Some(d) => item("cgroup v2", true, format!("mounted at {}", d.display())),
+        None => absent("cgroup v2", "not mounted: --cgroup will not work"),
+    });
     let vds = root.path("/proc/powerpc/vcpudispatch_stats");
     let dtl = root.path("/sys/kernel/debug/powerpc/dtl");
-    items.push(item(
-        "pseries DTL",
-        vds.exists(),
-        match (vds.exists(), dtl.exists()) {
-            (true, true) => "vcpudispatch_stats and debugfs DTL present".to_string(),
-            (true, false) => "vcpudispatch_stats present; debugfs DTL absent".to_string(),
-            _ => "not a pseries partition (no /proc/powerpc/vcpudispatch_stats)".to_string(),
-        },
-    ));
+    items.push(match (vds.exists(), dtl.exists()) {
+        (true, true) => item(
+            "pseries DTL",
+            true,
+            "vcpudispatch_stats and debugfs DTL present",
+        ),
+        (true, false) => item(
+            "pseries DTL",
+            true,
+            "vcpudispatch_stats present; debugfs DTL absent",
+        ),
+        _ => absent(
+            "pseries DTL",
+            "not an IBM POWER pseries partition (no /proc/powerpc/vcpudispatch_stats); \
+             `tracer run` shows the hypervisor's steal time per CPU instead",
+        ),
+    });
 
     let probe_modes: Vec<Item> = if privileged.is_ok() && root.is_live() {
         [
@@ -186,7 +218,7 @@ pub fn gather(root: &Root) -> CheckReport {
                 let bad = c.unsupported();
                 match bad.first() {
                     Some((_, why)) => {
-                        events.push(item(&name, false, format!("not supported: {why}")))
+                        events.push(absent(&name, format!("not supported here: {why}")))
                     }
                     None => events.push(item(&name, true, "can be counted")),
                 }
@@ -206,7 +238,11 @@ pub fn gather(root: &Root) -> CheckReport {
 
 /// Pure text rendering.
 pub fn format_text(r: &CheckReport) -> String {
-    let mark = |ok: bool| if ok { "ok  " } else { "FAIL" };
+    let mark = |s: Status| match s {
+        Status::Ok => "ok  ",
+        Status::Absent => "n/a ",
+        Status::Fail => "FAIL",
+    };
     let mut out = format!("kernel {}\n", r.kernel.as_deref().unwrap_or("(unknown)"));
     for (title, list) in [
         ("system", &r.items),
@@ -215,11 +251,12 @@ pub fn format_text(r: &CheckReport) -> String {
     ] {
         out += &format!("\n{title}:\n");
         for i in list {
-            out += &format!("  [{}] {:<18} {}\n", mark(i.ok), i.name, i.detail);
+            out += &format!("  [{}] {:<18} {}\n", mark(i.status), i.name, i.detail);
         }
     }
+    out += "\n[n/a ]: this machine does not have it, which is not a fault.\n";
     out += &format!(
-        "\n`tracer run` {}\n",
+        "`tracer run` {}\n",
         if r.run_ok {
             "can work here"
         } else {
@@ -237,4 +274,66 @@ pub fn run(args: &CheckArgs, root: &Root) -> Result<i32> {
         crate::cli::emit_raw(&format_text(&r))?;
     }
     Ok(if r.run_ok { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_is_not_failed() {
+        let r = CheckReport {
+            kernel: Some("6.18".into()),
+            items: vec![
+                item("kernel BTF", true, "/sys/kernel/btf/vmlinux"),
+                absent("pseries DTL", "not an IBM POWER pseries partition"),
+                item("lockdown", false, "confidentiality"),
+            ],
+            probe_modes: vec![],
+            events: vec![absent("cycles", "not supported here: ENOENT")],
+            run_ok: true,
+        };
+        let t = format_text(&r);
+        assert!(t.contains("  [ok  ] kernel BTF "), "{t}");
+        assert!(t.contains("  [n/a ] pseries DTL "), "{t}");
+        assert!(t.contains("  [n/a ] cycles "), "{t}");
+        assert!(t.contains("  [FAIL] lockdown "), "{t}");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["items"][1]["status"], "absent");
+        assert_eq!(v["items"][1]["ok"], false);
+        assert_eq!(v["items"][2]["status"], "fail");
+        assert_eq!(v["items"][0]["status"], "ok");
+    }
+
+    /// aya's load error with an empty verifier log, as the kernel gives for EPERM.
+    #[derive(Debug)]
+    struct LoadError(std::io::Error);
+    impl std::fmt::Display for LoadError {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "the BPF_PROG_LOAD syscall returned {}. Verifier output: ",
+                self.0
+            )
+        }
+    }
+    impl std::error::Error for LoadError {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn errors_are_said_once_without_an_empty_verifier_log() {
+        let e = anyhow::Error::new(LoadError(std::io::Error::from_raw_os_error(libc::EPERM)))
+            .context("loading perf_sched_out_fentry");
+        assert_eq!(
+            format!("{e:#}"),
+            "loading perf_sched_out_fentry: the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier output: : Operation not permitted (os error 1)"
+        );
+        assert_eq!(
+            crate::error::one_line(&e),
+            "loading perf_sched_out_fentry: the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1)"
+        );
+    }
 }

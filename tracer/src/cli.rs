@@ -99,9 +99,13 @@ pub struct RunArgs {
     /// One JSON document (JSON Lines in interval mode).
     #[arg(long)]
     pub json: bool,
-    /// Show only the N busiest threads.
+    /// Threads listed: the first N in --sort order (text default 20; 0: all). JSON lists
+    /// every thread unless --top is given.
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
+    /// Order of the thread list, largest first.
+    #[arg(long, value_enum, default_value_t = crate::report::SortKey::OnCpu)]
+    pub sort: crate::report::SortKey,
     /// Histograms per process.
     #[arg(short = 'P', long = "per-process", conflicts_with = "per_thread_hist")]
     pub per_process: bool,

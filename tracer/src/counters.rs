@@ -190,6 +190,11 @@ pub fn default_events() -> Vec<EventSpec> {
         .collect()
 }
 
+/// task-clock and cpu-clock: they count nanoseconds (perf prints them in msec).
+pub fn is_clock(spec: &EventSpec) -> bool {
+    spec.is_clock()
+}
+
 /// The perf_event_attr fields this spec sets (type, config, exclude_user/kernel/hv/guest/host),
 /// testable without a syscall.
 pub fn attr_fields(spec: &EventSpec) -> AttrFields {
@@ -239,6 +244,8 @@ const FLAG_EXCLUDE_GUEST: u64 = 1 << 20;
 /// PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING: value, enabled, running.
 const READ_FORMAT: u64 = 1 | 2;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+/// `pid` is a cgroup directory fd: count the cgroup's tasks on `cpu` (perf stat -G).
+const PERF_FLAG_PID_CGROUP: libc::c_ulong = 4;
 
 /// `_IO('$', 0)` / `_IO('$', 1)`: the "no data" direction bit differs on these architectures.
 #[cfg(any(
@@ -289,7 +296,12 @@ fn encode_attr(f: &AttrFields, mode: OpenMode) -> PerfEventAttr {
     }
 }
 
-fn sys_perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+fn sys_perf_event_open(
+    attr: &PerfEventAttr,
+    pid: i32,
+    cpu: i32,
+    flags: libc::c_ulong,
+) -> io::Result<OwnedFd> {
     // SAFETY: `attr` is a valid, fully initialised perf_event_attr whose `size` is its own
     // size; the kernel only reads it (a size mismatch comes back as E2BIG, not a write
     // beyond it, since our size is a published PERF_ATTR_SIZE_VER).
@@ -300,7 +312,7 @@ fn sys_perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<O
             pid as libc::c_int,
             cpu as libc::c_int,
             -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
+            PERF_FLAG_FD_CLOEXEC | flags,
         )
     };
     if ret < 0 {
@@ -337,7 +349,12 @@ fn read_fd(fd: &OwnedFd) -> io::Result<Reading> {
         return Err(io::Error::last_os_error());
     }
     if n == 0 {
-        return Ok(Reading::default());
+        // Enabled but never running: scales to "never counted", not to an exact 0.
+        return Ok(Reading {
+            value: 0,
+            enabled: 1,
+            running: 0,
+        });
     }
     if n as usize != std::mem::size_of_val(&buf) {
         return Err(io::Error::new(
@@ -362,6 +379,13 @@ pub enum CounterTarget {
     /// System-wide: one counter per online CPU (pid -1), gives per-CPU utilization too
     /// (`procfs::online_cpus` lists them).
     Cpus(Vec<u32>),
+    /// A cgroup v2 directory, counted per CPU with PERF_FLAG_PID_CGROUP as `perf stat -G`
+    /// does: every task that runs in the cgroup during the window counts, including
+    /// those that join after the start (per-thread counters would miss them).
+    Cgroup {
+        path: std::path::PathBuf,
+        cpus: Vec<u32>,
+    },
 }
 
 /// Where one descriptor counts.
@@ -374,6 +398,8 @@ pub enum Scope {
         tid: u32,
     },
     Cpu(u32),
+    /// The cgroup's tasks on this CPU.
+    CgroupCpu(u32),
 }
 
 impl std::fmt::Display for Scope {
@@ -382,6 +408,7 @@ impl std::fmt::Display for Scope {
             Scope::Task(pid) => write!(f, "PID {pid} and its descendants"),
             Scope::Thread { tid, .. } => write!(f, "TID {tid}"),
             Scope::Cpu(cpu) => write!(f, "CPU {cpu}"),
+            Scope::CgroupCpu(cpu) => write!(f, "the cgroup on CPU {cpu}"),
         }
     }
 }
@@ -506,10 +533,13 @@ impl CounterSnapshot {
     }
 }
 
-/// value * enabled / running, None when running == 0 (never counted).
+/// value * enabled / running, None when running == 0 (never counted) except for a
+/// counter that was never enabled and counted nothing: a task counter (or a cgroup's) is
+/// enabled only while its task runs, so a thread that stayed asleep reads 0, 0, 0 and
+/// counted exactly 0.
 pub fn scale(raw: u64, enabled: u64, running: u64) -> Option<f64> {
     if running == 0 {
-        return None;
+        return (enabled == 0 && raw == 0).then_some(0.0);
     }
     if enabled == running {
         return Some(raw as f64);
@@ -581,7 +611,7 @@ fn classify(err: io::Error, spec: &EventSpec, scope: Scope) -> Failure {
             // perf_event_paranoid: 2 allows user-only per-task counting, 1 adds the kernel,
             // 0 adds per-CPU counting.
             let needed = match scope {
-                Scope::Cpu(_) => 0,
+                Scope::Cpu(_) | Scope::CgroupCpu(_) => 0,
                 _ if !spec.attr.exclude_kernel => 1,
                 _ => 2,
             };
@@ -637,13 +667,22 @@ impl Counters {
                 let set: BTreeSet<u32> = list.iter().copied().collect();
                 set.into_iter().map(Scope::Cpu).collect()
             }
+            CounterTarget::Cgroup { cpus, .. } => {
+                let set: BTreeSet<u32> = cpus.iter().copied().collect();
+                set.into_iter().map(Scope::CgroupCpu).collect()
+            }
         };
         if scopes.is_empty() {
             return Err(TracerError::EmptyCounterTarget(match target {
-                CounterTarget::Cpus(_) => "CPU",
+                CounterTarget::Cpus(_) | CounterTarget::Cgroup { .. } => "CPU",
                 _ => "thread",
             }));
         }
+        // Held open while the events are opened: perf only needs it for the call.
+        let cgroup_fd = match target {
+            CounterTarget::Cgroup { path, .. } => Some(open_cgroup_dir(path)?),
+            _ => None,
+        };
         let mode = OpenMode {
             disabled: true,
             inherit: matches!(target, CounterTarget::Inherit { .. }),
@@ -653,7 +692,7 @@ impl Counters {
         // Threads that vanished while opening are not tried again for later events.
         let mut live = scopes;
         for spec in specs {
-            let ev = open_event(spec, &live, mode)?;
+            let ev = open_event(spec, &live, mode, cgroup_fd.as_ref())?;
             if ev.unsupported.is_none() {
                 if ev.fds.is_empty() {
                     return Err(match target {
@@ -664,7 +703,9 @@ impl Counters {
                         CounterTarget::Threads(list) => {
                             TracerError::NoSuchProcess(list.first().map(|t| t.0).unwrap_or(0))
                         }
-                        CounterTarget::Cpus(_) => TracerError::EmptyCounterTarget("CPU"),
+                        CounterTarget::Cpus(_) | CounterTarget::Cgroup { .. } => {
+                            TracerError::EmptyCounterTarget("CPU")
+                        }
                     });
                 }
                 live = ev.fds.iter().map(|(s, _)| *s).collect();
@@ -745,20 +786,43 @@ impl Counters {
     }
 }
 
+/// The cgroup directory as perf_event_open's `pid` for PERF_FLAG_PID_CGROUP.
+fn open_cgroup_dir(path: &std::path::Path) -> Result<OwnedFd, TracerError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(path)
+        .map(OwnedFd::from)
+        .map_err(|source| TracerError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 fn open_event(
     spec: &EventSpec,
     scopes: &[Scope],
     mode: OpenMode,
+    cgroup: Option<&OwnedFd>,
 ) -> Result<OpenEvent, TracerError> {
     let attr = encode_attr(&spec.attr, mode);
     let mut fds = Vec::with_capacity(scopes.len());
     for &scope in scopes {
+        let mut flags = 0;
         let (pid, cpu) = match scope {
             Scope::Task(pid) | Scope::Thread { tid: pid, .. } => (to_pid(pid), -1),
             Scope::Cpu(cpu) => (Some(-1), to_pid(cpu).unwrap_or(i32::MAX)),
+            Scope::CgroupCpu(cpu) => {
+                flags = PERF_FLAG_PID_CGROUP;
+                (
+                    cgroup.map(|fd| fd.as_raw_fd()),
+                    to_pid(cpu).unwrap_or(i32::MAX),
+                )
+            }
         };
         let result = match pid {
-            Some(pid) => sys_perf_event_open(&attr, pid, cpu),
+            Some(pid) => sys_perf_event_open(&attr, pid, cpu, flags),
             // A PID beyond i32 cannot exist.
             None => Err(io::Error::from_raw_os_error(libc::ESRCH)),
         };
@@ -767,7 +831,7 @@ fn open_event(
             Err(Failure::Gone) => {}
             Err(Failure::Unsupported(reason)) => {
                 let reason = match scope {
-                    Scope::Cpu(cpu) => format!("{reason} (CPU {cpu})"),
+                    Scope::Cpu(cpu) | Scope::CgroupCpu(cpu) => format!("{reason} (CPU {cpu})"),
                     _ => reason,
                 };
                 return Ok(OpenEvent {
@@ -802,7 +866,7 @@ pub fn open_per_cpu(spec: &EventSpec, cpus: &[u32]) -> Result<Vec<(u32, OwnedFd)
     for &cpu in cpus {
         let scope = Scope::Cpu(cpu);
         let result = match to_pid(cpu) {
-            Some(c) => sys_perf_event_open(&attr, -1, c),
+            Some(c) => sys_perf_event_open(&attr, -1, c, 0),
             None => Err(io::Error::from_raw_os_error(libc::ENODEV)),
         };
         match result.map_err(|e| classify(e, spec, scope)) {
@@ -825,6 +889,10 @@ pub fn open_per_cpu(spec: &EventSpec, cpus: &[u32]) -> Result<Vec<(u32, OwnedFd)
     }
     Ok(out)
 }
+
+/// What a clock counted per CPU measures: wall time of the CPUs, idle included (`perf
+/// stat -a` calls it "CPUs utilized" and says 2.000 on an idle 2-CPU machine).
+pub const SYSTEM_WIDE_CLOCK_UNIT: &str = "CPUs counted (idle included)";
 
 /// One counter as reported (JSON and text).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -924,7 +992,14 @@ fn derived_for(snap: &CounterSnapshot, ev: &EventReading, elapsed_ns: u64) -> Op
         if elapsed_ns == 0 {
             return None;
         }
-        return make("cpus-utilized", value / elapsed_ns as f64, "CPUs utilized");
+        // Counted per CPU, the clocks run through idle: label it, so the report's
+        // headline (traced threads' on-CPU time, idle excluded) is not contradicted.
+        let unit = if snap.system_wide {
+            SYSTEM_WIDE_CLOCK_UNIT
+        } else {
+            "CPUs utilized"
+        };
+        return make("cpus-utilized", value / elapsed_ns as f64, unit);
     }
     if ev.spec.is(TYPE_HARDWARE, HW_CYCLES) {
         return make("ghz", ratio(clock_ns)?, "GHz");
@@ -1131,8 +1206,15 @@ fn stat_line(
 /// System-wide reports add one line per CPU for the clock, per-thread reports one block per
 /// thread; the elapsed time closes it as in perf.
 pub fn format_text(r: &CounterReport) -> String {
+    format_text_opts(r, true)
+}
+
+/// [`format_text`], leaving out the `<not supported>` lines when `unsupported` is false
+/// (interval reports after the first: the machine's PMU does not change in between).
+pub fn format_text_opts(r: &CounterReport, unsupported: bool) -> String {
     let mut out = String::new();
-    for c in &r.counters {
+    let hidden = r.counters.iter().filter(|c| !c.supported).count();
+    for c in r.counters.iter().filter(|c| unsupported || c.supported) {
         let metric = r
             .derived
             .iter()
@@ -1155,7 +1237,7 @@ pub fn format_text(r: &CounterReport) -> String {
                     .get(cpu)
                     .and_then(|row| row.iter().find(|(n, _)| n == clock))
                     .and_then(|(_, v)| *v);
-                let metric = format!("# {:<32}", format!("{u:8.3} CPUs utilized"));
+                let metric = format!("# {:<32}", format!("{u:8.3} {SYSTEM_WIDE_CLOCK_UNIT}"));
                 let prefix = format!("{:<8}", format!("CPU{cpu}"));
                 out.push_str(&stat_line(
                     &prefix,
@@ -1188,6 +1270,11 @@ pub fn format_text(r: &CounterReport) -> String {
                 out.push('\n');
             }
         }
+    }
+    if !unsupported && hidden > 0 {
+        out.push_str(&format!(
+            "   ({hidden} not supported: see the first interval)\n"
+        ));
     }
     if r.elapsed_ns > 0 {
         out.push('\n');
@@ -1385,6 +1472,7 @@ mod tests {
     #[test]
     fn scaling_with_multiplexing() {
         assert_eq!(scale(1000, 0, 0), None);
+        assert_eq!(scale(0, 0, 0), Some(0.0), "a task that never ran counted 0");
         assert_eq!(scale(1000, 500, 0), None);
         assert_eq!(scale(1000, 500, 500), Some(1000.0));
         assert_eq!(scale(1000, 1000, 500), Some(2000.0));
@@ -1427,7 +1515,8 @@ mod tests {
                     &[(t, r(1_500_000_000, 1_000_000, 500_000))],
                     None,
                 ),
-                ev("page-faults", &[(t, r(0, 0, 0))], None),
+                // Enabled but never on the PMU (multiplexed out): never counted.
+                ev("page-faults", &[(t, r(0, 1_000, 0))], None),
             ],
             system_wide: false,
             per_thread: false,
@@ -1448,7 +1537,7 @@ mod tests {
         let insn = &rep.counters[3];
         assert_eq!((insn.value, insn.running_pct), (Some(3e9), Some(50.0)));
         let pf = &rep.counters[4];
-        assert_eq!((pf.value, pf.running_pct), (None, None));
+        assert_eq!((pf.value, pf.running_pct), (None, Some(0.0)));
         let names: Vec<(&str, &str, &str)> = rep
             .derived
             .iter()
@@ -1556,7 +1645,13 @@ mod tests {
             vec![("cpu-clock".into(), Some(250.0)), ("cs".into(), Some(30.0))]
         );
         let text = format_text(&rep);
-        assert!(text.contains("\nCPU1                250.00 msec cpu-clock                        #    0.500 CPUs utilized\n"), "{text}");
+        assert!(text.contains("\nCPU1                250.00 msec cpu-clock                        #    0.500 CPUs counted (idle included)\n"), "{text}");
+        assert!(
+            text.contains(
+                "msec cpu-clock                        #    1.500 CPUs counted (idle included)\n"
+            ),
+            "{text}"
+        );
 
         let th = |tid| Scope::Thread { tgid: 7, tid };
         let snap = CounterSnapshot {
@@ -1580,9 +1675,10 @@ mod tests {
             pt[&7],
             vec![("task-clock".into(), Some(3.0)), ("cycles".into(), None)]
         );
+        // A thread that never ran while counted: 0, not "never counted".
         assert_eq!(
             pt[&8],
-            vec![("task-clock".into(), None), ("cycles".into(), None)]
+            vec![("task-clock".into(), Some(0.0)), ("cycles".into(), None)]
         );
         let text = format_text(&rep);
         assert!(

@@ -732,7 +732,13 @@ struct Signals {
 /// `tracer dtl`.
 pub fn run(args: &DtlArgs, root: &Root) -> anyhow::Result<i32> {
     if !vcpudispatch::is_pseries(root) {
-        return Err(TracerError::NotPseries(root.path(vcpudispatch::STATS_PATH)).into());
+        // Elsewhere the hypervisor's delays show as steal time: say where to look.
+        return Err(anyhow::anyhow!(
+            "{}; the Dispatch Trace Log exists only on IBM POWER shared-processor partitions: \
+             on this machine `tracer run` shows the time the hypervisor kept vCPUs from running \
+             (steal time per CPU, its `hypervisor:` line)",
+            TracerError::NotPseries(root.path(vcpudispatch::STATS_PATH))
+        ));
     }
     let report = collect_blocking(args, root)?;
     if args.json {

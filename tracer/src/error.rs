@@ -107,20 +107,23 @@ pub enum TracerError {
 
 /// An error and its causes on one line, each cause once: messages here already end with
 /// their source (`cannot read X: Permission denied`), which anyhow's `{:#}` would print
-/// a second time.
+/// a second time, and aya shows an empty verifier log as an empty "Verifier output: ".
 pub fn one_line(e: &anyhow::Error) -> String {
-    let mut out = String::new();
+    let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
-        let c = cause.to_string();
-        if out.ends_with(&c) {
-            continue;
+        let mut t = cause.to_string();
+        // aya appends ". Verifier output: " even when the log is empty.
+        if let Some(i) = t.find(". Verifier output:") {
+            if t[i + ". Verifier output:".len()..].trim().is_empty() {
+                t.truncate(i);
+            }
         }
-        if !out.is_empty() {
-            out += ": ";
+        let t = t.trim().to_string();
+        if !t.is_empty() && !parts.iter().any(|p| p.contains(&t)) {
+            parts.push(t);
         }
-        out += &c;
     }
-    out
+    parts.join(": ")
 }
 
 /// Whether the error (or any cause) is standard output closed by its reader.

@@ -237,6 +237,10 @@ fn pct(p: Option<f64>) -> String {
     p.map_or_else(|| "-".into(), |p| format!("{p:.1}"))
 }
 
+fn cpus_word(n: usize) -> &'static str {
+    crate::report::plural(n, "CPU", "CPUs")
+}
+
 /// The text section.
 pub fn format_text(r: &HypervisorReport) -> String {
     let mut out = String::new();
@@ -244,9 +248,11 @@ pub fn format_text(r: &HypervisorReport) -> String {
     if r.cpus.is_empty() {
         out += "hypervisor: no steal data\n";
     } else if r.total_steal_ns == 0 {
+        let n = r.cpus.len();
         out += &format!(
-            "hypervisor: no steal time on {} CPUs over {window} (the host did not delay them)\n",
-            r.cpus.len()
+            "hypervisor: no steal time on {n} {} over {window} (the host did not delay {})\n",
+            cpus_word(n),
+            if n == 1 { "it" } else { "them" }
         );
     } else {
         out += &format!(
@@ -263,7 +269,7 @@ pub fn format_text(r: &HypervisorReport) -> String {
         }
         let idle = r.cpus.iter().filter(|c| c.steal_ns == 0).count();
         if idle > 0 {
-            out += &format!("  ({idle} CPUs without steal not shown)\n");
+            out += &format!("  ({idle} {} without steal not shown)\n", cpus_word(idle));
         }
         out += &format!(
             "{:>6} {:>10} {:>7}\n",
@@ -353,7 +359,17 @@ intr 12345 0 0\nctxt 999\nbtime 1700000000\n";
 
         let only1 = report(&b, &a, Some(&[1, 7]), 1_000_000_000);
         assert_eq!(only1.cpus.len(), 1);
-        assert!(format_text(&only1).contains("no steal time on 1 CPUs"));
+        assert!(
+            format_text(&only1)
+                .contains("no steal time on 1 CPU over 1.00s (the host did not delay it)"),
+            "{}",
+            format_text(&only1)
+        );
+        // One CPU with steal, one without: singular.
+        let b2 = snap(&[(0, 100), (1, 100)], 100);
+        let a2 = snap(&[(0, 150), (1, 100)], 100);
+        let t2 = format_text(&report(&b2, &a2, None, 1_000_000_000));
+        assert!(t2.contains("  (1 CPU without steal not shown)\n"), "{t2}");
         assert!(only1.notes.iter().any(|n| n.contains("CPU 7")));
         assert_eq!(report(&b, &a, None, 0).cpus[0].steal_percent, None);
     }

@@ -257,9 +257,8 @@ impl Tracer {
                     return Ok(t);
                 }
                 Err(e) if opts.probe == ProbeMode::Auto => {
-                    let why = crate::error::one_line(&e);
-                    log::info!("probe mode {} refused: {why}", mode.name());
-                    refused.push((mode, why));
+                    log::info!("probe mode {} refused: {e:#}", mode.name());
+                    refused.push((mode, crate::error::one_line(&e)));
                 }
                 Err(e) => {
                     return Err(e.context(format!("probe mode {} does not work here", mode.name())))
@@ -605,7 +604,11 @@ fn perf_sched_programs(
                 Ok(())
             })();
             if let Err(ke) = kp {
-                return Err(anyhow!("fentry refused ({fe:#}); kprobe refused ({ke:#})"));
+                return Err(anyhow!(
+                    "fentry refused ({}); kprobe refused ({})",
+                    crate::error::one_line(&fe),
+                    crate::error::one_line(&ke)
+                ));
             }
             progs.push(("perf_sched_out_kprobe", compat::PERF_SCHED_OUT));
             progs.push(("perf_sched_in_kprobe", compat::PERF_SCHED_IN));

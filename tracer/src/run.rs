@@ -83,10 +83,15 @@ fn resolve_targets(args: &RunArgs, root: &Root, child: Option<u32>) -> Result<Ta
             },
         ));
     }
-    let counter_target = match child {
-        Some(pid) => CounterTarget::Inherit { pid },
-        None if filter == filter::ALL => CounterTarget::Cpus(procfs::online_cpus(root)?),
-        None => CounterTarget::Threads(threads),
+    let counter_target = match (child, &args.cgroup) {
+        (Some(pid), _) => CounterTarget::Inherit { pid },
+        // Per CPU with the cgroup as filter (perf stat -G): tasks that join later count.
+        (None, Some(cg)) => CounterTarget::Cgroup {
+            path: cg.clone(),
+            cpus: procfs::online_cpus(root)?,
+        },
+        (None, None) if filter == filter::ALL => CounterTarget::Cpus(procfs::online_cpus(root)?),
+        (None, None) => CounterTarget::Threads(threads),
     };
     Ok(Targets {
         seed,
@@ -240,6 +245,25 @@ struct Session {
     max_threads: u32,
     /// No target: every CPU, counted per CPU.
     system_wide: bool,
+    /// From the window's open to the counters' enable: time task-clock cannot have seen.
+    counters_lag_ns: u64,
+}
+
+/// Why `--per-thread` gives no per-thread counts for this target, if it does not.
+fn per_thread_unavailable(t: &CounterTarget) -> Option<&'static str> {
+    match t {
+        CounterTarget::Threads(_) => None,
+        CounterTarget::Inherit { .. } => Some(
+            "a command's counters are inherited (one count for the command and everything it \
+             spawns, as perf stat counts a command), which the kernel does not split per thread",
+        ),
+        CounterTarget::Cgroup { .. } => {
+            Some("a cgroup is counted per CPU (as perf stat -G), not per thread")
+        }
+        CounterTarget::Cpus(_) => {
+            Some("system-wide counters are per CPU (the report shows them per CPU)")
+        }
+    }
 }
 
 fn trace(
@@ -325,21 +349,23 @@ fn setup(
     let runq = tracer.runq;
     let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
     let t0 = tracer.opened_at();
-    let empty_cgroup = matches!(&targets.counter_target, CounterTarget::Threads(t) if t.is_empty());
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
-        None
-    } else if empty_cgroup {
-        // perf counters here follow the threads present at the start; the trace itself
-        // follows the tasks that join the cgroup later.
-        notices.push(
-            "the cgroup had no tasks at the start: no perf counters (they count the threads present at the start); tasks that join are traced".into(),
-        );
         None
     } else {
         let c = Counters::open(event_specs, &targets.counter_target, args.per_thread)?;
         c.enable()?;
         Some(c)
     };
+    let counters_lag_ns = loader::monotonic_ns().saturating_sub(t0);
+    if args.per_thread {
+        if let Some(why) = per_thread_unavailable(&targets.counter_target) {
+            notices.push(format!(
+                "--per-thread: {why}; per-thread counts need -p PID or -t TID (perf stat --per-thread \
+                 needs them too), or use --slice-event EVENT: per-thread deltas read in the kernel at \
+                 every switch (`counters.per_thread` is null)"
+            ));
+        }
+    }
     let hyp_before = match hypervisor::Snapshot::take(root) {
         Ok(s) => Some(s),
         Err(e) => {
@@ -348,6 +374,7 @@ fn setup(
         }
     };
     Ok(Session {
+        counters_lag_ns,
         slice_events: slice.iter().map(|(n, _)| n.clone()).collect(),
         tracer,
         collector,
@@ -444,6 +471,7 @@ async fn event_loop(
 ) -> Result<i32> {
     let opts = ReportOptions {
         top: args.top,
+        sort: args.sort,
         unit: if args.millis {
             Unit::Msecs
         } else {
@@ -467,6 +495,7 @@ async fn event_loop(
         ..Default::default()
     };
     let mut prev_counters: Option<CounterSnapshot> = None;
+    let mut prev_hyp = s.hyp_before.clone();
     let mut intervals = 0u64;
     let signal = wait_signal();
     tokio::pin!(signal);
@@ -509,7 +538,13 @@ async fn event_loop(
                     (Some(now), None) => Some(now.clone()),
                     _ => None,
                 };
-                let r = build_report(&s, "interval", Some(intervals), delta, snap.at_ns - prev_snap.at_ns, cdelta.as_ref(), None, None, root);
+                // The hypervisor's view of this interval (one read of /proc/stat).
+                let hyp_now = prev_hyp.as_ref().and_then(|_| hypervisor::Snapshot::take(root).ok());
+                let hyp = hypervisor_report(args, prev_hyp.as_ref(), hyp_now.as_ref(), &delta, snap.at_ns - prev_snap.at_ns);
+                if hyp_now.is_some() {
+                    prev_hyp = hyp_now;
+                }
+                let r = build_report(&s, "interval", Some(intervals), delta, snap.at_ns - prev_snap.at_ns, cdelta.as_ref(), hyp, None, root);
                 if let Err(e) = print_report(&r, &opts, args.json) {
                     break End::Output(e);
                 }
@@ -562,6 +597,10 @@ async fn event_loop(
     snap.adopt_missing(&attached);
     snap.at_ns = t1;
     snap.recursion_misses = misses;
+    let hyp_end = s
+        .hyp_before
+        .as_ref()
+        .and_then(|_| hypervisor::Snapshot::take(root).ok());
     if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev_snap.at_ns {
         // The rest of the window after the last tick, so the intervals add up to the totals.
         let cdelta = match (&csnap, &prev_counters) {
@@ -569,14 +608,22 @@ async fn event_loop(
             (Some(now), None) => Some(now.clone()),
             _ => None,
         };
+        let delta = snap.delta(&prev_snap);
+        let hyp = hypervisor_report(
+            args,
+            prev_hyp.as_ref(),
+            hyp_end.as_ref(),
+            &delta,
+            t1 - prev_snap.at_ns,
+        );
         let r = build_report(
             &s,
             "interval",
             Some(intervals + 1),
-            snap.delta(&prev_snap),
+            delta,
             t1 - prev_snap.at_ns,
             cdelta.as_ref(),
-            None,
+            hyp,
             None,
             root,
         );
@@ -612,19 +659,13 @@ async fn event_loop(
         }),
     };
     let exit_code = state.and_then(|s| s.exit_code());
-    // The hypervisor's view of the CPUs the traced set ran on (all CPUs system-wide).
-    let busy = snap.busy_cpus();
-    let cpus = (!args.pids.is_empty()
-        || !args.tids.is_empty()
-        || !args.command.is_empty()
-        || args.cgroup.is_some())
-    .then_some(busy.as_slice());
-    let hyp = match &s.hyp_before {
-        Some(before) => hypervisor::Snapshot::take(root)
-            .ok()
-            .map(|after| hypervisor::report(before, &after, cpus, t1 - s.t0)),
-        None => None,
-    };
+    let hyp = hypervisor_report(
+        args,
+        s.hyp_before.as_ref(),
+        hyp_end.as_ref(),
+        &snap,
+        t1 - s.t0,
+    );
     let command = state.map(|st| (args.command.clone(), st));
     let r = build_report(
         &s,
@@ -687,15 +728,13 @@ fn build_report(
         }
         // Comparable only for a target: system-wide, task-clock counts idle too.
         if let Some(tc) = counters::task_clock_ns(c).filter(|_| !s.system_wide) {
-            let bpf = snapshot.on_cpu_total_ns() as f64;
-            if tc > 0.0 {
-                notices.push(format!(
-                    "cross-check: on-CPU time from the BPF programs {:.3} ms vs task-clock {:.3} ms ({:+.2}%)",
-                    bpf / 1e6,
-                    tc / 1e6,
-                    100.0 * (bpf - tc) / tc
-                ));
+            let cc = cross_check_input(c, &snapshot, duration_ns, tc, s, interval);
+            // Threads that started after the counters were opened (-p/-t): task-clock
+            // misses them, so the headline takes the BPF figure, which has them all.
+            if report::headline_from_bpf(&cc) {
+                task_clock_util = None;
             }
+            notices.push(report::cross_check_notice(&cc));
         }
         // A hardware event that ran and counted exactly zero is more likely an event the
         // PMU accepts but does not implement (seen under QEMU's POWER PMU) than a real 0.
@@ -715,10 +754,12 @@ fn build_report(
                 ));
             }
         }
+        // `<not supported>` is said once: in the first interval and in the totals.
+        let unsupported = interval.is_none_or(|i| i == 1);
         sections.push(Section {
             key: "counters",
             json: serde_json::to_value(&cr).unwrap_or_default(),
-            text: counters::format_text(&cr),
+            text: counters::format_text_opts(&cr, unsupported),
         });
     }
     if let Some(h) = hyp {
@@ -728,9 +769,15 @@ fn build_report(
             text: hypervisor::format_text(&h),
         });
     }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     Report {
         kind,
         interval,
+        time_unix_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
+        local_time: local_hms(now.as_secs()),
+        system_wide: s.system_wide,
         duration_ns,
         probe: s.tracer.mode.name().to_string(),
         probe_attach: s.tracer.attach.to_string(),
@@ -750,6 +797,101 @@ fn build_report(
         max_threads: s.max_threads,
         thread_counters,
     }
+}
+
+/// The hypervisor's view between two snapshots, of the CPUs the traced set ran on in
+/// `snap` (all CPUs system-wide).
+fn hypervisor_report(
+    args: &RunArgs,
+    before: Option<&hypervisor::Snapshot>,
+    after: Option<&hypervisor::Snapshot>,
+    snap: &Snapshot,
+    elapsed_ns: u64,
+) -> Option<hypervisor::HypervisorReport> {
+    let busy = snap.busy_cpus();
+    let cpus = (!args.pids.is_empty()
+        || !args.tids.is_empty()
+        || !args.command.is_empty()
+        || args.cgroup.is_some())
+    .then_some(busy.as_slice());
+    Some(hypervisor::report(before?, after?, cpus, elapsed_ns))
+}
+
+/// What the BPF figures and task-clock each cover, for the cross-check notice.
+fn cross_check_input(
+    c: &CounterSnapshot,
+    snapshot: &Snapshot,
+    window_ns: u64,
+    task_clock_ns: f64,
+    s: &Session,
+    interval: Option<u64>,
+) -> report::CrossCheck {
+    // Per-thread counters (-p/-t) cover the TIDs they were opened on; inherited and
+    // cgroup counters cover every thread the BPF side traces.
+    let tids: Option<std::collections::BTreeSet<u32>> = c
+        .events
+        .iter()
+        .find(|e| {
+            e.parts
+                .iter()
+                .any(|(p, _)| matches!(p, counters::Scope::Thread { .. }))
+        })
+        .map(|e| {
+            e.parts
+                .iter()
+                .filter_map(|(p, _)| match p {
+                    counters::Scope::Thread { tid, .. } => Some(*tid),
+                    _ => None,
+                })
+                .collect()
+        });
+    let (mut covered_ns, mut missed_ns, mut missed, mut exited) = (0u64, 0u64, 0usize, 0usize);
+    let mut slices = 0;
+    let mut max_thread_ns = 0;
+    for t in snapshot.threads.values() {
+        if t.folded == 0 {
+            max_thread_ns = max_thread_ns.max(t.stats.on_cpu_ns);
+        }
+        if tids.as_ref().is_none_or(|set| set.contains(&t.tid)) {
+            covered_ns += t.stats.on_cpu_ns;
+            slices += t.stats.slices;
+            if t.exited {
+                exited += (t.folded as usize).max(1);
+            }
+        } else {
+            missed_ns += t.stats.on_cpu_ns;
+            missed += 1;
+        }
+    }
+    report::CrossCheck {
+        bpf_ns: covered_ns,
+        task_clock_ns,
+        missed_threads: missed,
+        missed_ns,
+        exited_threads: exited,
+        slices,
+        // Only the first report's window starts before the counters were enabled.
+        lag_ns: if interval.is_none_or(|i| i == 1) {
+            s.counters_lag_ns
+        } else {
+            0
+        },
+        cpus: snapshot.cpu_busy_ns.len().max(1),
+        window_ns,
+        max_thread_ns,
+    }
+}
+
+/// Wall-clock time of day (local time zone) as HH:MM:SS, as runqlat -T prints it.
+fn local_hms(unix_secs: u64) -> String {
+    let t = libc::time_t::try_from(unix_secs).unwrap_or(0);
+    // SAFETY: localtime_r writes the zeroed tm it is given and reads only `t`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
+    if !ok {
+        return String::new();
+    }
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
 }
 
 fn print_report(r: &Report, o: &ReportOptions, json: bool) -> Result<(), TracerError> {
