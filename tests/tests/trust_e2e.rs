@@ -380,3 +380,37 @@ fn intervals_add_up_to_the_totals_across_an_exec_from_a_thread() {
         );
     }
 }
+
+/// Issue 13.7: a classic-tracepoint tracer beside a tp-btf one on the same `-p` was off
+/// by ~300 ms a run. Two tracers of ours at once (each probe mode here beside the
+/// default) must each see the threads' shares of their windows alike.
+#[test]
+fn two_tracers_at_once_agree() {
+    require_root();
+    for mode in probe_modes().into_iter().filter(|m| *m != "tp-btf") {
+        let bg = Background::start(WORKLOAD);
+        let pid = bg.pid().to_string();
+        let a = Command::new(tracer_bin())
+            .args(["run", "-p", &pid, "-d", "3s", "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let b = run_tracer(&["run", "--probe", mode, "-p", &pid, "-d", "3s", "--json"]);
+        let a = final_report(&a.wait_with_output().unwrap());
+        let b = final_report(&b);
+        let share = |d: &Value, tid: u64| {
+            thread(d, tid).map_or(0.0, |t| {
+                ns(t, "on_cpu_ns") as f64 / ns(d, "duration_ns") as f64
+            })
+        };
+        for t in b["threads"].as_array().unwrap() {
+            let tid = t["tid"].as_u64().unwrap();
+            let (sa, sb) = (share(&a, tid), share(&b, tid));
+            assert!(
+                (sa - sb).abs() <= 0.03,
+                "thread {tid}: {sa:.3} of the window by the default mode, {sb:.3} by {mode}"
+            );
+        }
+    }
+}
