@@ -1248,6 +1248,15 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             ),
         );
     }
+    // Every slice and every off-CPU period lasts a while: a count without a sum is wrong
+    // whenever it was read.
+    for name in ["on_cpu", "off_cpu"] {
+        let hh = d.get("histograms").get(name);
+        let (c, s) = (num(hh, "count"), num(hh, "sum_ns"));
+        o.expect(c == 0.0 || s > 0.0, || {
+            format!("{label}: histograms.{name} counts {c} periods that sum to {s} ns")
+        });
+    }
     let complete = d.get("threads_total").as_f64() == Some(threads.len() as f64);
     if !complete {
         o.notes.push(format!(
@@ -1352,6 +1361,21 @@ fn interval_checks(o: &mut Outcome, total: &Json, intervals: &[&Json]) {
             "histograms.off_cpu.count",
             sum_docs(&|d| num(d.get("histograms").get("off_cpu"), "count")),
             num(total.get("histograms").get("off_cpu"), "count"),
+        ),
+        (
+            "histograms.on_cpu.sum_ns",
+            sum_docs(&|d| num(d.get("histograms").get("on_cpu"), "sum_ns")),
+            num(total.get("histograms").get("on_cpu"), "sum_ns"),
+        ),
+        (
+            "histograms.runq.sum_ns",
+            sum_docs(&|d| num(d.get("histograms").get("runq"), "sum_ns")),
+            num(total.get("histograms").get("runq"), "sum_ns"),
+        ),
+        (
+            "histograms.off_cpu.sum_ns",
+            sum_docs(&|d| num(d.get("histograms").get("off_cpu"), "sum_ns")),
+            num(total.get("histograms").get("off_cpu"), "sum_ns"),
         ),
     ];
     for (what, a, b) in overall {
