@@ -262,6 +262,9 @@ impl Env {
                 let f: Vec<&str> = l.split_whitespace().collect();
                 (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
             });
+        if let Some(root) = &cgroup2 {
+            remove_stale_scratch(root);
+        }
         println!(
             "torture: probe modes {}; cgroup v2 {}",
             probes.join(", "),
@@ -312,7 +315,12 @@ impl Env {
         let sc = self.scenario(seed);
         println!("torture: seed {seed}: {sc}");
         let t = Instant::now();
-        let mut o = self.run_scenario(sc)?;
+        // A scenario the harness itself could not run fails alone, with its command lines.
+        let mut o = self.run_scenario(sc).unwrap_or_else(|e| {
+            let mut o = Outcome::new(self.scenario(seed));
+            o.violate(format!("harness: {e:#}"));
+            o
+        });
         if let Some(json) = o.scenario.pipe_close {
             let probe = o.scenario.probe.clone();
             self.closed_pipe(&probe, json, &mut o);
@@ -559,6 +567,33 @@ impl Env {
                 tail(&err)
             ));
         }
+    }
+}
+
+/// Scratch cgroups of earlier torture runs that were interrupted (their driver, whose PID
+/// is in the name, is gone): their processes are killed and the directories removed.
+fn remove_stale_scratch(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("tracer-torture-")
+            .and_then(|r| r.split('-').next())
+        else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        drop(Scratch {
+            truth: PathBuf::new(),
+            stdout: PathBuf::new(),
+            stderr: PathBuf::new(),
+            parent: Some(e.path()),
+            cgroups: Some((e.path().join("in"), e.path().join("out"))),
+        });
     }
 }
 

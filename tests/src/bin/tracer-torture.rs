@@ -597,7 +597,7 @@ fn run(args: &[String], out: &str) {
 
     // A burst of short threads (exits in quick succession).
     if rng.chance(60) {
-        let n = rng.range(10, 120);
+        let n = rng.range(10, 300);
         let delay = rng.range(0, ms / 2);
         let (o, stop2) = (out.to_string(), stop.clone());
         let mut brng = Rng::new(rng.next());
@@ -608,7 +608,7 @@ fn run(args: &[String], out: &str) {
                 if stop2.load(Ordering::Relaxed) {
                     break;
                 }
-                let spin = brng.range(10_000, 1_000_000);
+                let spin = brng.range(10_000, 500_000);
                 let o2 = o.clone();
                 let h = std::thread::spawn(move || {
                     let b = now_ns();
