@@ -15,6 +15,9 @@
 //!   tracer-torture post-exec --out F --grp G --spin-us U     (what the exec'ing threads run)
 //!   tracer-torture child --out F --seed S --kind K --cg-out DIR (spawned by `run`)
 //!   tracer-torture joiner --out F --seed S --cg-in DIR --ms D (spawned by `run`)
+//!   tracer-torture window-open --pid TRACER_PID   (prints the window's opening, ns)
+//!
+//! Times are CLOCK_MONOTONIC ns, the clock of the tracer's window.
 use std::{
     ffi::CString,
     io::{BufRead, Write},
@@ -22,7 +25,7 @@ use std::{
         atomic::{AtomicBool, AtomicU32, Ordering},
         Arc,
     },
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 /// splitmix64: small, deterministic, good enough to pick a plan.
@@ -48,11 +51,15 @@ impl Rng {
     }
 }
 
+/// CLOCK_MONOTONIC, the clock of the tracer's window (`WINDOW[0]` and `duration_ns`).
 fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -251,8 +258,55 @@ fn exec_self(args: &[&str]) -> ! {
     std::process::exit(3);
 }
 
+/// Prints when the tracer with PID `--pid` opened its window (its `WINDOW` map holds
+/// the CLOCK_MONOTONIC ns; 0 while closed), found through the map ids in its fdinfo, so
+/// the driver knows the window's bounds exactly.
+fn window_open(args: &[String]) {
+    let pid = num(args, "--pid", 0);
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap_or_else(|e| {
+        eprintln!("tracer-torture: no fdinfo for PID {pid}: {e}");
+        std::process::exit(1)
+    });
+    for e in dir.flatten() {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let Some(id) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let named =
+            aya::maps::MapInfo::from_id(id).is_ok_and(|i| i.name_as_str() == Some("WINDOW"));
+        if !named {
+            continue;
+        }
+        let value = aya::maps::MapData::from_id(id)
+            .and_then(aya::maps::Map::from_map_data)
+            .and_then(|m| {
+                let a: aya::maps::Array<_, u64> = aya::maps::Array::try_from(&m)?;
+                a.get(&0, 0)
+            });
+        match value {
+            Ok(v) => {
+                println!("{v}");
+                return;
+            }
+            Err(e) => {
+                eprintln!("tracer-torture: cannot read map {id}: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    eprintln!("tracer-torture: PID {pid} holds no WINDOW map");
+    std::process::exit(1);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("window-open") {
+        return window_open(&args);
+    }
     let out = arg(&args, "--out").unwrap_or_else(|| {
         eprintln!("usage: tracer-torture run|post-exec|child|joiner --out FILE ...");
         std::process::exit(2)
