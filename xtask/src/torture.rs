@@ -50,6 +50,9 @@ pub struct TortureArgs {
     /// Run this many scenarios
     #[arg(long)]
     scenarios: Option<u64>,
+    /// Keep each failing scenario's tracer output and workload truth in /tmp
+    #[arg(long)]
+    keep: bool,
 }
 
 /// Seeds of the short pass inside `cargo xtask test`: together they cover every target
@@ -58,7 +61,8 @@ const CI_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
 
 pub fn torture(args: TortureArgs) -> Result<()> {
     let built = crate::build(false)?;
-    let env = Env::new(&built.bin)?;
+    let mut env = Env::new(&built.bin)?;
+    env.keep = args.keep;
     let first = args.seed.unwrap_or_else(|| now_ns() % 1_000_000);
     let limit = match (args.scenarios, args.minutes, args.seed) {
         (Some(n), _, _) => Some(n),
@@ -226,6 +230,7 @@ impl std::fmt::Display for Scenario {
 }
 
 struct Env {
+    keep: bool,
     tracer: PathBuf,
     workload: PathBuf,
     probes: Vec<String>,
@@ -276,6 +281,7 @@ impl Env {
                     .to_string())
         );
         Ok(Env {
+            keep: false,
             tracer: tracer.to_path_buf(),
             workload,
             probes,
@@ -531,6 +537,21 @@ impl Env {
             }
         };
         check(&mut o, &docs, &lines, w, ready);
+        if self.keep && !o.violations.is_empty() {
+            let kept =
+                std::env::temp_dir().join(format!("tracer-torture-seed-{}", o.scenario.seed));
+            let _ = std::fs::create_dir_all(&kept);
+            let _ = std::fs::write(kept.join("tracer.jsonl"), &stdout);
+            let _ = std::fs::write(kept.join("tracer.stderr"), &stderr);
+            let _ = std::fs::write(kept.join("truth.jsonl"), &truth_text);
+            o.notes.insert(
+                0,
+                format!(
+                    "kept the tracer's output and the truth in {}",
+                    kept.display()
+                ),
+            );
+        }
         Ok(o)
     }
 
@@ -731,6 +752,9 @@ impl Drop for Scratch {
     }
 }
 
+/// Notes printed with a failure (interval-internal disagreements can be many).
+const MAX_NOTES: usize = 6;
+
 struct Outcome {
     scenario: Scenario,
     tracer_cmd: String,
@@ -776,8 +800,11 @@ impl Outcome {
         for v in &self.violations {
             let _ = writeln!(s, "  - {v}");
         }
-        for n in &self.notes {
+        for n in self.notes.iter().take(MAX_NOTES) {
             let _ = writeln!(s, "  note: {n}");
+        }
+        if self.notes.len() > MAX_NOTES {
+            let _ = writeln!(s, "  ({} more notes)", self.notes.len() - MAX_NOTES);
         }
         print!("{s}");
     }
@@ -1036,13 +1063,17 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
     for d in std::iter::once(total).chain(intervals.iter().copied()) {
         doc_checks(o, d, d.get("kind").as_str() == Some("total"));
     }
-    // Intervals add up to the total, overall and per thread.
-    if !intervals.is_empty() {
-        interval_checks(o, total, &intervals);
-    }
-
     // Against the workload's truth.
     let (entities, problems) = build_entities(lines, o.scenario.target, ready);
+    // Intervals add up to the total, overall and per thread.
+    if !intervals.is_empty() {
+        let names: BTreeMap<(u64, u64), &str> = entities
+            .iter()
+            .flat_map(|e| e.keys.iter().map(|k| (*k, e.name.as_str())))
+            .collect();
+        interval_checks(o, total, &intervals, &names);
+    }
+
     for p in problems {
         o.violate(format!("workload truth: {p}"));
     }
@@ -1407,7 +1438,12 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
 
 /// Interval documents add up exactly to the total: durations, on-CPU, per-CPU, the
 /// histograms, and every thread's row fields.
-fn interval_checks(o: &mut Outcome, total: &Json, intervals: &[&Json]) {
+fn interval_checks(
+    o: &mut Outcome,
+    total: &Json,
+    intervals: &[&Json],
+    names: &BTreeMap<(u64, u64), &str>,
+) {
     let sum_docs = |f: &dyn Fn(&Json) -> f64| intervals.iter().map(|d| f(d)).sum::<f64>();
     let overall: Vec<(&str, f64, f64)> = vec![
         (
@@ -1497,7 +1533,15 @@ fn interval_checks(o: &mut Outcome, total: &Json, intervals: &[&Json]) {
             .collect();
         o.checks += 1;
         if !diffs.is_empty() {
-            bad.push(format!("TID {} PID {}: {}", k.0, k.1, diffs.join(", ")));
+            let who = names
+                .get(k)
+                .map_or(String::new(), |n| format!(" (workload: {n})"));
+            bad.push(format!(
+                "TID {} PID {}{who}: {}",
+                k.0,
+                k.1,
+                diffs.join(", ")
+            ));
         }
     }
     if !bad.is_empty() {
