@@ -2,9 +2,9 @@
 //! spin, sleep, yield, block on pipes and futexes, change affinity, exit at random times,
 //! fork, exec (from a main and from a non-main thread) and move between cgroups. Every
 //! thread writes its own ground truth (schedstat on-CPU, run_delay and slices,
-//! CLOCK_THREAD_CPUTIME_ID, wall-clock times) as one JSON line, with a single O_APPEND
-//! write, to the `--out` file just before it ends, so truth from several processes and
-//! from programs that replaced themselves by exec lands in one file.
+//! CLOCK_THREAD_CPUTIME_ID, wall-clock times) as one JSON line into the `--out` file (a
+//! shared mapping: no system call, no blocking) just before it ends, so truth from several
+//! processes and from programs that replaced themselves by exec lands in one file.
 //!
 //! Usage:
 //!   tracer-torture run --seed S --out F --ms D [--go] [--cg-in DIR --cg-out DIR] [--edge]
@@ -21,6 +21,7 @@
 use std::{
     ffi::CString,
     io::{BufRead, Write},
+    os::fd::AsRawFd,
     sync::{
         atomic::{AtomicBool, AtomicU32, Ordering},
         Arc,
@@ -93,17 +94,67 @@ fn schedstat() -> [u64; 3] {
     ]
 }
 
-/// Appends one line to the truth file with one write(2) on an O_APPEND descriptor, so
-/// lines from concurrent threads and processes never interleave.
+/// The truth file: a shared mapping every process of the workload appends to, so a
+/// record costs no system call and cannot block (an O_APPEND write to a file can sleep on
+/// the inode lock, adding slices and waits the record no longer shows). The first 8 bytes
+/// count the bytes used after the 64-byte header; lines follow.
+const TRUTH_SIZE: usize = 8 << 20;
+const TRUTH_HEADER: usize = 64;
+static TRUTH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Maps the truth file (creating it when `create`), once per process; fork(2)ed children
+/// inherit the mapping.
+fn truth_map(out: &str, create: bool) -> *mut u8 {
+    *TRUTH.get_or_init(|| {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .open(out)
+            .unwrap_or_else(|e| {
+                eprintln!("tracer-torture: cannot open {out}: {e}");
+                std::process::exit(3)
+            });
+        if create {
+            f.set_len(TRUTH_SIZE as u64)
+                .expect("cannot size the truth file");
+        }
+        // SAFETY: a shared read-write mapping of a file of TRUTH_SIZE bytes, kept for the
+        // life of the process.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                TRUTH_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            eprintln!("tracer-torture: cannot map {out}");
+            std::process::exit(3);
+        }
+        p as usize
+    }) as *mut u8
+}
+
+/// Appends one line to the truth file: an atomic reservation, then a copy.
 fn emit(out: &str, line: &str) {
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(out)
-        .expect("cannot open the --out file");
-    let mut buf = line.as_bytes().to_vec();
-    buf.push(b'\n');
-    f.write_all(&buf).expect("cannot write the --out file");
+    let base = truth_map(out, false);
+    let n = line.len() + 1;
+    // SAFETY: the first 8 bytes of the mapping are the shared, aligned counter.
+    let used = unsafe { std::sync::atomic::AtomicU64::from_ptr(base.cast()) };
+    let off = used.fetch_add(n as u64, Ordering::SeqCst) as usize + TRUTH_HEADER;
+    if off + n > TRUTH_SIZE {
+        eprintln!("tracer-torture: the truth file is full");
+        std::process::exit(3);
+    }
+    // SAFETY: [off, off + n) is inside the mapping and reserved for this line alone.
+    unsafe {
+        std::ptr::copy_nonoverlapping(line.as_ptr(), base.add(off), line.len());
+        *base.add(off + line.len()) = b'\n';
+    }
 }
 
 /// One truth record of the calling thread. `ev`: `base` (a baseline for a thread that
@@ -311,6 +362,8 @@ fn main() {
         eprintln!("usage: tracer-torture run|post-exec|child|joiner --out FILE ...");
         std::process::exit(2)
     });
+    // Mapped before any thread starts: records then never fault the mapping in.
+    truth_map(&out, args.get(1).map(String::as_str) == Some("run"));
     match args.get(1).map(String::as_str) {
         Some("run") => run(&args, &out),
         Some("post-exec") => post_exec(&args, &out),
