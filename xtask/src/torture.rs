@@ -1258,6 +1258,15 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
                 k.1,
                 rows_text(rs)
             ));
+        } else if let Some(e) = entities.iter().find(|e| e.keys.iter().any(|x| x.0 == k.0)) {
+            // The TID of a workload thread under another PID (e.g. 0): a row that lost
+            // its identity.
+            o.violate(format!(
+                "a row with the TID of {} but PID {}: {}",
+                e.name,
+                k.1,
+                rows_text(rs)
+            ));
         } else if o.scenario.target != Target::System {
             o.violate(format!(
                 "{} run reports TID {} PID {} outside the target: {}",
