@@ -1258,7 +1258,11 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
                 k.1,
                 rows_text(rs)
             ));
-        } else if let Some(e) = entities.iter().find(|e| e.keys.iter().any(|x| x.0 == k.0)) {
+        } else if let Some(e) = entities
+            .iter()
+            .find(|e| e.keys.iter().any(|x| x.0 == k.0))
+            .filter(|_| k.1 == 0 || o.scenario.target != Target::System)
+        {
             // The TID of a workload thread under another PID (e.g. 0): a row that lost
             // its identity.
             o.violate(format!(
