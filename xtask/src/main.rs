@@ -7,6 +7,7 @@ mod cross;
 mod elf;
 mod json;
 mod setup;
+mod torture;
 mod vm;
 
 use std::{
@@ -58,6 +59,8 @@ enum Task {
     Bench(bench::BenchArgs),
     /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
     VmTest(vm::VmTestArgs),
+    /// Randomized differential harness: random workloads under every target and probe mode, checked against the threads' own schedstat (root)
+    Torture(torture::TortureArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
         Task::Bench(args) => bench::bench(args).map(|_| ExitCode::SUCCESS),
         Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
+        Task::Torture(args) => torture::torture(args).map(|_| ExitCode::SUCCESS),
     };
     // `{:#}` prints the whole context chain on one line, without a backtrace.
     result.unwrap_or_else(|e| {
@@ -249,6 +253,11 @@ fn test(unit_only: bool) -> Result<()> {
         with_artifacts(&mut e2e);
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
+        }
+        // The short fixed-seed pass of the randomized harness (`cargo xtask torture`).
+        if let Err(e) = torture::ci_pass(&built.bin) {
+            println!("xtask: torture pass: {e:#}");
+            failed.push("the torture pass");
         }
     }
     ensure!(
