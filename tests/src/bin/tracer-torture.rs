@@ -335,8 +335,9 @@ fn window_open(args: &[String]) {
         let value = aya::maps::MapData::from_id(id)
             .and_then(aya::maps::Map::from_map_data)
             .and_then(|m| {
-                let a: aya::maps::Array<_, u64> = aya::maps::Array::try_from(&m)?;
-                a.get(&0, 0)
+                // `tracer_common::Window`: {open_ns, close_ns}.
+                let a: aya::maps::Array<_, [u64; 2]> = aya::maps::Array::try_from(&m)?;
+                a.get(&0, 0).map(|w| w[0])
             });
         match value {
             Ok(v) => {
