@@ -284,11 +284,51 @@ impl Snapshot {
     /// Takes the live threads of `earlier` that this snapshot lacks: read after the
     /// programs were detached, it misses threads that died since without a final
     /// record (their task-local storage went with them), whose totals `earlier` has.
-    pub fn adopt_missing(&mut self, earlier: &Snapshot) {
+    pub fn adopt_missing(&mut self, earlier: &Snapshot, hist_scope: u32) {
+        let serials: std::collections::HashSet<u64> =
+            self.threads.values().map(|r| r.stats.serial).collect();
         for (k, r) in &earlier.threads {
-            if !r.exited && !self.threads.contains_key(k) {
-                self.threads.insert(*k, r.clone());
+            let known = if r.stats.serial != 0 {
+                serials.contains(&r.stats.serial)
+            } else {
+                self.threads.contains_key(k)
+            };
+            if !r.exited && !known {
+                let mut key = *k;
+                while self.threads.contains_key(&key) {
+                    key.1 += 1;
+                }
+                self.threads.insert(key, r.clone());
             }
+        }
+        self.set_hist_sums(hist_scope);
+    }
+
+    /// Histogram sums from the threads' exact totals (the kernel keeps counts only).
+    fn set_hist_sums(&mut self, hist_scope: u32) {
+        let (on, rq, off) = self.threads.values().fold((0, 0, 0), |a, r| {
+            (
+                a.0 + r.stats.on_cpu_ns,
+                a.1 + r.stats.runq_wait_ns,
+                a.2 + r.stats.off_cpu_ns,
+            )
+        });
+        self.hist.set_sums(on, rq, off);
+        let mut sums: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
+        for r in self.threads.values() {
+            let id = if hist_scope == scope::PROCESS {
+                r.stats.tgid
+            } else {
+                r.tid
+            };
+            let e = sums.entry(id).or_default();
+            e.0 += r.stats.on_cpu_ns;
+            e.1 += r.stats.runq_wait_ns;
+            e.2 += r.stats.off_cpu_ns;
+        }
+        for (id, set) in self.scoped.iter_mut() {
+            let s = sums.get(id).copied().unwrap_or_default();
+            set.set_sums(s.0, s.1, s.2);
         }
     }
 
@@ -691,39 +731,13 @@ impl Collector {
                 _ => {}
             }
         }
-        // Exact sums from the thread totals.
-        let (on, rq, off) = threads.values().fold((0, 0, 0), |a, r| {
-            (
-                a.0 + r.stats.on_cpu_ns,
-                a.1 + r.stats.runq_wait_ns,
-                a.2 + r.stats.off_cpu_ns,
-            )
-        });
-        hist.set_sums(on, rq, off);
-        let mut sums: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
-        for r in threads.values() {
-            let id = if self.hist_scope == scope::PROCESS {
-                r.stats.tgid
-            } else {
-                r.tid
-            };
-            let e = sums.entry(id).or_default();
-            e.0 += r.stats.on_cpu_ns;
-            e.1 += r.stats.runq_wait_ns;
-            e.2 += r.stats.off_cpu_ns;
-        }
-        for (id, set) in scoped.iter_mut() {
-            let s = sums.get(id).copied().unwrap_or_default();
-            set.set_sums(s.0, s.1, s.2);
-        }
-
         let drops_map: PerCpuArray<_, u64> =
             PerCpuArray::try_from(ebpf.map("DROPS").context("DROPS map missing")?)?;
         let mut drops = [0u64; drop::COUNT as usize];
         for (i, d) in drops.iter_mut().enumerate() {
             *d = drops_map.get(&(i as u32), 0)?.iter().sum();
         }
-        Ok(Snapshot {
+        let mut snap = Snapshot {
             at_ns,
             threads,
             hist,
@@ -732,7 +746,9 @@ impl Collector {
             live_entries,
             cpu_busy_ns,
             recursion_misses: 0,
-        })
+        };
+        snap.set_hist_sums(self.hist_scope);
+        Ok(snap)
     }
 
     /// `-L`: moves the histograms of dead threads out of the kernel map so it stays

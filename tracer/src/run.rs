@@ -594,7 +594,7 @@ async fn event_loop(
     // Read again once nothing changes any more (the final records drained, slices cut
     // at the close settled), keeping the threads that died since without a record.
     let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
-    snap.adopt_missing(&attached);
+    snap.adopt_missing(&attached, hist_scope(args));
     snap.at_ns = t1;
     snap.recursion_misses = misses;
     let hyp_end = s
