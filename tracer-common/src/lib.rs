@@ -253,7 +253,10 @@ pub struct Config {
     /// `old_pid` (before: a non-main thread that execs takes the leader's TID).
     pub tp_exec_pid: u32,
     pub tp_exec_old_pid: u32,
-    pub _pad: u32,
+    /// Offset of `task_struct::se.prev_sum_exec_runtime` (0: unknown): the runtime at
+    /// the running slice's switch-in, so a slice begun before the programs attached is
+    /// counted from the later of that switch-in and the window's opening.
+    pub task_prev_sum_exec_off: u32,
 }
 
 // Layout checks: both sides depend on these sizes.

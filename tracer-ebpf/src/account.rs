@@ -218,7 +218,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let (open, close) = window();
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
-    let (prev_traced, start) = if cs.slice_start_ns == 0 {
+    let at_open = cs.slice_start_ns == 0;
+    let (prev_traced, start) = if at_open {
         // First switch on this CPU since load: prev has run since before the programs
         // attached; its slice counts from the opening, written before they attached.
         (
@@ -328,6 +329,14 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let slice = if cut {
         // The scheduler's figure runs past the close: time it to the close instead.
         (end > start).then(|| end - start)
+    } else if at_open {
+        // Running when the programs attached: from the opening, or from its switch-in
+        // when that came later (between the opening and the attach).
+        let since_open = now.saturating_sub(open);
+        Some(
+            prev.running_slice()
+                .map_or(since_open, |r| r.min(since_open)),
+        )
     } else if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
         Some(sum - s.last_sum_exec)
     } else if s.pending_runtime != 0 {
@@ -341,7 +350,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     s.pending_runtime = 0;
     // The CPU's busy time is wall time (never more than the window); the thread's is
     // the scheduler's figure, which schedstat reports too.
-    if end > start {
+    if at_open {
+        cs.busy_ns += slice.unwrap_or(0);
+    } else if end > start {
         cs.busy_ns += end - start;
     }
     if let Some(d) = slice {

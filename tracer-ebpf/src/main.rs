@@ -50,7 +50,7 @@ static CONFIG: Config = Config {
     use_task_storage: 0,
     tp_exec_pid: 0,
     tp_exec_old_pid: 0,
-    _pad: 0,
+    task_prev_sum_exec_off: 0,
 };
 
 #[inline(always)]
@@ -116,6 +116,18 @@ impl Task {
             0 => 0,
             off => self.field::<u64>(off).unwrap_or(0),
         }
+    }
+
+    /// The runtime of the slice running now, from the scheduler (`sum_exec_runtime` less
+    /// `prev_sum_exec_runtime`, its value at the switch-in), or None when not known.
+    #[inline(always)]
+    pub fn running_slice(&self) -> Option<u64> {
+        let c = config();
+        if c.task_prev_sum_exec_off == 0 || c.task_sum_exec_off == 0 {
+            return None;
+        }
+        let prev = self.field::<u64>(c.task_prev_sum_exec_off)?;
+        self.sum_exec().checked_sub(prev)
     }
 
     /// `sched_info.run_delay`, the task's total run-queue wait, or None when not

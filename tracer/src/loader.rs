@@ -156,6 +156,7 @@ fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
     cfg.task_comm_off = kbtf.member_offset("task_struct", "comm")?;
     cfg.task_dead_mask = compat::TASK_DEAD;
     cfg.task_sum_exec_off = sum_exec_offset(kbtf).unwrap_or(0);
+    cfg.task_prev_sum_exec_off = prev_sum_exec_offset(kbtf).unwrap_or(0);
     Ok(())
 }
 
@@ -163,6 +164,12 @@ fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
 fn sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
     Ok(kbtf.member_offset("task_struct", "se")?
         + kbtf.member_offset("sched_entity", "sum_exec_runtime")?)
+}
+
+/// `task_struct.se.prev_sum_exec_runtime`: the runtime at the running slice's switch-in.
+fn prev_sum_exec_offset(kbtf: &KernelBtf) -> Result<u32> {
+    Ok(kbtf.member_offset("task_struct", "se")?
+        + kbtf.member_offset("sched_entity", "prev_sum_exec_runtime")?)
 }
 
 /// Decides where run-queue waits come from and sets `cfg` for it. Task-local storage
@@ -216,6 +223,7 @@ fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     // se.sum_exec_runtime, else through the sched_stat_runtime tracepoint.
     if let Ok(kbtf) = KernelBtf::from_file(&root.path(VMLINUX_BTF)) {
         cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
+        cfg.task_prev_sum_exec_off = prev_sum_exec_offset(&kbtf).unwrap_or(0);
     }
     if cfg.task_sum_exec_off == 0 {
         if let Ok(rt) = tracefs::event_format(&dir, "sched", "sched_stat_runtime") {
