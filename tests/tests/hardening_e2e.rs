@@ -229,15 +229,21 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
         let live = d["maps"]["threads_live"].as_u64().unwrap();
         assert!(live < 100, "live map entries must stay bounded: {live}");
     }
-    assert_eq!(
-        total["drops"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|v| v.as_u64().unwrap())
-            .sum::<u64>(),
-        0
-    );
+    // Nothing lost; a slice whose switch-in the programs did not see (a few in 10^5
+    // threads here, under a switch from PID 1's threads) is still counted from the
+    // scheduler's runtime, and said in drops.switch_in_unseen: bounded, not zero.
+    let drops = total["drops"].as_object().unwrap();
+    for (k, v) in drops {
+        let v = v.as_u64().unwrap();
+        if k == "switch_in_unseen" {
+            assert!(
+                v * 1000 <= churned,
+                "{v} slices unseen over {churned} threads"
+            );
+        } else {
+            assert_eq!(v, 0, "drops.{k}");
+        }
+    }
     let cpus = std::thread::available_parallelism().unwrap().get() as u64;
     let mut folded = 0;
     for t in threads {

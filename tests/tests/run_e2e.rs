@@ -60,9 +60,10 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         );
         sum_run += t.run_ns;
     }
-    // The kernel also sums the traced slices per CPU, in wall time (so no CPU shows more
-    // than the window): the threads' total within the scheduler's clock skips at
-    // wakeup preemptions (runtime moves between the two threads of a switch).
+    // The kernel also sums the traced slices per CPU, each no longer than its wall time
+    // (so no CPU shows more than the window): the threads' total, less what the
+    // scheduler credits woken threads with from before they ran (its skipped clock
+    // update at a wakeup preemption).
     let per_cpu: u64 = doc["per_cpu"]
         .as_array()
         .unwrap()

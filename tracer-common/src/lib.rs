@@ -178,7 +178,12 @@ pub mod drop {
     pub const COUNTER_READ: u32 = 4;
     /// Task-local storage could not be created (out of memory): a wait was not timed.
     pub const STORAGE: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// A traced thread left a CPU whose switch-in to it the programs did not see (a
+    /// program run the kernel skipped, a TID changed by exec in between): the slice is
+    /// still counted from the scheduler's runtime when its base is known, but the wait
+    /// and off-CPU time that ended at its start are not timed.
+    pub const UNSEEN_SWITCH_IN: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Which threads are accounted.

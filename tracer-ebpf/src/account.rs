@@ -230,9 +230,13 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // A thread joining the cgroup mid-slice: `switch_in_at` timed every switch-in in
         // cgroup mode, so the slice's start is known even though it was not traced then.
         (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
-    } else {
+    } else if prev.tid != 0 && traced(&prev).is_some() {
         // The switch-in was not seen under this TID (a program run the kernel skipped,
-        // or a TID changed by exec): the slice's start is unknown.
+        // or a TID changed by exec): the slice's start is unknown (0). It is counted
+        // from the scheduler's runtime where it can be, and the loss said.
+        count_drop(drop::UNSEEN_SWITCH_IN);
+        (true, 0)
+    } else {
         (false, 0)
     };
     // The CPU is known from here on; switch_in sets the rest.
@@ -339,6 +343,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         )
     } else if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
         Some(sum - s.last_sum_exec)
+    } else if start == 0 && prev.running_slice().is_some() {
+        // Start unseen, base unknown: the scheduler's runtime of this slice.
+        prev.running_slice()
     } else if s.pending_runtime != 0 {
         Some(s.pending_runtime)
     } else if start != 0 && now > start {
@@ -348,13 +355,16 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     s.last_sum_exec = sum;
     s.pending_runtime = 0;
-    // The CPU's busy time is wall time (never more than the window); the thread's is
-    // the scheduler's figure, which schedstat reports too.
-    if at_open {
-        cs.busy_ns += slice.unwrap_or(0);
-    } else if end > start {
-        cs.busy_ns += end - start;
-    }
+    // The CPU's busy time is the thread's slice, but never more than the wall time
+    // since its switch-in: after a wakeup preemption the scheduler credits the woken
+    // thread with time before it ran (its clock update is skipped), which on a CPU would
+    // overlap the slice before. So no CPU shows more than the window.
+    let wall = if at_open || start == 0 {
+        u64::MAX
+    } else {
+        end.saturating_sub(start)
+    };
+    cs.busy_ns += slice.unwrap_or(0).min(wall);
     if let Some(d) = slice {
         s.on_cpu_ns += d;
         s.slices += 1;

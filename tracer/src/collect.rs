@@ -168,6 +168,7 @@ pub const DROP_NAMES: [&str; drop::COUNT as usize] = [
     "hist_map_full",
     "counter_read_failed",
     "task_storage_failed",
+    "switch_in_unseen",
 ];
 
 fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {
