@@ -282,9 +282,11 @@ impl Snapshot {
         }
     }
 
-    /// Takes the live threads of `earlier` that this snapshot lacks: read after the
-    /// programs were detached, it misses threads that died since without a final
-    /// record (their task-local storage went with them), whose totals `earlier` has.
+    /// Takes the live threads of `earlier` that this snapshot lacks. A live thread does
+    /// not vanish without a death record: read after the programs were detached, a
+    /// snapshot misses threads that died since (their task-local storage went with
+    /// them); and the kernel's task iterator (seen on 6.18 under load) or a hash map
+    /// walk during deletes can skip one. `earlier` has its totals until the next read.
     pub fn adopt_missing(&mut self, earlier: &Snapshot, hist_scope: u32) {
         let serials: std::collections::HashSet<u64> =
             self.threads.values().map(|r| r.stats.serial).collect();
