@@ -590,9 +590,6 @@ impl Collector {
                 .iter()
                 .zip(after.iter())
                 .all(|(b, a)| traced_slice(b) == traced_slice(a));
-            if std::env::var_os("TRACER_DEBUG_SNAP").is_some() {
-                eprintln!("snap try {tries} live {:?} exited {:?} before {:?} after {:?}", live.iter().map(|(k, s)| (k.0, k.1, s.serial, s.on_cpu_ns / 1000)).collect::<Vec<_>>(), self.exited.keys().collect::<Vec<_>>(), before.iter().map(|c| (c.tid, c.traced, c.slice_start_ns)).collect::<Vec<_>>(), after.iter().map(|c| (c.tid, c.traced, c.slice_start_ns)).collect::<Vec<_>>());
-            }
             if stable || tries >= 4 {
                 break (live, before, after, read_start);
             }

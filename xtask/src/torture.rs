@@ -1090,7 +1090,14 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
             .iter()
             .flat_map(|e| e.keys.iter().map(|k| (*k, e.name.as_str())))
             .collect();
-        interval_checks(o, total, &intervals, &names);
+        // An exec from a non-main thread moves the thread to its leader's TID: interval
+        // rows before the exec carry the old TID, the total only the new one (README).
+        let aliases: BTreeMap<(u64, u64), (u64, u64)> = entities
+            .iter()
+            .filter(|e| e.keys.len() > 1)
+            .flat_map(|e| e.keys[1..].iter().map(move |k| (*k, e.keys[0])))
+            .collect();
+        interval_checks(o, total, &intervals, &names, &aliases);
     }
 
     for p in problems {
@@ -1387,17 +1394,23 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     // Each CPU sums its slices capped at their wall time; the threads keep the
     // scheduler's credit for time before a woken thread ran (README, `per_cpu`): the
     // two totals agree within 1% + 2 ms.
+    // Within an interval a running slice is counted per CPU in wall time but per
+    // thread no further than the scheduler's runtime as of the read (which lags by up
+    // to a tick): there a difference is a note.
     let on_total = num(d, "on_cpu_ns");
-    o.expect(
-        (per_cpu_sum - on_total).abs() <= on_total * 0.01 + 2e6,
-        || {
-            format!(
-                "{label}: Σ per_cpu on_cpu_ns {} vs on_cpu_ns {} (beyond 1% + 2 ms)",
-                ms(per_cpu_sum),
-                ms(on_total)
-            )
-        },
-    );
+    if (per_cpu_sum - on_total).abs() > on_total * 0.01 + 2e6 {
+        let msg = format!(
+            "{label}: Σ per_cpu on_cpu_ns {} vs on_cpu_ns {} (beyond 1% + 2 ms)",
+            ms(per_cpu_sum),
+            ms(on_total)
+        );
+        if is_total {
+            o.violate(msg);
+        } else {
+            o.notes.push(msg);
+        }
+    }
+    o.checks += 1;
     // Every slice and every off-CPU period lasts a while: a count without a sum is wrong
     // whenever it was read.
     for name in ["on_cpu", "off_cpu"] {
@@ -1488,6 +1501,7 @@ fn interval_checks(
     total: &Json,
     intervals: &[&Json],
     names: &BTreeMap<(u64, u64), &str>,
+    aliases: &BTreeMap<(u64, u64), (u64, u64)>,
 ) {
     let sum_docs = |f: &dyn Fn(&Json) -> f64| intervals.iter().map(|d| f(d)).sum::<f64>();
     let overall: Vec<(&str, f64, f64)> = vec![
@@ -1548,6 +1562,7 @@ fn interval_checks(
                 r.get("tid").as_u64().unwrap_or(0),
                 r.get("pid").as_u64().unwrap_or(0),
             );
+            let k = aliases.get(&k).copied().unwrap_or(k);
             let e = m.entry(k).or_insert_with(|| vec![0.0; ROW_FIELDS.len()]);
             for (i, f) in ROW_FIELDS.iter().enumerate() {
                 e[i] += num(r, f);
