@@ -309,16 +309,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         s.runq_waits += 1;
         hist_add(KIND_RUNQ, id, d);
     }
-    if s.last_off_ns != 0 && start > s.last_off_ns {
-        let d = start - s.last_off_ns;
-        s.off_cpu_ns += d;
-        if s.off_state == OFF_PREEMPTED {
-            s.preempted_ns += d;
-        } else {
-            s.blocked_ns += d;
-        }
-        hist_add(KIND_OFF_CPU, id, d);
-    }
     let cpu = unsafe { bpf_get_smp_processor_id() };
     if s.last_cpu != u32::MAX && s.last_cpu != cpu {
         s.migrations += 1;
@@ -355,6 +345,26 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     s.last_sum_exec = sum;
     s.pending_runtime = 0;
+    // What ended when this slice began: its off-CPU time, less what the scheduler
+    // credited to the slice from before its switch-in (its clock update is skipped
+    // after a wakeup preemption): that is on-CPU time by its account, so not off-CPU
+    // too, and on-CPU plus off-CPU never exceed the window.
+    let credit = match slice {
+        Some(d) if start != 0 && !at_open => d.saturating_sub(end.saturating_sub(start)),
+        _ => 0,
+    };
+    if s.last_off_ns != 0 && start > s.last_off_ns {
+        let d = (start - s.last_off_ns).saturating_sub(credit);
+        if d != 0 {
+            s.off_cpu_ns += d;
+            if s.off_state == OFF_PREEMPTED {
+                s.preempted_ns += d;
+            } else {
+                s.blocked_ns += d;
+            }
+            hist_add(KIND_OFF_CPU, id, d);
+        }
+    }
     // The CPU's busy time is the thread's slice, but never more than the wall time
     // since its switch-in: after a wakeup preemption the scheduler credits the woken
     // thread with time before it ran (its clock update is skipped), which on a CPU would

@@ -652,7 +652,8 @@ impl Collector {
                 }
             }
         }
-        let mut pending: Vec<(u32, u32, &'static str, u64)> = Vec::new();
+        // Run-queue waits that ended at a running slice's switch-in: (tid, tgid, ns).
+        let mut pending: Vec<(u32, u32, u64)> = Vec::new();
         let mut settled = std::collections::HashSet::new();
         for (cpu, cs, upto, may_have_ended) in slices {
             let begun = cs.slice_start_ns;
@@ -701,32 +702,18 @@ impl Collector {
             if let Some(d) = self.pending_wait(&cs, st, begun) {
                 st.runq_wait_ns += d;
                 st.runq_waits += 1;
-                pending.push((cs.tid, st.tgid, "runq", d));
+                pending.push((cs.tid, st.tgid, d));
             }
-            if st.last_off_ns != 0 && begun > st.last_off_ns {
-                let d = begun - st.last_off_ns;
-                st.off_cpu_ns += d;
-                if st.off_state == tracer_common::OFF_PREEMPTED {
-                    st.preempted_ns += d;
-                } else {
-                    st.blocked_ns += d;
-                }
-                pending.push((cs.tid, st.tgid, "off", d));
-            }
+            // The off-CPU time that ended at this slice's switch-in is settled when it
+            // leaves (less the scheduler's credit to the slice, known only then).
             if st.last_cpu != u32::MAX && st.last_cpu != cpu as u32 {
                 st.migrations += 1;
             }
         }
 
-        for (tid, tgid, kind, d) in pending {
+        for (tid, tgid, d) in pending {
             let b = tracer_common::hist::bucket_index(d);
-            let pick = |set: &mut HistSet| {
-                if kind == "runq" {
-                    set.runq.add_bucket(b, 1)
-                } else {
-                    set.off_cpu.add_bucket(b, 1)
-                }
-            };
+            let pick = |set: &mut HistSet| set.runq.add_bucket(b, 1);
             pick(&mut hist);
             match self.hist_scope {
                 scope::PROCESS => pick(scoped.entry(tgid).or_default()),
