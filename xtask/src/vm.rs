@@ -14,6 +14,7 @@ mod initramfs;
 mod protocol;
 mod provision;
 mod qemu;
+mod stress;
 
 use std::{
     path::{Path, PathBuf},
@@ -123,6 +124,17 @@ pub struct VmTestArgs {
     /// its architecture comes from its name (amd64 or powerpc64le).
     #[arg(long = "kernel", value_name = "PACKAGE")]
     pub kernel: Vec<String>,
+    /// Instead of the checks: boot each kernel --boots times under each of these loads
+    /// (comma-separated), attaching to sched_switch and detaching for --stress-secs, and
+    /// count the crashes (tests/vm/stress.sh).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LOAD")]
+    pub stress: Vec<stress::Load>,
+    /// Boots per load for --stress.
+    #[arg(long, default_value_t = 8, requires = "stress")]
+    pub boots: u32,
+    /// Seconds of guest uptime each --stress boot spends attaching and detaching.
+    #[arg(long, default_value_t = 60, requires = "stress")]
+    pub stress_secs: u32,
 }
 
 /// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
@@ -242,12 +254,21 @@ fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>
 
 /// Packs the guest's initramfs: busybox, the binaries (stripped) with their libraries,
 /// tests/vm's init and steps, and /dev/console.
-fn pack(arch: &Arch, bins: &GuestBins, busybox: &Path, dir: &Path) -> Result<PathBuf> {
+/// `extra` are more programs for the guest's /bin (name, host path), with their libraries.
+fn pack(
+    arch: &Arch,
+    bins: &GuestBins,
+    busybox: &Path,
+    extra: &[(String, PathBuf)],
+    dir: &Path,
+) -> Result<PathBuf> {
     let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), arch.strip)?;
     let workload =
         initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), arch.strip)?;
     let lib_dirs: Vec<PathBuf> = arch.lib_dirs.iter().map(PathBuf::from).collect();
-    let libs = initramfs::needed_libraries(&[&tracer, &workload], &lib_dirs)?;
+    let mut all: Vec<&Path> = vec![&tracer, &workload];
+    all.extend(extra.iter().map(|(_, p)| p.as_path()));
+    let libs = initramfs::needed_libraries(&all, &lib_dirs)?;
     let vm_dir = crate::workspace_root().join("tests/vm");
     let path = dir.join("initramfs.cpio");
     let mut c = initramfs::Cpio::create(&path)?;
@@ -259,17 +280,25 @@ fn pack(arch: &Arch, bins: &GuestBins, busybox: &Path, dir: &Path) -> Result<Pat
     c.symlink("lib64", "lib")?;
     c.copy("init", 0o755, &vm_dir.join("init"))?;
     c.copy("vmtest/steps.sh", 0o644, &vm_dir.join("steps.sh"))?;
+    c.copy("vmtest/stress.sh", 0o644, &vm_dir.join("stress.sh"))?;
     c.copy("bin/busybox", 0o755, busybox)?;
     c.copy("bin/tracer", 0o755, &tracer)?;
     c.copy("bin/tracer-workload", 0o755, &workload)?;
+    for (name, from) in extra {
+        c.copy(&format!("bin/{name}"), 0o755, from)?;
+    }
     for (name, from) in &libs {
         c.copy(&format!("lib/{name}"), 0o755, from)?;
     }
     c.finish()?;
     println!(
-        "vm-test: packed {} ({:.1} MiB: busybox, tracer, tracer-workload, {})",
+        "vm-test: packed {} ({:.1} MiB: busybox, tracer, tracer-workload, {}{})",
         path.display(),
         std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64,
+        extra
+            .iter()
+            .map(|(n, _)| format!("{n}, "))
+            .collect::<String>(),
         libs.iter()
             .map(|(n, _)| n.as_str())
             .collect::<Vec<_>>()
@@ -357,7 +386,15 @@ fn test_kernel(
     let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
     println!("\nvm-test: booting {label}: {}", offers.describe());
     let dir = work.join(&kernel.package);
-    let mut boot = qemu::boot(arch, &kernel.image, initrd, &dir, timeout(), arch.name, "")?;
+    let mut boot = qemu::boot(
+        arch,
+        &kernel.image,
+        initrd,
+        &dir,
+        timeout(),
+        arch.name,
+        &qemu::Options::checks(""),
+    )?;
     let mut secs = boot.secs;
     let mut guest = protocol::parse(&boot.results);
     // A guest that crashed or hung gets one more boot. The Debian 6.1 x86_64 guest
@@ -380,7 +417,7 @@ fn test_kernel(
             &dir.join("after-crash"),
             timeout(),
             arch.name,
-            "",
+            &qemu::Options::checks(""),
         )?;
         secs += boot.secs;
         guest = protocol::parse(&boot.results);
@@ -443,7 +480,7 @@ fn test_kernel(
         &dir.join("retry"),
         timeout(),
         arch.name,
-        &format!("vmtest.steps=facts-boot,{}", again.join(",")),
+        &qemu::Options::checks(&format!("vmtest.steps=facts-boot,{}", again.join(","))),
     )?;
     secs += second.secs;
     let guest2 = protocol::parse(&second.results);
@@ -513,11 +550,40 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
             .find(|(n, _)| *n == arch.name)
             .context("no binaries")?
             .1;
-        let initrd = pack(arch, bins, &busybox, &work.join(arch.name))?;
+        let mut extra = Vec::new();
+        if args.stress.contains(&stress::Load::Runqlat) {
+            let sbin = provision::libbpf_tools(&mut apt, arch, &cache)?;
+            extra.push(("runqlat".to_string(), sbin.join("runqlat")));
+        }
+        let initrd = pack(arch, bins, &busybox, &extra, &work.join(arch.name))?;
         for (_, package) in matrix.iter().filter(|(a, _)| a.name == arch.name) {
             let kernel = provision::kernel(&mut apt, arch, package, &cache)?;
-            results.push(test_kernel(arch, &kernel, &initrd, &work)?);
+            if args.stress.is_empty() {
+                results.push(test_kernel(arch, &kernel, &initrd, &work)?);
+            } else {
+                let timeout = match std::env::var("VMTEST_TIMEOUT") {
+                    Ok(_) => timeout(),
+                    Err(_) => Duration::from_secs(u64::from(args.stress_secs) + 150),
+                };
+                stress::run(
+                    arch,
+                    &kernel,
+                    &initrd,
+                    &work,
+                    &args.stress,
+                    args.boots,
+                    args.stress_secs,
+                    timeout,
+                )?;
+            }
         }
+    }
+    if !args.stress.is_empty() {
+        println!(
+            "\nvm-test: stress done in {:.0} s",
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
     }
 
     let mut passed = 0;

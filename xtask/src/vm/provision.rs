@@ -283,6 +283,23 @@ pub fn busybox(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The directory holding libbpf-tools' programs (`runqlat`, ...) for the guest, from
+/// Debian's libbpf-tools of its architecture (downloaded and unpacked, never installed).
+/// They link libelf and zlib, taken from the host like the tracer's libraries.
+pub fn libbpf_tools(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf> {
+    let deb = apt.download("libbpf-tools", arch.deb_arch, &cache.join("debs"))?;
+    let stem = deb
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = cache.join("libbpf-tools").join(stem);
+    extract(&deb, &dir, "./usr/sbin/*", &dir.join("usr/sbin/runqlat"))?;
+    if arch.rust_target.is_none() {
+        apt.install_missing(&[("/usr/lib/x86_64-linux-gnu/libelf.so.1", "libelf1")])?;
+    }
+    Ok(dir.join("usr/sbin"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

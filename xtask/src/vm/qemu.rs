@@ -30,21 +30,45 @@ impl Boot {
     }
 }
 
-/// The qemu command line. As root, qemu runs at nice -10: the guest's clocks follow the
-/// host's, so whenever the host preempts a vCPU thread the guest sees time pass inside
-/// whatever kernel path it was emulating; on a busy host that blurs the very slice and
-/// wait boundaries the checks compare.
+/// How a guest is booted beyond its kernel and initramfs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// More kernel command line.
+    pub cmdline: String,
+    /// `quiet` on the kernel command line (the checks' boots); the stress boots keep the
+    /// whole console, to see an oops and what led to it.
+    pub quiet: bool,
+    /// qemu's niceness: the checks' boots ask for -10 (root only), the stress boots for
+    /// +10 so they do not starve the machine's other work.
+    pub nice: i32,
+}
+
+impl Options {
+    /// The checks' boots.
+    pub fn checks(cmdline: &str) -> Options {
+        Options {
+            cmdline: cmdline.to_string(),
+            quiet: true,
+            nice: -10,
+        }
+    }
+}
+
+/// The qemu command line. The checks' boots run qemu at nice -10 when root: the guest's
+/// clocks follow the host's, so whenever the host preempts a vCPU thread the guest sees
+/// time pass inside whatever kernel path it was emulating; on a busy host that blurs the
+/// very slice and wait boundaries the checks compare.
 pub fn command(
     arch: &Arch,
     kernel: &Path,
     initrd: &Path,
     console: &Path,
     results: &Path,
-    cmdline: &str,
+    opts: &Options,
 ) -> Command {
-    let mut c = if crate::is_root().unwrap_or(false) {
+    let mut c = if opts.nice > 0 || (opts.nice < 0 && crate::is_root().unwrap_or(false)) {
         let mut c = Command::new("nice");
-        c.args(["-n", "-10", arch.qemu]);
+        c.args(["-n", &opts.nice.to_string(), arch.qemu]);
         c
     } else {
         Command::new(arch.qemu)
@@ -66,8 +90,12 @@ pub fn command(
         .arg(initrd)
         .arg("-append")
         .arg(format!(
-            "console={} panic=-1 quiet vmtest.out={} {} {cmdline}",
-            arch.console, arch.results_port, arch.cmdline
+            "console={} panic=-1{} vmtest.out={} {} {}",
+            arch.console,
+            if opts.quiet { " quiet" } else { "" },
+            arch.results_port,
+            arch.cmdline,
+            opts.cmdline
         ))
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
@@ -84,7 +112,7 @@ pub fn boot(
     dir: &Path,
     timeout: Duration,
     label: &str,
-    cmdline: &str,
+    opts: &Options,
 ) -> Result<Boot> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let console_log = dir.join("console.log");
@@ -93,7 +121,7 @@ pub fn boot(
     for f in [&console_log, &results_log] {
         let _ = std::fs::remove_file(f);
     }
-    let mut cmd = command(arch, kernel, initrd, &console_log, &results_log, cmdline);
+    let mut cmd = command(arch, kernel, initrd, &console_log, &results_log, opts);
     println!("vm-test: $ {}", crate::cmd::describe(&cmd));
     let log = std::fs::File::create(&qemu_log)?;
     let start = Instant::now();
