@@ -121,7 +121,8 @@ pub struct VmTestArgs {
     #[arg(long, value_enum, default_value_t = ArchChoice::All)]
     pub arch: ArchChoice,
     /// Also test this Debian kernel package (repeatable), e.g. linux-image-6.1.0-47-amd64;
-    /// its architecture comes from its name (amd64 or powerpc64le).
+    /// its architecture comes from its name (amd64 or powerpc64le). With --stress, only
+    /// these kernels are booted.
     #[arg(long = "kernel", value_name = "PACKAGE")]
     pub kernel: Vec<String>,
     /// Instead of the checks: boot each kernel --boots times under each of these loads
@@ -143,7 +144,8 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut list = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    let only_named = !args.stress.is_empty() && !args.kernel.is_empty();
+    for (n, line) in text.lines().enumerate().filter(|_| !only_named) {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;

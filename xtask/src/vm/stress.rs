@@ -46,8 +46,8 @@ pub enum Ending {
     Completed,
     /// The kernel reported a problem (oops, BUG, RCU stall, soft lockup, panic).
     Crashed(Crash),
-    /// No power-off in time and nothing on the console.
-    Hung,
+    /// Nothing more from the guest and nothing on the console: what a look inside found.
+    Hung(String),
     /// Powered off early with nothing on the console (the guest's script failed).
     Stopped,
 }
@@ -124,7 +124,8 @@ pub fn read_crash(console: &str) -> Option<Crash> {
     {
         for l in &rest[start + 1..] {
             let l = l.trim();
-            if l == "<TASK>" || l == "<IRQ>" || l == "</IRQ>" || l.starts_with("? ") {
+            if ["<TASK>", "<IRQ>", "</IRQ>", "<NMI>", "</NMI>"].contains(&l) || l.starts_with("? ")
+            {
                 continue;
             }
             if l == "</TASK>" || l.starts_with("RIP: ") || l.contains("---[") || l.is_empty() {
@@ -146,6 +147,59 @@ pub fn read_crash(console: &str) -> Option<Crash> {
         rip,
         trace,
     })
+}
+
+/// Where each CPU was, from the backtraces the NMI drew out of a hung guest: for every
+/// `CPU: N PID: P Comm: C` header, the first `RIP:` after it (the interrupted context).
+pub fn cpus_after_nmi(console: &str) -> Vec<String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let mut cur: Option<(String, String)> = None;
+    for l in console.lines().map(message) {
+        if let Some(rest) = l.strip_prefix("CPU: ") {
+            let cpu = rest.split_whitespace().next().unwrap_or("?").to_string();
+            let comm = rest
+                .split_once("Comm: ")
+                .and_then(|(_, c)| c.split_whitespace().next())
+                .unwrap_or("?")
+                .to_string();
+            cur = Some((cpu, comm));
+        } else if let Some(rip) = l.strip_prefix("RIP: ") {
+            if let Some((cpu, comm)) = cur.take() {
+                if !out.iter().any(|(c, _)| *c == cpu) {
+                    let at = rip.split_once(':').map_or(rip, |(_, a)| a);
+                    let at = if rip.starts_with("0033") {
+                        "user space"
+                    } else {
+                        at
+                    };
+                    out.push((cpu.clone(), format!("cpu{cpu} ({comm}) at {at}")));
+                }
+            }
+        }
+    }
+    out.into_iter().map(|(_, s)| s).collect()
+}
+
+fn describe_hang(h: &qemu::Hang, console: &str, nmi: Option<&Crash>) -> String {
+    let after = console.get(h.console_before..).unwrap_or("");
+    let cpus = cpus_after_nmi(after);
+    format!(
+        "qemu at {:.0}% CPU (200: both vCPUs busy); an NMI {} ({})",
+        h.qemu_cpu_pct,
+        match (nmi, cpus.is_empty()) {
+            (None, _) => format!(
+                "drew no report: the guest could not answer (vCPUs at {})",
+                h.rips
+                    .iter()
+                    .map(|r| format!("{r:#x}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (Some(_), true) => "panicked the guest, no CPU backtraces".to_string(),
+            (Some(_), false) => format!("found {}", cpus.join(", ")),
+        },
+        h.log.display()
+    )
 }
 
 /// One boot's outcome.
@@ -195,14 +249,24 @@ fn boot_once(
 ) -> Result<BootResult> {
     // An oops, a soft lockup or an RCU stall panics at once (panic=-1 and -no-reboot then
     // end qemu), so a crashed boot costs no timeout and its first report is the one read.
+    // A guest silent for 90 s (VMTEST_SILENCE; a cycle takes under 20 s, the RCU stall detector speaks
+    // after 21) is hung: qemu's monitor shows where its vCPUs are (nokaslr, so System.map
+    // names them) and an NMI asks the guest for a backtrace (unknown_nmi_panic, with every
+    // CPU's backtrace: panic_print=64).
     let opts = qemu::Options {
         cmdline: format!(
             "vmtest.stress={} vmtest.secs={secs} oops=panic softlockup_panic=1 \
-             sysctl.kernel.panic_on_rcu_stall=1",
+             sysctl.kernel.panic_on_rcu_stall=1 nokaslr unknown_nmi_panic=1 panic_print=64",
             load.name()
         ),
         quiet: false,
         nice: 10,
+        silence: Some(Duration::from_secs(
+            std::env::var("VMTEST_SILENCE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(90),
+        )),
     };
     let boot = qemu::boot(
         arch,
@@ -215,11 +279,20 @@ fn boot_once(
     )?;
     let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
     let (cycles, failed_cycles, first_failure, ended) = read_results(&boot.results);
-    let ending = match read_crash(&console) {
-        Some(c) => Ending::Crashed(c),
-        None if boot.timed_out => Ending::Hung,
-        None if !ended => Ending::Stopped,
-        None => Ending::Completed,
+    let crash = read_crash(&console);
+    // A crash reported before the guest went silent is a crash (its panic did not end
+    // qemu); one reported only after the NMI describes the hang.
+    let before = boot
+        .hang
+        .as_ref()
+        .and_then(|h| read_crash(console.get(..h.console_before).unwrap_or("")));
+    let ending = match (&boot.hang, before, crash) {
+        (_, Some(c), _) => Ending::Crashed(c),
+        (Some(h), None, crash) => Ending::Hung(describe_hang(h, &console, crash.as_ref())),
+        (None, _, Some(c)) => Ending::Crashed(c),
+        (None, _, None) if boot.timed_out => Ending::Hung("no power-off in time".into()),
+        (None, _, None) if !ended => Ending::Stopped,
+        (None, _, None) => Ending::Completed,
     };
     Ok(BootResult {
         load,
@@ -275,7 +348,7 @@ pub fn run(
                 match &r.ending {
                     Ending::Completed => "completed".to_string(),
                     Ending::Crashed(c) => format!("CRASHED ({})", c.describe()),
-                    Ending::Hung => "HUNG (nothing on the console)".to_string(),
+                    Ending::Hung(what) => format!("HUNG ({what})"),
                     Ending::Stopped => "stopped early (nothing on the console)".to_string(),
                 },
                 r.cycles,
@@ -313,7 +386,7 @@ fn table(label: &str, secs: u32, loads: &[Load], results: &[BootResult]) -> Stri
             rs.len(),
             count(&|e| *e == Ending::Completed),
             count(&|e| matches!(e, Ending::Crashed(_))),
-            count(&|e| *e == Ending::Hung),
+            count(&|e| matches!(e, Ending::Hung(_))),
             count(&|e| *e == Ending::Stopped),
             rs.iter().map(|r| r.cycles).sum::<u32>(),
             rs.iter().map(|r| r.failed_cycles).sum::<u32>(),
@@ -330,12 +403,18 @@ fn table(label: &str, secs: u32, loads: &[Load], results: &[BootResult]) -> Stri
                 c.describe(),
                 r.console.display()
             );
+        } else if let Ending::Hung(what) = &r.ending {
+            let _ = writeln!(
+                s,
+                "  {} hang after {} cycle(s): {what}",
+                r.load.name(),
+                r.cycles
+            );
         } else if r.ending != Ending::Completed {
             let _ = writeln!(
                 s,
-                "  {} {:?} after {} cycle(s) ({})",
+                "  {} stopped after {} cycle(s) ({})",
                 r.load.name(),
-                r.ending,
                 r.cycles,
                 r.console.display()
             );
@@ -400,6 +479,30 @@ mod tests {
         let clean = "[    0.0] Kernel command line: console=ttyS0 panic=-1 oops=panic\n\
                      [    1.0] Freeing unused kernel image memory\n";
         assert_eq!(read_crash(clean), None);
+    }
+
+    #[test]
+    fn says_where_each_cpu_was_when_the_nmi_came() {
+        let console = "[ 3.1] Kernel panic - not syncing: NMI: Not continuing\n\
+                       [ 3.1] CPU: 0 PID: 0 Comm: swapper/0 Not tainted 6.1.0-57-amd64 #1\n\
+                       [ 3.1] Call Trace:\n[ 3.1]  <NMI>\n[ 3.1]  panic+0x118/0x2f4\n\
+                       [ 3.1] RIP: 0010:native_safe_halt+0xb/0x10\n\
+                       [ 3.2] NMI backtrace for cpu 0\n\
+                       [ 3.2] CPU: 0 PID: 0 Comm: swapper/0 Not tainted 6.1.0-57-amd64 #1\n\
+                       [ 3.2] RIP: 0010:native_safe_halt+0xb/0x10\n\
+                       [ 3.2] CPU: 1 PID: 90 Comm: exe Not tainted 6.1.0-57-amd64 #1\n\
+                       [ 3.2] RIP: 0010:text_poke_bp_batch+0x1a0/0x250\n\
+                       [ 3.2] RIP: 0033:0x496cf7\n";
+        assert_eq!(
+            cpus_after_nmi(console),
+            [
+                "cpu0 (swapper/0) at native_safe_halt+0xb/0x10",
+                "cpu1 (exe) at text_poke_bp_batch+0x1a0/0x250"
+            ]
+        );
+        let c = read_crash(console).unwrap();
+        assert_eq!(c.kind, "panic");
+        assert_eq!(c.trace, ["panic"]);
     }
 
     #[test]
