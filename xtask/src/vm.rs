@@ -136,6 +136,10 @@ pub struct VmTestArgs {
     /// Seconds of guest uptime each --stress boot spends attaching and detaching.
     #[arg(long, default_value_t = 60, requires = "stress")]
     pub stress_secs: u32,
+    /// Run --stress guests on one emulator thread (`-accel tcg,thread=single`): a crash
+    /// that goes away is a race between qemu's vCPU threads, not the guest's.
+    #[arg(long, requires = "stress")]
+    pub single_thread_tcg: bool,
 }
 
 /// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
@@ -576,6 +580,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
                     args.boots,
                     args.stress_secs,
                     timeout,
+                    args.single_thread_tcg,
                 )?;
             }
         }

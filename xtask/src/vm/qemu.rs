@@ -138,6 +138,10 @@ pub struct Options {
     /// Declare the guest hung once its results port has been silent this long, and look
     /// inside before killing it (see `Hang`); None: only the timeout ends a boot.
     pub silence: Option<Duration>,
+    /// One host thread for all vCPUs (`-accel tcg,thread=single`) instead of one each:
+    /// no vCPU runs while another modifies code, which tells an emulator race from a
+    /// guest one.
+    pub single_thread_tcg: bool,
 }
 
 impl Options {
@@ -148,6 +152,7 @@ impl Options {
             quiet: true,
             nice: -10,
             silence: None,
+            single_thread_tcg: false,
         }
     }
 }
@@ -171,34 +176,40 @@ pub fn command(
     } else {
         Command::new(arch.qemu)
     };
-    c.args(arch.qemu_args)
-        .args([
-            "-smp",
-            "2",
-            "-m",
-            "1024",
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-kernel")
-        .arg(kernel)
-        .arg("-initrd")
-        .arg(initrd)
-        .arg("-append")
-        .arg(format!(
-            "console={} panic=-1{} vmtest.out={} {} {}",
-            arch.console,
-            if opts.quiet { " quiet" } else { "" },
-            arch.results_port,
-            arch.cmdline,
-            opts.cmdline
-        ))
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()));
+    c.args(arch.qemu_args.iter().map(|a| {
+        if opts.single_thread_tcg && *a == "tcg" {
+            "tcg,thread=single"
+        } else {
+            a
+        }
+    }))
+    .args([
+        "-smp",
+        "2",
+        "-m",
+        "1024",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    .arg("-kernel")
+    .arg(kernel)
+    .arg("-initrd")
+    .arg(initrd)
+    .arg("-append")
+    .arg(format!(
+        "console={} panic=-1{} vmtest.out={} {} {}",
+        arch.console,
+        if opts.quiet { " quiet" } else { "" },
+        arch.results_port,
+        arch.cmdline,
+        opts.cmdline
+    ))
+    .arg("-serial")
+    .arg(format!("file:{}", console.display()))
+    .arg("-serial")
+    .arg(format!("file:{}", results.display()));
     if opts.silence.is_some() {
         if let Some(dir) = console.parent() {
             c.arg("-monitor").arg(format!(

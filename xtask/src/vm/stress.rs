@@ -55,7 +55,8 @@ pub enum Ending {
 /// What the console says about a crash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Crash {
-    /// `oops` (BUG/Oops/general protection), `stall` (RCU stall, soft lockup) or `panic`.
+    /// `oops` (BUG/Oops/general protection), `stall` (RCU), `lockup` (soft/hard) or
+    /// `panic`.
     pub kind: &'static str,
     /// The first error line.
     pub first: String,
@@ -89,15 +90,17 @@ fn message(line: &str) -> &str {
 
 /// The first kernel problem on a console, if any.
 pub fn read_crash(console: &str) -> Option<Crash> {
-    const KINDS: [(&str, &str); 9] = [
+    // Lockups and stalls first: "watchdog: BUG: soft lockup" is a stall, not an oops.
+    const KINDS: [(&str, &str); 10] = [
+        ("detected stall", "stall"),
+        ("detected stalls", "stall"),
+        ("detected expedited stalls", "stall"),
+        ("soft lockup", "lockup"),
+        ("hard LOCKUP", "lockup"),
         ("BUG:", "oops"),
         ("Oops", "oops"),
         ("general protection fault", "oops"),
         ("kernel BUG at", "oops"),
-        ("detected stall", "stall"),
-        ("detected expedited stalls", "stall"),
-        ("soft lockup", "stall"),
-        ("hard LOCKUP", "stall"),
         ("Kernel panic", "panic"),
     ];
     let lines: Vec<&str> = console.lines().map(message).collect();
@@ -246,6 +249,7 @@ fn boot_once(
     load: Load,
     secs: u32,
     timeout: Duration,
+    single: bool,
 ) -> Result<BootResult> {
     // An oops, a soft lockup or an RCU stall panics at once (panic=-1 and -no-reboot then
     // end qemu), so a crashed boot costs no timeout and its first report is the one read.
@@ -261,6 +265,7 @@ fn boot_once(
         ),
         quiet: false,
         nice: 10,
+        single_thread_tcg: single,
         silence: Some(Duration::from_secs(
             std::env::var("VMTEST_SILENCE")
                 .ok()
@@ -316,11 +321,18 @@ pub fn run(
     boots: u32,
     secs: u32,
     timeout: Duration,
+    single: bool,
 ) -> Result<()> {
     if boots == 0 || loads.is_empty() {
         bail!("--stress needs at least one load and --boots of 1 or more");
     }
-    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
+    let label = format!(
+        "{} {} ({}){}",
+        arch.name,
+        kernel.package,
+        kernel.version,
+        if single { ", single-threaded TCG" } else { "" }
+    );
     println!(
         "\nvm-test: stress on {label}: {boots} boot(s) per load ({}), {secs} s of load each",
         loads
@@ -329,7 +341,11 @@ pub fn run(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let dir = work.join(&kernel.package).join("stress");
+    let dir = work.join(&kernel.package).join(if single {
+        "stress-single-tcg"
+    } else {
+        "stress"
+    });
     let mut results: Vec<BootResult> = Vec::new();
     for i in 1..=boots {
         for &load in loads {
@@ -341,6 +357,7 @@ pub fn run(
                 load,
                 secs,
                 timeout,
+                single,
             )?;
             println!(
                 "vm-test: stress {} boot {i}/{boots}: {} after {} cycle(s), {:.0} s",
@@ -503,6 +520,20 @@ mod tests {
         let c = read_crash(console).unwrap();
         assert_eq!(c.kind, "panic");
         assert_eq!(c.trace, ["panic"]);
+    }
+
+    #[test]
+    fn a_soft_lockup_is_a_lockup_not_an_oops() {
+        let c = read_crash(
+            "[ 90.1] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [tracer:148]\n\
+             [ 90.1] RIP: 0010:smp_call_function_many_cond+0x12e/0x3b0\n",
+        )
+        .unwrap();
+        assert_eq!(c.kind, "lockup");
+        assert_eq!(
+            c.rip.as_deref(),
+            Some("RIP: 0010:smp_call_function_many_cond+0x12e/0x3b0")
+        );
     }
 
     #[test]
