@@ -146,15 +146,30 @@ pub struct Options {
 
 impl Options {
     /// The checks' boots.
-    pub fn checks(cmdline: &str) -> Options {
+    pub fn checks(cmdline: &str, single_thread_tcg: bool) -> Options {
         Options {
             cmdline: cmdline.to_string(),
             quiet: true,
             nice: -10,
             silence: None,
-            single_thread_tcg: false,
+            single_thread_tcg,
         }
     }
+}
+
+/// `major.minor` of `PROGRAM --version` ("QEMU emulator version 7.2.22 (Debian ...)").
+/// Before 8.1 (commit deba78709ae8, "accel/tcg: Always lock pages before translation")
+/// multi-threaded TCG can keep a stale translation of code another vCPU just rewrote;
+/// tests/vm/README.md says what that does to an x86_64 guest.
+pub fn version(program: &str) -> Option<(u32, u32)> {
+    let out = Command::new(program).arg("--version").output().ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text.split("version ").nth(1)?.split_whitespace().next()?;
+    let mut parts = v.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
 }
 
 /// The qemu command line. The checks' boots run qemu at nice -10 when root: the guest's
@@ -318,6 +333,15 @@ pub fn boot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_qemus_version() {
+        let v = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright";
+        assert_eq!(parse_version(v), Some((7, 2)));
+        assert_eq!(parse_version("QEMU emulator version 10.0.3"), Some((10, 0)));
+        assert_eq!(parse_version("nonsense"), None);
+        assert!(Some((7, 2)) < Some((8, 1)) && (8, 2) >= (8, 1));
+    }
 
     #[test]
     fn reads_every_vcpus_rip() {
