@@ -202,18 +202,29 @@ pub struct Kernel {
 /// Downloads (once) and unpacks (once) a kernel package's /boot.
 pub fn kernel(apt: &mut Apt, arch: &Arch, package: &str, cache: &Path) -> Result<Kernel> {
     let debs = cache.join("debs");
+    // What a metapackage stood for when apt last said, for when it cannot say.
+    let resolved = debs.join(format!("{package}_{}.resolved", arch.deb_arch));
     let (concrete, deb) = match apt.resolve_kernel(package, arch.deb_arch) {
         Some(concrete) => {
             if concrete != package {
                 println!("vm-test: {package} is {concrete} now");
             }
             let deb = apt.download(&concrete, arch.deb_arch, &debs)?;
+            if concrete != package {
+                let _ = std::fs::write(&resolved, &concrete);
+            }
             (concrete, deb)
         }
         // apt cannot say (no lists, offline): the newest kernel of the package's name
-        // already in the cache, a metapackage standing for any linux-image-*.
+        // already in the cache, or of the one the metapackage stood for last time (with
+        // two metapackages in the matrix, "any linux-image-*" would take one for the other).
         None => {
+            let last = std::fs::read_to_string(&resolved).ok();
             let deb = newest_cached(&debs, &format!("{package}_"), arch.deb_arch)
+                .or_else(|| {
+                    let last = last.as_deref()?.trim();
+                    newest_cached(&debs, &format!("{last}_"), arch.deb_arch)
+                })
                 .or_else(|| newest_cached(&debs, "linux-image-", arch.deb_arch))
                 .with_context(|| {
                     format!(
