@@ -328,22 +328,8 @@ fn timeout() -> Duration {
 /// kernel error line on its console.
 fn crash_summary(boot: &qemu::Boot, guest: &protocol::GuestOutput) -> String {
     let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
-    let error = console
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .find(|l| {
-            !l.to_ascii_lowercase().contains("command line")
-                && [
-                    "BUG:",
-                    "Oops",
-                    "detected stall",
-                    "Kernel panic",
-                    "soft lockup",
-                ]
-                .iter()
-                .any(|k| l.contains(k))
-        })
-        .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest).to_string())
+    let error = stress::read_crash(&console)
+        .map(|c| c.describe())
         .unwrap_or_else(|| "no kernel error on the console".into());
     let after = guest.steps.last().map_or("boot", |s| s.name.as_str());
     format!(
@@ -441,13 +427,19 @@ fn test_kernel(
     }
     let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
     if let Some(what) = &first_crash {
+        let pass = guest.done && !boot.timed_out;
         verdicts.push(checks::Verdict {
             name: "a guest that crashed once completes on a second boot".into(),
-            pass: guest.done && !boot.timed_out,
+            pass,
             summary: format!("first boot: {what}"),
-            problems: vec![format!(
-                "first boot: {what}; the second did not complete either"
-            )],
+            // A passing check lists no problems (they are printed under it).
+            problems: if pass {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "first boot: {what}; the second did not complete either"
+                )]
+            },
             transcript: None,
             retry: None,
         });

@@ -145,10 +145,14 @@ pub struct Options {
 }
 
 impl Options {
-    /// The checks' boots.
+    /// The checks' boots. An oops, a soft lockup or an RCU stall panics the guest (and
+    /// so ends qemu) at once: a guest caught in qemu 7.2's stale-int3 loop otherwise sat
+    /// out the whole timeout (300 s) before its second boot.
     pub fn checks(cmdline: &str, single_thread_tcg: bool) -> Options {
         Options {
-            cmdline: cmdline.to_string(),
+            cmdline: format!(
+                "oops=panic softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 {cmdline}"
+            ),
             quiet: true,
             nice: -10,
             silence: None,
