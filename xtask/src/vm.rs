@@ -96,6 +96,12 @@ pub const PPC64LE: Arch = Arch {
             "/usr/powerpc64le-linux-gnu/lib/libc.so.6",
             "gcc-powerpc64le-linux-gnu",
         ),
+        // The C runtime objects the linker needs (Scrt1.o, crti.o): only recommended by
+        // the cross gcc, which is installed without recommends.
+        (
+            "/usr/powerpc64le-linux-gnu/lib/Scrt1.o",
+            "libc6-dev-ppc64el-cross",
+        ),
         (
             "powerpc64le-linux-gnu-strip",
             "binutils-powerpc64le-linux-gnu",
