@@ -14,6 +14,7 @@ mod initramfs;
 mod protocol;
 mod provision;
 mod qemu;
+mod stress;
 
 use std::{
     path::{Path, PathBuf},
@@ -95,6 +96,12 @@ pub const PPC64LE: Arch = Arch {
             "/usr/powerpc64le-linux-gnu/lib/libc.so.6",
             "gcc-powerpc64le-linux-gnu",
         ),
+        // The C runtime objects the linker needs (Scrt1.o, crti.o): only recommended by
+        // the cross gcc, which is installed without recommends.
+        (
+            "/usr/powerpc64le-linux-gnu/lib/Scrt1.o",
+            "libc6-dev-ppc64el-cross",
+        ),
         (
             "powerpc64le-linux-gnu-strip",
             "binutils-powerpc64le-linux-gnu",
@@ -120,9 +127,27 @@ pub struct VmTestArgs {
     #[arg(long, value_enum, default_value_t = ArchChoice::All)]
     pub arch: ArchChoice,
     /// Also test this Debian kernel package (repeatable), e.g. linux-image-6.1.0-47-amd64;
-    /// its architecture comes from its name (amd64 or powerpc64le).
+    /// its architecture comes from its name (amd64 or powerpc64le). With --stress, only
+    /// these kernels are booted.
     #[arg(long = "kernel", value_name = "PACKAGE")]
     pub kernel: Vec<String>,
+    /// Instead of the checks: boot each kernel --boots times under each of these loads
+    /// (comma-separated), attaching to sched_switch and detaching for --stress-secs, and
+    /// count the crashes (tests/vm/stress.sh).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LOAD")]
+    pub stress: Vec<stress::Load>,
+    /// Boots per load for --stress.
+    #[arg(long, default_value_t = 8, requires = "stress")]
+    pub boots: u32,
+    /// Seconds of guest uptime each --stress boot spends attaching and detaching.
+    #[arg(long, default_value_t = 60, requires = "stress")]
+    pub stress_secs: u32,
+    /// Run the guests on one emulator thread (`-accel tcg,thread=single`): a crash that
+    /// goes away is a race between qemu's vCPU threads, not the guest's. Before qemu 8.1
+    /// it keeps x86_64 guests from dying of a stale int3 (tests/vm/README.md), but it
+    /// shifts some timing comparisons, so it is not the default.
+    #[arg(long)]
+    pub single_thread_tcg: bool,
 }
 
 /// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
@@ -131,7 +156,8 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut list = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    let only_named = !args.stress.is_empty() && !args.kernel.is_empty();
+    for (n, line) in text.lines().enumerate().filter(|_| !only_named) {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
             continue;
@@ -242,12 +268,21 @@ fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>
 
 /// Packs the guest's initramfs: busybox, the binaries (stripped) with their libraries,
 /// tests/vm's init and steps, and /dev/console.
-fn pack(arch: &Arch, bins: &GuestBins, busybox: &Path, dir: &Path) -> Result<PathBuf> {
+/// `extra` are more programs for the guest's /bin (name, host path), with their libraries.
+fn pack(
+    arch: &Arch,
+    bins: &GuestBins,
+    busybox: &Path,
+    extra: &[(String, PathBuf)],
+    dir: &Path,
+) -> Result<PathBuf> {
     let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), arch.strip)?;
     let workload =
         initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), arch.strip)?;
     let lib_dirs: Vec<PathBuf> = arch.lib_dirs.iter().map(PathBuf::from).collect();
-    let libs = initramfs::needed_libraries(&[&tracer, &workload], &lib_dirs)?;
+    let mut all: Vec<&Path> = vec![&tracer, &workload];
+    all.extend(extra.iter().map(|(_, p)| p.as_path()));
+    let libs = initramfs::needed_libraries(&all, &lib_dirs)?;
     let vm_dir = crate::workspace_root().join("tests/vm");
     let path = dir.join("initramfs.cpio");
     let mut c = initramfs::Cpio::create(&path)?;
@@ -259,17 +294,25 @@ fn pack(arch: &Arch, bins: &GuestBins, busybox: &Path, dir: &Path) -> Result<Pat
     c.symlink("lib64", "lib")?;
     c.copy("init", 0o755, &vm_dir.join("init"))?;
     c.copy("vmtest/steps.sh", 0o644, &vm_dir.join("steps.sh"))?;
+    c.copy("vmtest/stress.sh", 0o644, &vm_dir.join("stress.sh"))?;
     c.copy("bin/busybox", 0o755, busybox)?;
     c.copy("bin/tracer", 0o755, &tracer)?;
     c.copy("bin/tracer-workload", 0o755, &workload)?;
+    for (name, from) in extra {
+        c.copy(&format!("bin/{name}"), 0o755, from)?;
+    }
     for (name, from) in &libs {
         c.copy(&format!("lib/{name}"), 0o755, from)?;
     }
     c.finish()?;
     println!(
-        "vm-test: packed {} ({:.1} MiB: busybox, tracer, tracer-workload, {})",
+        "vm-test: packed {} ({:.1} MiB: busybox, tracer, tracer-workload, {}{})",
         path.display(),
         std::fs::metadata(&path)?.len() as f64 / (1 << 20) as f64,
+        extra
+            .iter()
+            .map(|(n, _)| format!("{n}, "))
+            .collect::<String>(),
         libs.iter()
             .map(|(n, _)| n.as_str())
             .collect::<Vec<_>>()
@@ -291,22 +334,8 @@ fn timeout() -> Duration {
 /// kernel error line on its console.
 fn crash_summary(boot: &qemu::Boot, guest: &protocol::GuestOutput) -> String {
     let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
-    let error = console
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .find(|l| {
-            !l.to_ascii_lowercase().contains("command line")
-                && [
-                    "BUG:",
-                    "Oops",
-                    "detected stall",
-                    "Kernel panic",
-                    "soft lockup",
-                ]
-                .iter()
-                .any(|k| l.contains(k))
-        })
-        .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest).to_string())
+    let error = stress::read_crash(&console)
+        .map(|c| c.describe())
         .unwrap_or_else(|| "no kernel error on the console".into());
     let after = guest.steps.last().map_or("boot", |s| s.name.as_str());
     format!(
@@ -352,19 +381,36 @@ fn test_kernel(
     kernel: &provision::Kernel,
     initrd: &Path,
     work: &Path,
+    single: bool,
 ) -> Result<VmResult> {
     let offers = checks::Offers::from_config(&kernel.config);
     let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
     println!("\nvm-test: booting {label}: {}", offers.describe());
+    if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
+        println!(
+            "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \
+             programs attach (tests/vm/README.md); --single-thread-tcg avoids it",
+            arch.name, arch.qemu
+        );
+    }
     let dir = work.join(&kernel.package);
-    let mut boot = qemu::boot(arch, &kernel.image, initrd, &dir, timeout(), arch.name, "")?;
+    let mut boot = qemu::boot(
+        arch,
+        &kernel.image,
+        initrd,
+        &dir,
+        timeout(),
+        arch.name,
+        &qemu::Options::checks("", single),
+    )?;
     let mut secs = boot.secs;
     let mut guest = protocol::parse(&boot.results);
-    // A guest that crashed or hung gets one more boot. The Debian 6.1 x86_64 guest
-    // crashes now and then under TCG while sched_switch programs attach or detach
-    // (a NULL call from __schedule, or an RCU stall), about one boot in five, with this
-    // tree and with builds from before task-local storage alike. A build that breaks
-    // the kernel every time still fails; the first crash is reported either way.
+    // A guest that crashed or hung gets one more boot. With multi-threaded TCG before
+    // qemu 8.1 an x86_64 guest dies now and then while anything (our tracer, runqlat,
+    // the tracefs event) attaches to sched_switch: a stale int3 left by text_poke_bp,
+    // looped on forever (tests/vm/README.md; --single-thread-tcg avoids it). A build
+    // that breaks the kernel every time still fails; the first crash is reported
+    // either way.
     let mut first_crash = None;
     if boot.timed_out || !guest.done {
         let what = crash_summary(&boot, &guest);
@@ -380,20 +426,26 @@ fn test_kernel(
             &dir.join("after-crash"),
             timeout(),
             arch.name,
-            "",
+            &qemu::Options::checks("", single),
         )?;
         secs += boot.secs;
         guest = protocol::parse(&boot.results);
     }
     let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
     if let Some(what) = &first_crash {
+        let pass = guest.done && !boot.timed_out;
         verdicts.push(checks::Verdict {
             name: "a guest that crashed once completes on a second boot".into(),
-            pass: guest.done && !boot.timed_out,
+            pass,
             summary: format!("first boot: {what}"),
-            problems: vec![format!(
-                "first boot: {what}; the second did not complete either"
-            )],
+            // A passing check lists no problems (they are printed under it).
+            problems: if pass {
+                Vec::new()
+            } else {
+                vec![format!(
+                    "first boot: {what}; the second did not complete either"
+                )]
+            },
             transcript: None,
             retry: None,
         });
@@ -443,7 +495,10 @@ fn test_kernel(
         &dir.join("retry"),
         timeout(),
         arch.name,
-        &format!("vmtest.steps=facts-boot,{}", again.join(",")),
+        &qemu::Options::checks(
+            &format!("vmtest.steps=facts-boot,{}", again.join(",")),
+            single,
+        ),
     )?;
     secs += second.secs;
     let guest2 = protocol::parse(&second.results);
@@ -513,11 +568,47 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
             .find(|(n, _)| *n == arch.name)
             .context("no binaries")?
             .1;
-        let initrd = pack(arch, bins, &busybox, &work.join(arch.name))?;
+        let mut extra = Vec::new();
+        if args.stress.contains(&stress::Load::Runqlat) {
+            let sbin = provision::libbpf_tools(&mut apt, arch, &cache)?;
+            extra.push(("runqlat".to_string(), sbin.join("runqlat")));
+        }
+        let initrd = pack(arch, bins, &busybox, &extra, &work.join(arch.name))?;
         for (_, package) in matrix.iter().filter(|(a, _)| a.name == arch.name) {
             let kernel = provision::kernel(&mut apt, arch, package, &cache)?;
-            results.push(test_kernel(arch, &kernel, &initrd, &work)?);
+            if args.stress.is_empty() {
+                results.push(test_kernel(
+                    arch,
+                    &kernel,
+                    &initrd,
+                    &work,
+                    args.single_thread_tcg,
+                )?);
+            } else {
+                let timeout = match std::env::var("VMTEST_TIMEOUT") {
+                    Ok(_) => timeout(),
+                    Err(_) => Duration::from_secs(u64::from(args.stress_secs) + 150),
+                };
+                stress::run(
+                    arch,
+                    &kernel,
+                    &initrd,
+                    &work,
+                    &args.stress,
+                    args.boots,
+                    args.stress_secs,
+                    timeout,
+                    args.single_thread_tcg,
+                )?;
+            }
         }
+    }
+    if !args.stress.is_empty() {
+        println!(
+            "\nvm-test: stress done in {:.0} s",
+            start.elapsed().as_secs_f64()
+        );
+        return Ok(());
     }
 
     let mut passed = 0;

@@ -744,9 +744,65 @@ fn check_mode(g: &GuestOutput, mode: Mode, o: &Offers) -> Verdict {
             ),
         }
     }
+    if mode == Mode::TpBtf {
+        check_thread_entries(g, &doc, &mut c);
+    }
     let truth = truths(step, &mut c);
     compare_threads(&doc, &truth, &mut c, o.btf);
     c.done(Some(step))
+}
+
+/// `major.minor` of a kernel release (`6.12.117+deb12-amd64`).
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// Where tp-btf keeps its per-thread entries: in task-local storage from 6.4 on (where
+/// the kernel allocates it safely under the run queue lock), else in the THREADS hash.
+/// The report says which: `maps.threads_capacity` is null for task storage.
+fn check_thread_entries(g: &GuestOutput, doc: &Json, c: &mut Check) {
+    let release = g
+        .step("facts-boot")
+        .map(|s| fact(&facts(s), "release").to_string())
+        .unwrap_or_default();
+    let Some(version) = kernel_version(&release) else {
+        c.fail(format!(
+            "cannot read the guest's kernel version from {release:?}"
+        ));
+        return;
+    };
+    let Json::Obj(maps) = doc.get("maps") else {
+        c.fail("the report has no maps object");
+        return;
+    };
+    let Some((_, capacity)) = maps.iter().find(|(k, _)| k == "threads_capacity") else {
+        c.fail("the report has no maps.threads_capacity");
+        return;
+    };
+    let storage = capacity.is_null();
+    let want = version >= (6, 4);
+    if c.expect(storage == want, || {
+        format!(
+            "per-thread entries in {} on {release} (maps.threads_capacity {capacity}); expected {}",
+            if storage {
+                "task-local storage"
+            } else {
+                "the THREADS hash"
+            },
+            if want {
+                "task-local storage (6.4+)"
+            } else {
+                "the THREADS hash (before 6.4)"
+            }
+        )
+    }) {
+        c.note(if storage {
+            "entries in task-local storage"
+        } else {
+            "entries in the THREADS hash (task storage needs 6.4)"
+        });
+    }
 }
 
 fn best_mode(o: &Offers) -> Mode {
@@ -1276,10 +1332,14 @@ mod tests {
         assert_eq!(best_mode(&x), Mode::TpBtf);
     }
 
+    /// A guest on 6.12 that ran step `name`, its report holding `threads` (entries in
+    /// task-local storage).
     fn run_step(name: &str, threads: &str, truth: &str, extra: &str) -> String {
         format!(
-            "@@vmtest begin {name}\n@@vmtest part stdout\n{{\"probe\":\"tp-btf\",\"threads\":[{threads}],\
-             \"drops\":{{\"x\":0}},\"histograms\":{{\"on_cpu\":{{\"count\":3}},\"runq\":{{\"count\":2}},\
+            "@@vmtest begin facts-boot\n@@vmtest part stdout\nrelease=6.12.117+deb12-amd64\n\n\
+             @@vmtest end facts-boot rc=0 t0=0 t1=0\n\
+             @@vmtest begin {name}\n@@vmtest part stdout\n{{\"probe\":\"tp-btf\",\"threads\":[{threads}],\
+             \"maps\":{{\"threads_live\":3,\"threads_capacity\":null}},\"drops\":{{\"x\":0}},\"histograms\":{{\"on_cpu\":{{\"count\":3}},\"runq\":{{\"count\":2}},\
              \"off_cpu\":{{\"count\":1}}}}}}\n\n@@vmtest part stderr\n\n@@vmtest part truth-busy\n{truth}\n\n{extra}\
              @@vmtest end {name} rc=0 t0=1 t1=3\n"
         )
@@ -1306,6 +1366,40 @@ mod tests {
         assert!(v.transcript.unwrap().contains("truth-busy"));
         let missing = protocol::parse(&run_step("run-tp-btf", &th(12, 500_000_000), truth, ""));
         assert!(!check_mode(&missing, Mode::TpBtf, &o).pass);
+    }
+
+    #[test]
+    fn tp_btf_keeps_its_entries_in_task_storage_from_6_4_on() {
+        assert_eq!(kernel_version("6.12.117+deb12-amd64"), Some((6, 12)));
+        assert_eq!(kernel_version("6.1.0-57-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("x"), None);
+        let th =
+            "{\"tid\":11,\"pid\":10,\"on_cpu_ns\":500000000,\"runq_wait_ns\":5000000,\"slices\":4,\
+                  \"voluntary_switches\":3,\"runq_waits\":2,\"involuntary_switches\":1}";
+        let truth = "{\"tid\":11,\"pid\":10,\"cpu_ns\":1,\"run_ns\":500000000,\"wait_ns\":5000000,\"slices\":4}";
+        let o = Offers::from_config(X86);
+        let on_612 = run_step("run-tp-btf", th, truth, "");
+        let v = check_mode(&protocol::parse(&on_612), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        assert!(v.summary.contains("task-local storage"), "{}", v.summary);
+        // 6.12 with the THREADS hash: task storage was not used where it should be.
+        let hash_612 = on_612.replace("\"threads_capacity\":null", "\"threads_capacity\":16384");
+        let v = check_mode(&protocol::parse(&hash_612), Mode::TpBtf, &o);
+        assert!(!v.pass);
+        assert!(
+            v.problems[0].contains("the THREADS hash"),
+            "{:?}",
+            v.problems
+        );
+        // 6.1: the hash is right, task storage would be wrong.
+        let hash_61 = hash_612.replace("6.12.117+deb12-amd64", "6.1.0-57-amd64");
+        let v = check_mode(&protocol::parse(&hash_61), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        let storage_61 = on_612.replace("6.12.117+deb12-amd64", "6.1.0-57-amd64");
+        assert!(!check_mode(&protocol::parse(&storage_61), Mode::TpBtf, &o).pass);
+        // A report without the field fails rather than passing unchecked.
+        let none = on_612.replace("\"threads_capacity\":null", "\"other\":1");
+        assert!(!check_mode(&protocol::parse(&none), Mode::TpBtf, &o).pass);
     }
 
     #[test]

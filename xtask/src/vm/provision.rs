@@ -202,18 +202,29 @@ pub struct Kernel {
 /// Downloads (once) and unpacks (once) a kernel package's /boot.
 pub fn kernel(apt: &mut Apt, arch: &Arch, package: &str, cache: &Path) -> Result<Kernel> {
     let debs = cache.join("debs");
+    // What a metapackage stood for when apt last said, for when it cannot say.
+    let resolved = debs.join(format!("{package}_{}.resolved", arch.deb_arch));
     let (concrete, deb) = match apt.resolve_kernel(package, arch.deb_arch) {
         Some(concrete) => {
             if concrete != package {
                 println!("vm-test: {package} is {concrete} now");
             }
             let deb = apt.download(&concrete, arch.deb_arch, &debs)?;
+            if concrete != package {
+                let _ = std::fs::write(&resolved, &concrete);
+            }
             (concrete, deb)
         }
         // apt cannot say (no lists, offline): the newest kernel of the package's name
-        // already in the cache, a metapackage standing for any linux-image-*.
+        // already in the cache, or of the one the metapackage stood for last time (with
+        // two metapackages in the matrix, "any linux-image-*" would take one for the other).
         None => {
+            let last = std::fs::read_to_string(&resolved).ok();
             let deb = newest_cached(&debs, &format!("{package}_"), arch.deb_arch)
+                .or_else(|| {
+                    let last = last.as_deref()?.trim();
+                    newest_cached(&debs, &format!("{last}_"), arch.deb_arch)
+                })
                 .or_else(|| newest_cached(&debs, "linux-image-", arch.deb_arch))
                 .with_context(|| {
                     format!(
@@ -281,6 +292,23 @@ pub fn busybox(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf> {
     let bin = dir.join("bin/busybox");
     extract(&deb, &dir, "./bin/busybox", &bin)?;
     Ok(bin)
+}
+
+/// The directory holding libbpf-tools' programs (`runqlat`, ...) for the guest, from
+/// Debian's libbpf-tools of its architecture (downloaded and unpacked, never installed).
+/// They link libelf and zlib, taken from the host like the tracer's libraries.
+pub fn libbpf_tools(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf> {
+    let deb = apt.download("libbpf-tools", arch.deb_arch, &cache.join("debs"))?;
+    let stem = deb
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = cache.join("libbpf-tools").join(stem);
+    extract(&deb, &dir, "./usr/sbin/*", &dir.join("usr/sbin/runqlat"))?;
+    if arch.rust_target.is_none() {
+        apt.install_missing(&[("/usr/lib/x86_64-linux-gnu/libelf.so.1", "libelf1")])?;
+    }
+    Ok(dir.join("usr/sbin"))
 }
 
 #[cfg(test)]

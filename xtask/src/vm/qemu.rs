@@ -19,6 +19,100 @@ pub struct Boot {
     pub results_log: PathBuf,
     pub secs: f64,
     pub timed_out: bool,
+    /// What was seen inside a guest declared hung by `Options::silence`.
+    pub hang: Option<Hang>,
+}
+
+/// A look inside a hung guest before it is killed, through qemu's monitor.
+#[derive(Clone, Debug, Default)]
+pub struct Hang {
+    /// Host CPU qemu used over two seconds, in % of one CPU: about 200 with both vCPUs
+    /// spinning, near 0 with both halted or qemu itself stuck.
+    pub qemu_cpu_pct: f64,
+    /// Each vCPU's instruction pointer (`info registers -a`), in vCPU order.
+    pub rips: Vec<u64>,
+    /// The console's length before the look: what the guest said before the NMI.
+    pub console_before: usize,
+    /// Where the monitor's output was saved (it also injected an NMI, whose report, if the
+    /// guest could still make one, is on the console).
+    pub log: PathBuf,
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(") ")?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The `RIP=` of every vCPU in `info registers -a` output.
+pub fn rips(monitor: &str) -> Vec<u64> {
+    monitor
+        .split("RIP=")
+        .skip(1)
+        .filter_map(|r| u64::from_str_radix(r.get(..16)?, 16).ok())
+        .collect()
+}
+
+/// Sends monitor commands one by one, collecting what qemu answers.
+fn monitor(sock: &Path, commands: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::os::unix::net::UnixStream::connect(sock) else {
+        return format!("cannot connect to {}\n", sock.display());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(1500)));
+    let mut out = String::new();
+    let mut buf = [0u8; 65536];
+    let mut drain = |s: &mut std::os::unix::net::UnixStream, out: &mut String| {
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    };
+    drain(&mut s, &mut out);
+    for c in commands {
+        let _ = s.write_all(format!("{c}\n").as_bytes());
+        drain(&mut s, &mut out);
+    }
+    out
+}
+
+/// Looks inside a hung guest: qemu's CPU use, the vCPUs' registers, then an NMI (with
+/// `unknown_nmi_panic` on the kernel command line the guest panics with a backtrace, if
+/// it still can), waiting a little for the guest to report and end.
+fn look_inside(child: &mut std::process::Child, dir: &Path) -> Hang {
+    let console_before = std::fs::metadata(dir.join("console.log")).map_or(0, |m| m.len() as usize);
+    let pid = child.id();
+    let t0 = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let t1 = cpu_ticks(pid);
+    // Linux's USER_HZ is 100 on every architecture qemu runs here.
+    let qemu_cpu_pct = match (t0, t1) {
+        (Some(a), Some(b)) => (b.saturating_sub(a)) as f64 / 2.0,
+        _ => f64::NAN,
+    };
+    let sock = dir.join("monitor.sock");
+    let text = monitor(&sock, &["info cpus", "info registers -a", "nmi"]);
+    let log = dir.join("hang.log");
+    let _ = std::fs::write(
+        &log,
+        format!("qemu used {qemu_cpu_pct:.0}% of a CPU over 2 s\n{text}"),
+    );
+    for _ in 0..60 {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Hang {
+        console_before,
+        qemu_cpu_pct,
+        rips: rips(&text),
+        log,
+    }
 }
 
 impl Boot {
@@ -30,49 +124,119 @@ impl Boot {
     }
 }
 
-/// The qemu command line. As root, qemu runs at nice -10: the guest's clocks follow the
-/// host's, so whenever the host preempts a vCPU thread the guest sees time pass inside
-/// whatever kernel path it was emulating; on a busy host that blurs the very slice and
-/// wait boundaries the checks compare.
+/// How a guest is booted beyond its kernel and initramfs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// More kernel command line.
+    pub cmdline: String,
+    /// `quiet` on the kernel command line (the checks' boots); the stress boots keep the
+    /// whole console, to see an oops and what led to it.
+    pub quiet: bool,
+    /// qemu's niceness: the checks' boots ask for -10 (root only), the stress boots for
+    /// +10 so they do not starve the machine's other work.
+    pub nice: i32,
+    /// Declare the guest hung once its results port has been silent this long, and look
+    /// inside before killing it (see `Hang`); None: only the timeout ends a boot.
+    pub silence: Option<Duration>,
+    /// One host thread for all vCPUs (`-accel tcg,thread=single`) instead of one each:
+    /// no vCPU runs while another modifies code, which tells an emulator race from a
+    /// guest one.
+    pub single_thread_tcg: bool,
+}
+
+impl Options {
+    /// The checks' boots. An oops, a soft lockup or an RCU stall panics the guest (and
+    /// so ends qemu) at once: a guest caught in qemu 7.2's stale-int3 loop otherwise sat
+    /// out the whole timeout (300 s) before its second boot.
+    pub fn checks(cmdline: &str, single_thread_tcg: bool) -> Options {
+        Options {
+            cmdline: format!(
+                "oops=panic softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 {cmdline}"
+            ),
+            quiet: true,
+            nice: -10,
+            silence: None,
+            single_thread_tcg,
+        }
+    }
+}
+
+/// `major.minor` of `PROGRAM --version` ("QEMU emulator version 7.2.22 (Debian ...)").
+/// Before 8.1 (commit deba78709ae8, "accel/tcg: Always lock pages before translation")
+/// multi-threaded TCG can keep a stale translation of code another vCPU just rewrote;
+/// tests/vm/README.md says what that does to an x86_64 guest.
+pub fn version(program: &str) -> Option<(u32, u32)> {
+    let out = Command::new(program).arg("--version").output().ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let v = text.split("version ").nth(1)?.split_whitespace().next()?;
+    let mut parts = v.split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The qemu command line. The checks' boots run qemu at nice -10 when root: the guest's
+/// clocks follow the host's, so whenever the host preempts a vCPU thread the guest sees
+/// time pass inside whatever kernel path it was emulating; on a busy host that blurs the
+/// very slice and wait boundaries the checks compare.
 pub fn command(
     arch: &Arch,
     kernel: &Path,
     initrd: &Path,
     console: &Path,
     results: &Path,
-    cmdline: &str,
+    opts: &Options,
 ) -> Command {
-    let mut c = if crate::is_root().unwrap_or(false) {
+    let mut c = if opts.nice > 0 || (opts.nice < 0 && crate::is_root().unwrap_or(false)) {
         let mut c = Command::new("nice");
-        c.args(["-n", "-10", arch.qemu]);
+        c.args(["-n", &opts.nice.to_string(), arch.qemu]);
         c
     } else {
         Command::new(arch.qemu)
     };
-    c.args(arch.qemu_args)
-        .args([
-            "-smp",
-            "2",
-            "-m",
-            "1024",
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-kernel")
-        .arg(kernel)
-        .arg("-initrd")
-        .arg(initrd)
-        .arg("-append")
-        .arg(format!(
-            "console={} panic=-1 quiet vmtest.out={} {} {cmdline}",
-            arch.console, arch.results_port, arch.cmdline
-        ))
-        .arg("-serial")
-        .arg(format!("file:{}", console.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", results.display()));
+    c.args(arch.qemu_args.iter().map(|a| {
+        if opts.single_thread_tcg && *a == "tcg" {
+            "tcg,thread=single"
+        } else {
+            a
+        }
+    }))
+    .args([
+        "-smp",
+        "2",
+        "-m",
+        "1024",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    .arg("-kernel")
+    .arg(kernel)
+    .arg("-initrd")
+    .arg(initrd)
+    .arg("-append")
+    .arg(format!(
+        "console={} panic=-1{} vmtest.out={} {} {}",
+        arch.console,
+        if opts.quiet { " quiet" } else { "" },
+        arch.results_port,
+        arch.cmdline,
+        opts.cmdline
+    ))
+    .arg("-serial")
+    .arg(format!("file:{}", console.display()))
+    .arg("-serial")
+    .arg(format!("file:{}", results.display()));
+    if opts.silence.is_some() {
+        if let Some(dir) = console.parent() {
+            c.arg("-monitor").arg(format!(
+                "unix:{},server=on,wait=off",
+                dir.join("monitor.sock").display()
+            ));
+        }
+    }
     c
 }
 
@@ -84,7 +248,7 @@ pub fn boot(
     dir: &Path,
     timeout: Duration,
     label: &str,
-    cmdline: &str,
+    opts: &Options,
 ) -> Result<Boot> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let console_log = dir.join("console.log");
@@ -93,7 +257,7 @@ pub fn boot(
     for f in [&console_log, &results_log] {
         let _ = std::fs::remove_file(f);
     }
-    let mut cmd = command(arch, kernel, initrd, &console_log, &results_log, cmdline);
+    let mut cmd = command(arch, kernel, initrd, &console_log, &results_log, opts);
     println!("vm-test: $ {}", crate::cmd::describe(&cmd));
     let log = std::fs::File::create(&qemu_log)?;
     let start = Instant::now();
@@ -105,6 +269,8 @@ pub fn boot(
         .with_context(|| format!("cannot start {}", arch.qemu))?;
     let mut shown = 0;
     let mut timed_out = false;
+    let mut hang = None;
+    let mut heard = (0, Instant::now());
     loop {
         let done = child.try_wait()?.is_some();
         // Show the steps that ended since the last look.
@@ -122,6 +288,22 @@ pub fn boot(
         }
         if done {
             break;
+        }
+        if text.len() != heard.0 {
+            heard = (text.len(), Instant::now());
+        }
+        if let Some(silence) = opts.silence {
+            if heard.1.elapsed() > silence {
+                println!(
+                    "vm-test: [{label}] nothing from the guest for {} s: looking inside, then killing qemu",
+                    silence.as_secs()
+                );
+                hang = Some(look_inside(&mut child, dir));
+                let _ = child.kill();
+                let _ = child.wait();
+                timed_out = true;
+                break;
+            }
         }
         if start.elapsed() > timeout {
             println!(
@@ -148,5 +330,29 @@ pub fn boot(
         results_log,
         secs: start.elapsed().as_secs_f64(),
         timed_out,
+        hang,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_qemus_version() {
+        let v = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright";
+        assert_eq!(parse_version(v), Some((7, 2)));
+        assert_eq!(parse_version("QEMU emulator version 10.0.3"), Some((10, 0)));
+        assert_eq!(parse_version("nonsense"), None);
+        assert!(Some((7, 2)) < Some((8, 1)) && (8, 2) >= (8, 1));
+    }
+
+    #[test]
+    fn reads_every_vcpus_rip() {
+        let text = "CPU#0\r\nRAX=0000000000000000 RBX=ffffffff82a0e940\r\n\
+                    RIP=ffffffff81c3f1a4 RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\r\n\
+                    CPU#1\r\nRIP=ffffffff8104d2b0 RFL=00000002 [-------] CPL=0\r\n";
+        assert_eq!(rips(text), [0xffffffff81c3f1a4, 0xffffffff8104d2b0]);
+        assert!(rips("(qemu) ").is_empty());
+    }
 }
