@@ -660,6 +660,13 @@ impl Collector {
             if upto <= begun {
                 continue;
             }
+            // The CPU's record says this thread runs there; the kernel says whether it
+            // can: a switch the programs did not see (`switch_in_unseen`, seen on 6.18
+            // right after switches to one thread of PID 1) leaves a stale record, whose
+            // time is not this thread's.
+            if !may_have_ended && !crate::procfs::may_be_running(&self.root, cs.tid) {
+                continue;
+            }
             if may_have_ended {
                 // It ended during the read: count it only if the entry read lacks it.
                 match live_by_tid.get(&cs.tid).and_then(|k| threads.get(k)) {
@@ -672,9 +679,14 @@ impl Collector {
             }
             let key = *live_by_tid.entry(cs.tid).or_insert_with(|| {
                 let key = (cs.tid, self.generations.get(&cs.tid).copied().unwrap_or(0));
-                // Switched in during the window and not out since: no entry yet.
+                // Switched in during the window and not out since: no entry yet. Its
+                // process and name now, while it lives (a report may come after it).
                 let mut stats = ThreadStats::zeroed();
                 stats.last_cpu = cpu as u32;
+                stats.tgid = crate::procfs::tgid_of(&self.root, cs.tid).unwrap_or(0);
+                if let Some(c) = crate::procfs::comm(&self.root, cs.tid, cs.tid) {
+                    set_comm(&mut stats.comm, &c);
+                }
                 threads.insert(
                     key,
                     ThreadRecord {

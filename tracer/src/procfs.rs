@@ -114,6 +114,18 @@ pub fn comm(root: &Root, pid: u32, tid: u32) -> Option<String> {
     Some(String::from_utf8_lossy(text).into_owned())
 }
 
+/// Whether thread `tid` may be on a CPU now: its state in `/proc/TID/stat` is `R`
+/// (running or runnable). A gone thread, or one asleep, is not.
+pub fn may_be_running(root: &Root, tid: u32) -> bool {
+    let Ok(text) = std::fs::read_to_string(root.path(format!("/proc/{tid}/stat"))) else {
+        return false;
+    };
+    // The state follows the comm, which is in parentheses and may hold any byte.
+    text.rfind(')')
+        .and_then(|i| text[i + 1..].split_whitespace().next())
+        .is_some_and(|state| state == "R")
+}
+
 /// The online CPUs, from `/sys/devices/system/cpu/online`.
 pub fn online_cpus(root: &Root) -> Result<Vec<u32>, TracerError> {
     let path = root.path("/sys/devices/system/cpu/online");
