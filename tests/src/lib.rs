@@ -39,6 +39,48 @@ pub fn run_tracer(args: &[&str]) -> Output {
         .expect("cannot start the tracer binary")
 }
 
+/// Runs the tracer with `args` like [`run_tracer`], and also returns its own peak RSS in
+/// KiB (`wait4`'s rusage of that child alone: `RUSAGE_CHILDREN` would also hold any
+/// larger process the test binary waited for before).
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std does not know of
+pub fn run_tracer_rss(args: &[&str]) -> (Output, u64) {
+    use std::io::Read as _;
+    let mut child = Command::new(tracer_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start the tracer binary");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let mut status = 0;
+    // SAFETY: zeroed rusage is valid; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as i32;
+    while unsafe { libc::wait4(pid, &mut status, 0, &mut ru) } < 0 {}
+    let stdout = out_t.join().unwrap();
+    let stderr = err_t.join().unwrap();
+    let status = std::os::unix::process::ExitStatusExt::from_raw(status);
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        ru.ru_maxrss as u64,
+    )
+}
+
 /// The last JSON document of a tracer run that must have succeeded (its stderr shown
 /// when it did not).
 pub fn final_report(out: &Output) -> Value {

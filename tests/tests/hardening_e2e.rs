@@ -8,8 +8,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    final_report, held_programs, json_docs, require_root, run_tracer, thread, traced_workload,
-    tracer_bin, wait_held, wait_unloaded, SysctlGuard,
+    final_report, held_programs, json_docs, require_root, run_tracer, run_tracer_rss, thread,
+    traced_workload, tracer_bin, wait_held, wait_unloaded, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -197,7 +197,7 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
     // 3000 short threads per second for a minute, reported every 5 s. Each document lists
     // its 5000 busiest threads, where a merged or wrapped value would show; all of those
     // are checked against the document's window.
-    let out = run_tracer(&[
+    let (out, max_rss_kib) = run_tracer_rss(&[
         "run",
         "--json",
         "-i",
@@ -263,12 +263,8 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
         "over {churned} exited threads, most are folded into per-process rows"
     );
     // The tracer's memory stays bounded under churn: exited threads past
-    // EXITED_KEEP are folded. RUSAGE_CHILDREN holds the largest child this test binary
-    // waited for (the tracer; the workload is the tracer's child).
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
-    let max_rss_mib = ru.ru_maxrss as f64 / 1024.0;
+    // EXITED_KEEP are folded.
+    let max_rss_mib = max_rss_kib as f64 / 1024.0;
     assert!(
         max_rss_mib < 80.0,
         "tracer peak RSS {max_rss_mib:.1} MiB over {churned} exited threads"

@@ -320,28 +320,31 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
     // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
     let sum = prev.sum_exec();
-    let slice = if cut {
+    // The slice as a flag and a plain number: an `Option` here leaves its payload
+    // undefined on the `None` path, and LLVM may then read a register the verifier
+    // deems uninitialized ("R5 !read_ok").
+    let running = match prev.running_slice() {
+        Some(r) => r,
+        None => u64::MAX,
+    };
+    let (has_slice, slice) = if cut {
         // The scheduler's figure runs past the close: time it to the close instead.
-        (end > start).then(|| end - start)
+        (end > start, end.saturating_sub(start))
     } else if at_open {
         // Running when the programs attached: from the opening, or from its switch-in
         // when that came later (between the opening and the attach).
-        let since_open = now.saturating_sub(open);
-        Some(
-            prev.running_slice()
-                .map_or(since_open, |r| r.min(since_open)),
-        )
+        (true, now.saturating_sub(open).min(running))
     } else if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
-        Some(sum - s.last_sum_exec)
-    } else if start == 0 && prev.running_slice().is_some() {
+        (true, sum - s.last_sum_exec)
+    } else if start == 0 && running != u64::MAX {
         // Start unseen, base unknown: the scheduler's runtime of this slice.
-        prev.running_slice()
+        (true, running)
     } else if s.pending_runtime != 0 {
-        Some(s.pending_runtime)
+        (true, s.pending_runtime)
     } else if start != 0 && now > start {
-        Some(now - start)
+        (true, now - start)
     } else {
-        None
+        (false, 0)
     };
     s.last_sum_exec = sum;
     s.pending_runtime = 0;
@@ -349,10 +352,12 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // credited to the slice from before its switch-in (its clock update is skipped
     // after a wakeup preemption): that is on-CPU time by its account, so not off-CPU
     // too, and on-CPU plus off-CPU never exceed the window.
-    let credit = match slice {
-        Some(d) if start != 0 && !at_open => d.saturating_sub(end.saturating_sub(start)),
-        _ => 0,
+    let wall = if at_open || start == 0 {
+        u64::MAX
+    } else {
+        end.saturating_sub(start)
     };
+    let credit = slice.saturating_sub(wall);
     if s.last_off_ns != 0 && start > s.last_off_ns {
         let d = (start - s.last_off_ns).saturating_sub(credit);
         if d != 0 {
@@ -369,16 +374,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // since its switch-in: after a wakeup preemption the scheduler credits the woken
     // thread with time before it ran (its clock update is skipped), which on a CPU would
     // overlap the slice before. So no CPU shows more than the window.
-    let wall = if at_open || start == 0 {
-        u64::MAX
-    } else {
-        end.saturating_sub(start)
-    };
-    cs.busy_ns += slice.unwrap_or(0).min(wall);
-    if let Some(d) = slice {
-        s.on_cpu_ns += d;
+    cs.busy_ns += slice.min(wall);
+    if has_slice {
+        s.on_cpu_ns += slice;
         s.slices += 1;
-        hist_add(KIND_ON_CPU, id, d);
+        hist_add(KIND_ON_CPU, id, slice);
     }
     let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
