@@ -32,8 +32,21 @@ fn rows(text: &str) -> Vec<Vec<String>> {
 #[test]
 fn system_wide_text_shows_twenty_threads_and_counts_the_rest() {
     require_root();
-    // Something with many threads, so there is more than a screenful.
-    let _busy = Background::start(WORKLOAD);
+    // Thirty threads of our own, so there is more than a screenful even on an idle machine.
+    let mut many = std::process::Command::new(WORKLOAD)
+        .args([
+            "busy-sleep",
+            "--threads",
+            "30",
+            "--work-ms",
+            "1",
+            "--sleep-ms",
+            "5",
+        ])
+        .args(["--duration-ms", "30000", "--out", "/dev/null"])
+        .spawn()
+        .expect("cannot start the workload");
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let text = stdout(&run_tracer(&["run", "-d", "1s"]));
     let table = rows(&text);
     let json = json_docs(&run_tracer(&["run", "-d", "1s", "--json"]));
@@ -53,6 +66,8 @@ fn system_wide_text_shows_twenty_threads_and_counts_the_rest() {
     let all = stdout(&run_tracer(&["run", "-d", "500ms", "--top", "0"]));
     assert!(rows(&all).len() > 20, "{all}");
     assert!(!all.contains("not shown"));
+    let _ = many.kill();
+    let _ = many.wait();
 }
 
 /// `--sort runq` orders the table by run-queue wait, largest first.
