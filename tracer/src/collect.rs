@@ -61,6 +61,23 @@ fn add_stats(into: &mut ThreadStats, s: &ThreadStats) {
     }
 }
 
+/// `into = max(into, s)`, the cumulative fields only.
+fn max_stats(into: &mut ThreadStats, s: &ThreadStats) {
+    into.on_cpu_ns = into.on_cpu_ns.max(s.on_cpu_ns);
+    into.slices = into.slices.max(s.slices);
+    into.voluntary = into.voluntary.max(s.voluntary);
+    into.involuntary = into.involuntary.max(s.involuntary);
+    into.runq_wait_ns = into.runq_wait_ns.max(s.runq_wait_ns);
+    into.runq_waits = into.runq_waits.max(s.runq_waits);
+    into.off_cpu_ns = into.off_cpu_ns.max(s.off_cpu_ns);
+    into.blocked_ns = into.blocked_ns.max(s.blocked_ns);
+    into.preempted_ns = into.preempted_ns.max(s.preempted_ns);
+    into.migrations = into.migrations.max(s.migrations);
+    for i in 0..into.counters.len() {
+        into.counters[i] = into.counters[i].max(s.counters[i]);
+    }
+}
+
 /// Folds all but the `keep` busiest individual exited threads into one row per process.
 pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) {
     let mut single: Vec<(u64, ThreadKey)> = exited
@@ -122,6 +139,22 @@ impl HistSet {
         self.on_cpu.merge(&o.on_cpu);
         self.runq.merge(&o.runq);
         self.off_cpu.merge(&o.off_cpu);
+    }
+
+    /// Per bucket, the larger of the two counts.
+    fn raise_to(&mut self, earlier: &HistSet) {
+        for (h, e) in [
+            (&mut self.on_cpu, &earlier.on_cpu),
+            (&mut self.runq, &earlier.runq),
+            (&mut self.off_cpu, &earlier.off_cpu),
+        ] {
+            for b in 0..N_BUCKETS {
+                let (now, then) = (h.bucket(b), e.bucket(b));
+                if then > now {
+                    h.add_bucket(b, then - now);
+                }
+            }
+        }
     }
 
     pub fn saturating_sub(&self, earlier: &HistSet) -> HistSet {
@@ -303,6 +336,47 @@ impl Snapshot {
                 }
                 self.threads.insert(key, r.clone());
             }
+        }
+        self.set_hist_sums(hist_scope);
+    }
+
+    /// Cumulative figures do not go down between two reads of one run, or an interval
+    /// would have to take back what an earlier one showed and the intervals would no
+    /// longer add up to the totals. A read can show less than the one before where the
+    /// earlier one counted a running slice the kernel then never confirmed (a CPU record
+    /// gone stale through a switch the programs did not see): that one keeps it.
+    pub fn raise_to(&mut self, earlier: &Snapshot, hist_scope: u32) {
+        let by_serial: HashMap<u64, &ThreadStats> = earlier
+            .threads
+            .values()
+            .filter(|e| e.folded == 0 && e.stats.serial != 0)
+            .map(|e| (e.stats.serial, &e.stats))
+            .collect();
+        for (k, r) in self.threads.iter_mut() {
+            if r.folded > 0 {
+                continue;
+            }
+            let e = match r.stats.serial {
+                0 => earlier
+                    .threads
+                    .get(k)
+                    .filter(|e| e.folded == 0)
+                    .map(|e| &e.stats),
+                s => by_serial.get(&s).copied(),
+            };
+            if let Some(e) = e {
+                max_stats(&mut r.stats, e);
+            }
+        }
+        for (i, v) in self.cpu_busy_ns.iter_mut().enumerate() {
+            *v = (*v).max(earlier.cpu_busy_ns.get(i).copied().unwrap_or(0));
+        }
+        self.hist.raise_to(&earlier.hist);
+        for (id, h) in &earlier.scoped {
+            self.scoped.entry(*id).or_default().raise_to(h);
+        }
+        for (d, e) in self.drops.iter_mut().zip(earlier.drops.iter()) {
+            *d = (*d).max(*e);
         }
         self.set_hist_sums(hist_scope);
     }
@@ -635,8 +709,12 @@ impl Collector {
         // Per CPU the kernel's sum and the running slice come from one read: exact.
         let cpu_busy_ns: Vec<u64> = after
             .iter()
-            .map(|cs| {
-                let open = partial_slices && running(cs) && cs.slice_start_ns < end;
+            .enumerate()
+            .map(|(cpu, cs)| {
+                let open = partial_slices
+                    && running(cs)
+                    && cs.slice_start_ns < end
+                    && crate::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32);
                 cs.busy_ns + if open { end - cs.slice_start_ns } else { 0 }
             })
             .collect();
@@ -664,7 +742,8 @@ impl Collector {
             // can: a switch the programs did not see (`switch_in_unseen`, seen on 6.18
             // right after switches to one thread of PID 1) leaves a stale record, whose
             // time is not this thread's.
-            if !may_have_ended && !crate::procfs::may_be_running(&self.root, cs.tid) {
+            if !may_have_ended && !crate::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32)
+            {
                 continue;
             }
             if may_have_ended {
@@ -873,6 +952,25 @@ mod tests {
         fold_exited(&mut m, 2);
         let d = snapshot(m).delta(&earlier);
         assert_eq!(d.on_cpu_total_ns(), 25, "only thread 7 is new: {d:?}");
+    }
+
+    #[test]
+    fn a_later_read_never_shows_less_than_an_earlier_one() {
+        let mut early = BTreeMap::new();
+        let mut r = exited(7, 100, 100);
+        r.exited = false;
+        r.stats.serial = 42;
+        early.insert((7, 0), r.clone());
+        let earlier = snapshot(early);
+        // The running slice counted before was never confirmed by the kernel.
+        let mut later = BTreeMap::new();
+        r.stats.on_cpu_ns = 80;
+        later.insert((7, 0), r);
+        let mut now = snapshot(later);
+        now.raise_to(&earlier, scope::ALL);
+        assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 100);
+        assert_eq!(now.delta(&earlier).on_cpu_total_ns(), 0);
+        assert_eq!(now.hist.on_cpu.sum_ns, 100, "sums follow the threads");
     }
 
     #[test]

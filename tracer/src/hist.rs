@@ -179,7 +179,7 @@ impl Histogram {
     }
 
     /// Bucket count, zero when missing from a short vector.
-    fn bucket(&self, i: usize) -> u64 {
+    pub fn bucket(&self, i: usize) -> u64 {
         self.counts.get(i).copied().unwrap_or(0)
     }
 

@@ -114,16 +114,20 @@ pub fn comm(root: &Root, pid: u32, tid: u32) -> Option<String> {
     Some(String::from_utf8_lossy(text).into_owned())
 }
 
-/// Whether thread `tid` may be on a CPU now: its state in `/proc/TID/stat` is `R`
-/// (running or runnable). A gone thread, or one asleep, is not.
-pub fn may_be_running(root: &Root, tid: u32) -> bool {
+/// Whether thread `tid` may be on CPU `cpu` now: `/proc/TID/stat` says it is runnable
+/// (`R`) and last ran there (field 39, `processor`). A gone thread, one asleep, or one
+/// on another CPU is not.
+pub fn may_be_running_on(root: &Root, tid: u32, cpu: u32) -> bool {
     let Ok(text) = std::fs::read_to_string(root.path(format!("/proc/{tid}/stat"))) else {
         return false;
     };
-    // The state follows the comm, which is in parentheses and may hold any byte.
-    text.rfind(')')
-        .and_then(|i| text[i + 1..].split_whitespace().next())
-        .is_some_and(|state| state == "R")
+    // The fields follow the comm, which is in parentheses and may hold any byte; the
+    // first after it is field 3 (state).
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+        return false;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f.first() == Some(&"R") && f.get(39 - 3).and_then(|c| c.parse::<u32>().ok()) == Some(cpu)
 }
 
 /// The online CPUs, from `/sys/devices/system/cpu/online`.

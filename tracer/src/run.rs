@@ -532,6 +532,7 @@ async fn event_loop(
                 let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true, 0)?;
                 // A live thread the read missed (no death record) keeps its last totals.
                 snap.adopt_missing(&prev_snap, hist_scope(args));
+                snap.raise_to(&prev_snap, hist_scope(args));
                 snap.recursion_misses = s.tracer.recursion_misses();
                 let delta = snap.delta(&prev_snap);
                 let csnap = match &s.counters { Some(c) => Some(c.read()?), None => None };
@@ -598,6 +599,7 @@ async fn event_loop(
     let mut snap = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
     snap.adopt_missing(&attached, hist_scope(args));
     snap.adopt_missing(&prev_snap, hist_scope(args));
+    snap.raise_to(&prev_snap, hist_scope(args));
     snap.at_ns = t1;
     snap.recursion_misses = misses;
     let hyp_end = s
