@@ -1555,13 +1555,27 @@ fn interval_checks(
             )
         });
     }
+    // A row whose process was not known yet when it was read (a thread seen only at a
+    // wakeup or running, gone before the report) says PID 0: it is the same thread as the
+    // TID's row with its PID.
+    let mut pid_of: BTreeMap<u64, u64> = BTreeMap::new();
+    for d in intervals.iter().copied().chain(std::iter::once(total)) {
+        for r in d.get("threads").items() {
+            let pid = r.get("pid").as_u64().unwrap_or(0);
+            if pid != 0 {
+                pid_of.insert(r.get("tid").as_u64().unwrap_or(0), pid);
+            }
+        }
+    }
     let per_thread = |d: &Json| {
         let mut m: BTreeMap<(u64, u64), Vec<f64>> = BTreeMap::new();
         for r in d.get("threads").items() {
-            let k = (
-                r.get("tid").as_u64().unwrap_or(0),
-                r.get("pid").as_u64().unwrap_or(0),
-            );
+            let tid = r.get("tid").as_u64().unwrap_or(0);
+            let pid = match r.get("pid").as_u64().unwrap_or(0) {
+                0 => pid_of.get(&tid).copied().unwrap_or(0),
+                p => p,
+            };
+            let k = (tid, pid);
             let k = aliases.get(&k).copied().unwrap_or(k);
             let e = m.entry(k).or_insert_with(|| vec![0.0; ROW_FIELDS.len()]);
             for (i, f) in ROW_FIELDS.iter().enumerate() {
