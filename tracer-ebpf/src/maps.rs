@@ -52,6 +52,10 @@ pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
 pub static SLICE_COUNTER1: PerfEventArray<u32> = PerfEventArray::new(0);
 
+/// Where a new per-thread entry is built before the kernel copies it in (off the stack).
+#[map]
+pub static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);
+
 /// Per-CPU count of entries made, for `ThreadStats::serial`.
 #[map]
 pub static SERIAL: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
