@@ -7,6 +7,29 @@ use std::{
 
 use serde_json::Value;
 
+/// A clock in ns (`CLOCK_MONOTONIC`: the tracer's window; `CLOCK_THREAD_CPUTIME_ID`: the
+/// calling thread's own CPU time), for the workloads that record their truth.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling thread's CPU time, ns.
+pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The calling thread's TID.
+pub fn gettid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
 /// The tracer binary: `TRACER_BIN` (set by `cargo xtask test`), else the workspace's
 /// debug build.
 pub fn tracer_bin() -> PathBuf {

@@ -6,16 +6,7 @@
 //! this program again (as `/proc/self/exe`, comm "exe") with `--after`, which spins A ms and writes the task's own
 //! schedstat (pre-exec time included: exec keeps the task) as one JSON line to FILE.
 use std::time::Duration;
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use tracer_tests::thread_cpu_ns;
 
 fn spin_ms(ms: u64) {
     let end = thread_cpu_ns() + ms * 1_000_000;

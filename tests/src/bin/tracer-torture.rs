@@ -28,6 +28,7 @@ use std::{
     },
     time::Duration,
 };
+use tracer_tests::{clock_ns, gettid, thread_cpu_ns};
 
 /// splitmix64: small, deterministic, good enough to pick a plan.
 struct Rng(u64);
@@ -54,28 +55,7 @@ impl Rng {
 
 /// CLOCK_MONOTONIC, the clock of the tracer's window (`WINDOW[0]` and `duration_ns`).
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn gettid() -> u32 {
-    // SAFETY: no arguments.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 fn pid() -> u32 {

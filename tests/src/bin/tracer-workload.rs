@@ -12,21 +12,7 @@ use std::{
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn gettid() -> u32 {
-    // SAFETY: no arguments.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
+use tracer_tests::{gettid, thread_cpu_ns};
 
 fn schedstat(tid: u32) -> (u64, u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
