@@ -1,9 +1,16 @@
 //! Command line: argument definitions, the small parsers they use, and dispatch.
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{builder::PossibleValue, Args, Parser, Subcommand, ValueEnum};
 
-use crate::{error::TracerError, root::Root};
+use crate::{
+    model::options::{ProbeMode, RunqFrom, SortKey},
+    output::stdout::EXIT_OUTPUT_CLOSED,
+    sys::parse::{
+        parse_count, parse_duration, parse_interval, parse_max_threads, parse_u32_any_base,
+    },
+    sys::root::Root,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,43 +44,57 @@ pub enum Command {
     },
 }
 
-/// How the programs attach to the scheduler.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProbeMode {
-    /// The best mode that loads and attaches here.
-    Auto,
-    /// BTF-typed tracepoints (tp_btf): cheapest, needs kernel BTF.
-    TpBtf,
-    /// Raw tracepoints: no BTF needed for attaching.
-    RawTp,
-    /// Classic tracepoints, fields at offsets from tracefs format files.
-    Tracepoint,
-    /// perf's own context-switch hooks (perf_event_task_sched_in/out) via fentry or kprobe.
-    PerfSched,
-}
-
-impl ProbeMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            ProbeMode::Auto => "auto",
-            ProbeMode::TpBtf => "tp-btf",
-            ProbeMode::RawTp => "raw-tp",
-            ProbeMode::Tracepoint => "tracepoint",
-            ProbeMode::PerfSched => "perf-sched",
-        }
+/// The option words of the model's enums, with the help clap shows for each (the model
+/// itself knows no clap).
+impl ValueEnum for ProbeMode {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ProbeMode::ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            ProbeMode::Auto => "The best mode that loads and attaches here",
+            ProbeMode::TpBtf => "BTF-typed tracepoints (tp_btf): cheapest, needs kernel BTF",
+            ProbeMode::RawTp => "Raw tracepoints: no BTF needed for attaching",
+            ProbeMode::Tracepoint => "Classic tracepoints, fields at offsets from tracefs format files",
+            ProbeMode::PerfSched => {
+                "perf's own context-switch hooks (perf_event_task_sched_in/out) via fentry or kprobe"
+            }
+        };
+        Some(PossibleValue::new(self.name()).help(help))
     }
 }
 
-/// Where run-queue waits come from.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunqFrom {
-    /// Wakeup (or preemption) to switch-in, timed by the tracer, as runqlat and `perf
-    /// sched latency` do: includes the wakeup-preemption latency.
-    Wakeup,
-    /// The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup
-    /// programs, the cheapest; it leaves out the time between a wakeup that preempts and
-    /// the switch, when the kernel skips its clock update (BTF modes only).
-    Schedstat,
+impl ValueEnum for RunqFrom {
+    fn value_variants<'a>() -> &'a [Self] {
+        &RunqFrom::ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            RunqFrom::Wakeup => {
+                "Wakeup (or preemption) to switch-in, timed by the tracer, as runqlat and `perf sched latency` do: includes the wakeup-preemption latency"
+            }
+            RunqFrom::Schedstat => {
+                "The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup programs, the cheapest; it leaves out the time between a wakeup that preempts and the switch, when the kernel skips its clock update (BTF modes only)"
+            }
+        };
+        Some(PossibleValue::new(self.name()).help(help))
+    }
+}
+
+impl ValueEnum for SortKey {
+    fn value_variants<'a>() -> &'a [Self] {
+        &SortKey::ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            SortKey::OnCpu => "On-CPU time",
+            SortKey::Runq => "Run-queue wait",
+            SortKey::OffCpu => "Off-CPU time",
+            SortKey::Slices => "Number of on-CPU slices",
+            SortKey::Migrations => "CPU migrations",
+        };
+        Some(PossibleValue::new(self.name()).help(help))
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -104,8 +125,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
     /// Order of the thread list, largest first.
-    #[arg(long, value_enum, default_value_t = crate::report::SortKey::OnCpu)]
-    pub sort: crate::report::SortKey,
+    #[arg(long, value_enum, default_value_t = SortKey::OnCpu)]
+    pub sort: SortKey,
     /// Histograms per process.
     #[arg(short = 'P', long = "per-process", conflicts_with = "per_thread_hist")]
     pub per_process: bool,
@@ -173,158 +194,65 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
-/// Parses a duration: `5s`, `250ms`, `1.5s`, `2m`, `1h`, `100us`, `10ns`; a bare number
-/// is seconds. Rejects negative, non-finite and absurd (over a year) values.
-pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
-    let bad = |why: &str| TracerError::BadDuration {
-        input: s.to_string(),
-        why: why.to_string(),
-    };
-    let t = s.trim();
-    if t.is_empty() {
-        return Err(bad("empty"));
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(bad("expected a number first, e.g. 5s"));
-    }
-    let v: f64 = num.parse().map_err(|_| bad("not a number"))?;
-    let scale_ns: f64 = match unit.trim() {
-        "" | "s" | "sec" | "secs" => 1e9,
-        "ms" => 1e6,
-        "us" | "µs" => 1e3,
-        "ns" => 1.0,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return Err(bad("unknown unit (use ns, us, ms, s, m or h)")),
-    };
-    let ns = v * scale_ns;
-    if !ns.is_finite() || ns > 366.0 * 86400e9 {
-        return Err(bad("too long"));
-    }
-    Ok(Duration::from_nanos(ns.round() as u64))
-}
-
-/// Shortest `-i`: each report reads every map, and perf stat -I has the same floor.
-pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
-
-/// `-i`: a duration of at least [`MIN_INTERVAL`] (0 would be a busy loop; tokio refuses it).
-pub fn parse_interval(s: &str) -> Result<Duration, TracerError> {
-    let d = parse_duration(s)?;
-    if d < MIN_INTERVAL {
-        return Err(TracerError::BadOption(format!(
-            "the interval must be at least {}ms",
-            MIN_INTERVAL.as_millis()
-        )));
-    }
-    Ok(d)
-}
-
-/// `--count`: a positive whole number.
-pub fn parse_count(s: &str) -> Result<u64, TracerError> {
-    let bad = |why: &str| TracerError::BadOption(why.to_string());
-    match s.trim().parse::<u64>() {
-        Ok(0) => Err(bad("at least 1 interval")),
-        Ok(n) => Ok(n),
-        Err(_) => Err(bad("expected a whole number of intervals, e.g. 5")),
-    }
-}
-
-/// Largest `--max-threads`: the kernel's PID_MAX_LIMIT, more threads than can exist.
-pub const MAX_THREADS_LIMIT: u32 = 4 * 1024 * 1024;
-
-/// `--max-threads`: 1 ..= [`MAX_THREADS_LIMIT`].
-pub fn parse_max_threads(s: &str) -> Result<u32, TracerError> {
-    let bad = TracerError::BadOption;
-    let range = || format!("expected a whole number from 1 to {MAX_THREADS_LIMIT}");
-    match s.trim().parse::<u64>() {
-        Ok(0) => Err(bad(format!(
-            "the maps need room for at least 1 thread; {}",
-            range()
-        ))),
-        Ok(n) if n > MAX_THREADS_LIMIT as u64 => Err(bad(format!(
-            "more threads than Linux can have (PID_MAX_LIMIT {MAX_THREADS_LIMIT}); {}",
-            range()
-        ))),
-        Ok(n) => Ok(n as u32),
-        Err(_) => Err(bad(range())),
-    }
-}
-
-/// Writes one report and a newline to standard output and flushes it. A reader that went
-/// away is [`TracerError::OutputClosed`] (the run then ends quietly, as `yes | head -1`
-/// does); any other failure (a full disk, /dev/full) is [`TracerError::Output`]. Never
-/// println!, which panics on both.
-pub fn emit(text: &str) -> Result<(), TracerError> {
-    emit_raw(&format!("{text}\n"))
-}
-
-/// [`emit`] without the newline.
-pub fn emit_raw(text: &str) -> Result<(), TracerError> {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|_| out.flush())
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::BrokenPipe => TracerError::OutputClosed,
-            _ => TracerError::Output(e),
-        })
-}
-
-/// Whether standard output is a pipe whose reader has gone (`tracer run | true`): the
-/// run can end then rather than at its next report.
-pub fn stdout_closed() -> bool {
-    // SAFETY: fstat and poll on fd 1 with valid out pointers; a zero timeout.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(1, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
-            return false;
+impl From<RunArgs> for crate::cmd::run::RunConfig {
+    fn from(a: RunArgs) -> Self {
+        Self {
+            pids: a.pids,
+            tids: a.tids,
+            cgroup: a.cgroup,
+            duration: a.duration,
+            interval: a.interval,
+            count: a.count,
+            json: a.json,
+            top: a.top,
+            sort: a.sort,
+            per_process: a.per_process,
+            per_thread_hist: a.per_thread_hist,
+            millis: a.millis,
+            events: a.events,
+            per_thread: a.per_thread,
+            slice_events: a.slice_events,
+            probe: a.probe,
+            runq_from: a.runq_from,
+            max_threads: a.max_threads,
+            as_root: a.as_root,
+            command: a.command,
         }
-        let mut p = libc::pollfd {
-            fd: 1,
-            events: 0,
-            revents: 0,
-        };
-        libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLERR != 0
     }
 }
 
-/// Exit code when standard output was closed by its reader: 128+SIGPIPE, what a shell
-/// reports for a tool SIGPIPE ended (`yes | head -1` under `set -o pipefail`).
-pub const EXIT_OUTPUT_CLOSED: i32 = 128 + libc::SIGPIPE;
+impl From<DtlArgs> for crate::pseries::dtl::DtlConfig {
+    fn from(a: DtlArgs) -> Self {
+        Self {
+            duration: a.duration,
+            dtl_freq: a.dtl_freq,
+            dtl_mask: a.dtl_mask,
+            raw: a.raw,
+            json: a.json,
+        }
+    }
+}
 
-/// Parses `0x10`, `0o17`, `0b101` or decimal.
-pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
-    let t = s.trim();
-    let r = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        u32::from_str_radix(h, 16)
-    } else if let Some(o) = t.strip_prefix("0o") {
-        u32::from_str_radix(o, 8)
-    } else if let Some(b) = t.strip_prefix("0b") {
-        u32::from_str_radix(b, 2)
-    } else {
-        t.parse()
-    };
-    r.map_err(|_| TracerError::BadNumber(s.to_string()))
+impl From<CheckArgs> for crate::cmd::check::CheckConfig {
+    fn from(a: CheckArgs) -> Self {
+        Self { json: a.json }
+    }
 }
 
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
 pub fn main() -> i32 {
-    crate::launch::note_inherited_state();
+    crate::sys::launch::note_inherited_state();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .format_timestamp(None)
         .init();
     let cli = Cli::parse();
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
     let result = match cli.command {
-        Command::Run(args) => crate::run::run(args, root),
-        Command::Dtl(args) => crate::dtl::run(&args, &root),
-        Command::Check(args) => crate::check::run(&args, &root),
-        Command::Floor { duration } => crate::loader::run_floor(duration),
+        Command::Run(args) => crate::cmd::run::run(args.into(), root),
+        Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
+        Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
+        Command::Floor { duration } => crate::cmd::floor::run_floor(duration),
     };
     match result {
         Ok(code) => code,
@@ -345,6 +273,7 @@ pub fn main() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::parse::{MAX_THREADS_LIMIT, MIN_INTERVAL};
 
     #[test]
     fn durations() {

@@ -4,25 +4,17 @@
 //! and off-CPU time with their histograms at every context switch; this crate loads and
 //! attaches them, reads the aggregates, joins them with perf counters, procfs and the
 //! pseries hypervisor's dispatch statistics, and prints reports.
-pub mod btf;
-pub mod check;
+// Floors, top to bottom; a module imports only from floors below it (tests/layers.rs
+// in this crate's tests keeps it so).
+pub mod bpf;
 pub mod cli;
-pub mod collect;
-pub mod compat;
-pub mod counters;
-pub mod dtl;
+pub mod cmd;
 pub mod error;
-pub mod hist;
-pub mod hypervisor;
-pub mod launch;
-pub mod loader;
-pub mod privileges;
-pub mod procfs;
-pub mod report;
-pub mod root;
-pub mod run;
-pub mod tracefs;
-pub mod vcpudispatch;
+pub mod model;
+pub mod output;
+pub mod perf;
+pub mod pseries;
+pub mod sys;
 
 /// Runs the command line and returns the process exit code.
 pub fn main_entry() -> i32 {

@@ -5,19 +5,70 @@ use anyhow::{anyhow, Context as _, Result};
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use tracer_common::{filter, scope, Tracked, MAX_SLICE_COUNTERS, TRACK_INHERIT};
 
+use std::path::PathBuf;
+
+use crate::model::options::{ProbeMode, RunqFrom, SortKey};
 use crate::{
-    cli::RunArgs,
-    collect::{Collector, Snapshot},
-    counters::{self, CounterSnapshot, CounterTarget, Counters},
+    bpf::collect::Collector,
+    bpf::loader::{self, LoadOptions, Tracer},
     error::TracerError,
-    hist::Unit,
-    hypervisor,
-    launch::{self, Held},
-    loader::{self, LoadOptions, Tracer},
-    privileges, procfs,
-    report::{self, Report, ReportOptions, Section},
-    root::Root,
+    model::hist::Unit,
+    model::snapshot::Snapshot,
+    output::report::{self, Report, ReportOptions, Section},
+    perf::counters::{self, CounterSnapshot, CounterTarget, Counters},
+    pseries::hypervisor,
+    sys::launch::{self, Held},
+    sys::privileges,
+    sys::procfs,
+    sys::root::Root,
 };
+
+/// What the command was asked to do, as the command line gave it (parsed and checked).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Trace this process and its threads (repeatable).
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
+    pub duration: Option<Duration>,
+    /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
+    pub interval: Option<Duration>,
+    /// Stop after N intervals (N >= 1).
+    pub count: Option<u64>,
+    /// One JSON document (JSON Lines in interval mode).
+    pub json: bool,
+    /// Threads listed: the first N in --sort order (text default 20; 0: all). JSON lists
+    /// every thread unless --top is given.
+    pub top: Option<usize>,
+    /// Order of the thread list, largest first.
+    pub sort: SortKey,
+    /// Histograms per process.
+    pub per_process: bool,
+    /// Histograms per thread.
+    pub per_thread_hist: bool,
+    /// Histogram rows in milliseconds instead of microseconds.
+    pub millis: bool,
+    /// perf events to count beside the trace (perf syntax: task-clock,cycles:u,r1a8).
+    pub events: Vec<String>,
+    /// Count the events per thread and join them into the thread table.
+    pub per_thread: bool,
+    /// Events read in the kernel at every switch for per-thread, per-slice deltas (at most 2).
+    pub slice_events: Vec<String>,
+    /// Attach mode.
+    pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    pub runq_from: RunqFrom,
+    /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
+    /// accumulators too).
+    pub max_threads: u32,
+    /// Run COMMAND as root even when started through sudo.
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    pub command: Vec<String>,
+}
 
 /// perf_event_attr.type of the software events (task-clock, context-switches, ...).
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -31,7 +82,7 @@ struct Targets {
     counter_target: CounterTarget,
 }
 
-fn resolve_targets(args: &RunArgs, root: &Root, child: Option<u32>) -> Result<Targets> {
+fn resolve_targets(args: &RunConfig, root: &Root, child: Option<u32>) -> Result<Targets> {
     let mut seed = Vec::new();
     let mut threads = Vec::new();
     for &pid in &args.pids {
@@ -142,7 +193,7 @@ type SliceCounter = (String, Vec<(u32, OwnedFd)>);
 /// Opens the per-slice counters the kernel reads at each switch; unsupported ones are
 /// skipped with a notice, not fatal.
 fn open_slice_counters(
-    args: &RunArgs,
+    args: &RunConfig,
     root: &Root,
     notices: &mut Vec<String>,
 ) -> Result<Vec<SliceCounter>> {
@@ -177,7 +228,7 @@ enum End {
     Output(TracerError),
 }
 
-pub fn run(args: RunArgs, root: Root) -> Result<i32> {
+pub fn run(args: RunConfig, root: Root) -> Result<i32> {
     if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
@@ -223,7 +274,7 @@ pub fn run(args: RunArgs, root: Root) -> Result<i32> {
     trace(&args, &root, held, &event_specs)
 }
 
-fn hist_scope(args: &RunArgs) -> u32 {
+fn hist_scope(args: &RunConfig) -> u32 {
     if args.per_thread_hist {
         scope::THREAD
     } else if args.per_process {
@@ -267,7 +318,7 @@ fn per_thread_unavailable(t: &CounterTarget) -> Option<&'static str> {
 }
 
 fn trace(
-    args: &RunArgs,
+    args: &RunConfig,
     root: &Root,
     held: Option<Held>,
     event_specs: &[counters::EventSpec],
@@ -300,7 +351,7 @@ fn trace(
 }
 
 fn setup(
-    args: &RunArgs,
+    args: &RunConfig,
     root: &Root,
     child: Option<u32>,
     event_specs: &[counters::EventSpec],
@@ -314,7 +365,7 @@ fn setup(
             capacity: args.max_threads,
             suggest: (2 * targets.seed.len() as u64)
                 .next_power_of_two()
-                .min(crate::cli::MAX_THREADS_LIMIT as u64),
+                .min(crate::sys::parse::MAX_THREADS_LIMIT as u64),
         }
         .into());
     }
@@ -356,7 +407,7 @@ fn setup(
         c.enable()?;
         Some(c)
     };
-    let counters_lag_ns = loader::monotonic_ns().saturating_sub(t0);
+    let counters_lag_ns = crate::sys::clock::monotonic_ns().saturating_sub(t0);
     if args.per_thread {
         if let Some(why) = per_thread_unavailable(&targets.counter_target) {
             notices.push(format!(
@@ -384,7 +435,7 @@ fn setup(
         notices,
         t0,
         // Task-local storage has no capacity to run out of.
-        max_threads: if runq == crate::loader::RunqSource::TaskStorage {
+        max_threads: if runq == crate::model::options::RunqSource::TaskStorage {
             0
         } else {
             args.max_threads
@@ -422,7 +473,7 @@ async fn wait_signal() -> &'static str {
 }
 
 /// What `tracer run` traces, for the banner: "all CPUs", "PID 42", "cgroup /x".
-fn target_text(args: &RunArgs) -> String {
+fn target_text(args: &RunConfig) -> String {
     if let Some(cg) = &args.cgroup {
         return format!("cgroup {}", cg.display());
     }
@@ -437,13 +488,13 @@ fn target_text(args: &RunArgs) -> String {
 
 /// The banner of a run with no command, as bcc's tools print it: on stderr, and only on
 /// a terminal, so pipes, JSON and tests see nothing.
-fn show_life(args: &RunArgs) {
+fn show_life(args: &RunConfig) {
     use std::io::{IsTerminal as _, Write as _};
     if !args.command.is_empty() || !std::io::stderr().is_terminal() {
         return;
     }
     let how_long = match args.duration {
-        Some(d) => format!(" for {}", crate::hist::human_ns(d.as_nanos() as u64)),
+        Some(d) => format!(" for {}", crate::model::hist::human_ns(d.as_nanos() as u64)),
         None => String::new(),
     };
     let stop = if args.duration.is_some() {
@@ -464,7 +515,7 @@ fn targets_alive(root: &Root, watch: &[procfs::Watched]) -> bool {
 }
 
 async fn event_loop(
-    args: &RunArgs,
+    args: &RunConfig,
     root: &Root,
     mut s: Session,
     child: Option<u32>,
@@ -566,7 +617,7 @@ async fn event_loop(
                 if watching && !targets_alive(root, &watch) {
                     break End::TargetsExited;
                 }
-                if crate::cli::stdout_closed() {
+                if crate::output::stdout::stdout_closed() {
                     break End::Output(TracerError::OutputClosed);
                 }
             }
@@ -701,7 +752,7 @@ fn build_report(
 ) -> Report {
     snapshot
         .threads
-        .retain(|_, r| !crate::collect::is_idle(&r.stats));
+        .retain(|_, r| !crate::model::snapshot::is_idle(&r.stats));
     // Threads still on their first slice have no entry in the kernel yet (no TGID, no
     // comm); classic tracepoints give no comm for threads first seen at a wakeup.
     for r in snapshot.threads.values_mut() {
@@ -807,7 +858,7 @@ fn build_report(
 /// The hypervisor's view between two snapshots, of the CPUs the traced set ran on in
 /// `snap` (all CPUs system-wide).
 fn hypervisor_report(
-    args: &RunArgs,
+    args: &RunConfig,
     before: Option<&hypervisor::Snapshot>,
     after: Option<&hypervisor::Snapshot>,
     snap: &Snapshot,
@@ -901,8 +952,8 @@ fn local_hms(unix_secs: u64) -> String {
 
 fn print_report(r: &Report, o: &ReportOptions, json: bool) -> Result<(), TracerError> {
     if json {
-        crate::cli::emit(&report::to_json(r, o).to_string())
+        crate::output::stdout::emit(&report::to_json(r, o).to_string())
     } else {
-        crate::cli::emit(&report::format_text(r, o))
+        crate::output::stdout::emit(&report::format_text(r, o))
     }
 }

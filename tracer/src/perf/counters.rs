@@ -1859,7 +1859,7 @@ mod tests {
             eprintln!("skipped: needs root");
             return;
         }
-        let cpus = crate::procfs::online_cpus(&crate::root::Root::default()).unwrap();
+        let cpus = crate::sys::procfs::online_cpus(&crate::sys::root::Root::default()).unwrap();
         let specs = parse_events(&["cpu-clock".into(), "cs".into()]).unwrap();
         let counters = Counters::open(&specs, &CounterTarget::Cpus(cpus.clone()), false).unwrap();
         let t0 = std::time::Instant::now();

@@ -7,14 +7,22 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::{
-    cli::{CheckArgs, ProbeMode},
-    collect::Collector,
-    counters,
-    loader::{self, LoadOptions, Tracer},
-    privileges, procfs,
-    root::Root,
-    tracefs,
+    bpf::collect::Collector,
+    bpf::loader::{self, LoadOptions, Tracer},
+    model::options::ProbeMode,
+    perf::counters,
+    sys::privileges,
+    sys::procfs,
+    sys::root::Root,
+    sys::tracefs,
 };
+
+/// What the command was asked to do, as the command line gave it (parsed and checked).
+#[derive(Debug, Clone)]
+pub struct CheckConfig {
+    /// One JSON document.
+    pub json: bool,
+}
 
 /// One line of the report.
 #[derive(Serialize, Debug, Clone)]
@@ -79,7 +87,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         hist_scope: tracer_common::scope::ALL,
         n_counters: 0,
         max_threads: 4096,
-        runq_from: crate::cli::RunqFrom::Wakeup,
+        runq_from: crate::model::options::RunqFrom::Wakeup,
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {
@@ -266,12 +274,12 @@ pub fn format_text(r: &CheckReport) -> String {
     out
 }
 
-pub fn run(args: &CheckArgs, root: &Root) -> Result<i32> {
+pub fn run(args: &CheckConfig, root: &Root) -> Result<i32> {
     let r = gather(root);
     if args.json {
-        crate::cli::emit(&serde_json::to_string_pretty(&r)?)?;
+        crate::output::stdout::emit(&serde_json::to_string_pretty(&r)?)?;
     } else {
-        crate::cli::emit_raw(&format_text(&r))?;
+        crate::output::stdout::emit_raw(&format_text(&r))?;
     }
     Ok(if r.run_ok { 0 } else { 1 })
 }

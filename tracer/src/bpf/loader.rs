@@ -13,12 +13,13 @@ use aya::{
 use tracer_common::{Config, Window};
 
 use crate::{
-    btf::KernelBtf,
-    cli::{ProbeMode, RunqFrom},
-    compat,
+    bpf::compat,
     error::TracerError,
-    root::Root,
-    tracefs,
+    model::options::{ProbeMode, RunqFrom, RunqSource},
+    sys::btf::KernelBtf,
+    sys::clock::monotonic_ns,
+    sys::root::Root,
+    sys::tracefs,
 };
 
 /// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
@@ -58,29 +59,6 @@ pub struct Tracer {
     /// The window's opening and close (0: open), CLOCK_MONOTONIC ns.
     t0: u64,
     t1: u64,
-}
-
-/// How run-queue waits are measured in the loaded mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RunqSource {
-    /// Per-thread entries (with the wakeup/preemption time) in task-local storage, the
-    /// wait computed at switch-in (`CpuState::wait_ns` while the slice runs); user space
-    /// reads the entries through the `dump_threads` task iterator.
-    TaskStorage,
-    /// Wakeup/preemption time in the thread's `THREADS` entry (`runnable_ns`).
-    ThreadEntry,
-    /// `sched_info.run_delay` growth (`--runq-from schedstat`).
-    RunDelay,
-}
-
-impl RunqSource {
-    /// The name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            RunqSource::TaskStorage | RunqSource::ThreadEntry => "wakeup",
-            RunqSource::RunDelay => "run_delay",
-        }
-    }
 }
 
 /// Programs of each mode: (program name, attach target). The wakeup programs only time
@@ -138,7 +116,7 @@ pub fn object() -> Result<&'static [u8], TracerError> {
 
 /// A loader for the object. aya 0.14 has no user-space type for task-local storage
 /// (`RUNNABLE`, which only the programs use) and refuses it unless told to allow it.
-fn new_loader<'a>() -> EbpfLoader<'a> {
+pub fn new_loader<'a>() -> EbpfLoader<'a> {
     let mut l = EbpfLoader::new();
     l.allow_unsupported_maps();
     l
@@ -668,59 +646,4 @@ fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
     }
     // SAFETY: a fresh fd we own.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Attaches only the empty `floor_switch` program for `duration` (or until SIGINT or
-/// SIGTERM), then prints how many switches it counted: the benchmark's cost floor.
-pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
-    crate::privileges::check()?;
-    let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
-    let mut ebpf = new_loader()
-        .load(object()?)
-        .context("loading the eBPF object")?;
-    let p: &mut BtfTracePoint = ebpf
-        .program_mut("floor_switch")
-        .ok_or_else(|| anyhow!("floor_switch missing"))?
-        .try_into()?;
-    p.load("sched_switch", &btf)?;
-    p.attach()?;
-    eprintln!("floor: attached");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        signal_flag(sig, &stop);
-    }
-    let end = std::time::Instant::now() + duration;
-    while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let arr: aya::maps::PerCpuArray<_, u64> =
-        aya::maps::PerCpuArray::try_from(ebpf.map("FLOOR").context("FLOOR missing")?)?;
-    let n: u64 = arr.get(&0, 0)?.iter().sum();
-    println!("{{\"switches\": {n}}}");
-    Ok(0)
-}
-
-/// Sets `flag` when `sig` arrives (the floor command has no async runtime).
-fn signal_flag(sig: i32, flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    static FLAG: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
-        std::sync::OnceLock::new();
-    let _ = FLAG.set(flag.clone());
-    extern "C" fn handler(_: i32) {
-        if let Some(f) = FLAG.get() {
-            f.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-    // SAFETY: the handler only does an atomic store.
-    unsafe { libc::signal(sig, handler as *const () as usize) };
 }

@@ -5,16 +5,16 @@
 //! the per-CPU `steal` column of /proc/stat (time a runnable vCPU waited for the host,
 //! in USER_HZ ticks); on a pseries partition it also holds the vcpudispatch_stats
 //! counters when they are enabled (the caller decides whether to enable them, with
-//! [`crate::vcpudispatch::SettingsGuard`]).
+//! [`crate::pseries::vcpudispatch::SettingsGuard`]).
 use std::path::Path;
 
 use serde::Serialize;
 
 use crate::{
     error::TracerError,
-    hist,
-    root::Root,
-    vcpudispatch::{self, StatsState, VcpuCounters, VcpuReport},
+    model::hist,
+    pseries::vcpudispatch::{self, StatsState, VcpuCounters, VcpuReport},
+    sys::root::Root,
 };
 
 pub const PROC_STAT: &str = "/proc/stat";
@@ -238,7 +238,7 @@ fn pct(p: Option<f64>) -> String {
 }
 
 fn cpus_word(n: usize) -> &'static str {
-    crate::report::plural(n, "CPU", "CPUs")
+    crate::model::words::plural(n, "CPU", "CPUs")
 }
 
 /// The text section.
@@ -291,7 +291,7 @@ pub fn format_text(r: &HypervisorReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vcpudispatch::DispatchCounters;
+    use crate::pseries::vcpudispatch::DispatchCounters;
 
     const STAT: &str = "cpu  10 0 10 100 0 0 0 7 0 0\n\
 cpu0 5 0 5 50 0 0 0 3 0 0\n\

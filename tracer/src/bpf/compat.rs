@@ -1,7 +1,7 @@
 //! Every kernel quirk the tracer depends on, in one place, each naming the kernel change
 //! behind it. Values that differ between kernels are resolved at run time (BTF, tracefs);
 //! what is here are ABI constants and feature tests.
-use crate::btf::KernelBtf;
+use crate::sys::btf::KernelBtf;
 
 /// `TASK_DEAD` in `task_struct::__state`, as passed to the tp_btf/raw_tp `sched_switch`
 /// `prev_state` argument. 0x80 since v4.14 ("sched/core: Remove TASK_ALL" renumbered the

@@ -32,7 +32,7 @@ use std::{
 
 use serde::Serialize;
 
-use crate::{error::TracerError, root::Root};
+use crate::{error::TracerError, sys::root::Root};
 
 /// The statistics file: `off`, or `cpuN` and eight counters per online vCPU.
 pub const STATS_PATH: &str = "/proc/powerpc/vcpudispatch_stats";
@@ -292,7 +292,7 @@ pub fn read_freq(root: &Root) -> Result<u32, TracerError> {
 
 /// Parses debugfs `dtl_event_mask` (`0x07`).
 pub fn parse_dtl_mask(text: &str, path: &Path) -> Result<u32, TracerError> {
-    crate::cli::parse_u32_any_base(text.trim()).map_err(|_| TracerError::Malformed {
+    crate::sys::parse::parse_u32_any_base(text.trim()).map_err(|_| TracerError::Malformed {
         path: path.to_path_buf(),
         why: format!(
             "expected a mask like 0x07, found {:?}",
@@ -478,7 +478,7 @@ impl SavedSettings {
                 .map(|(k, v)| (k, v.trim()))
                 .ok_or_else(|| bad(format!("line {}: expected `key value`", i + 1)))?;
             let num = || {
-                crate::cli::parse_u32_any_base(val)
+                crate::sys::parse::parse_u32_any_base(val)
                     .map_err(|_| bad(format!("line {}: bad value {:?}", i + 1, excerpt(val))))
             };
             match key {

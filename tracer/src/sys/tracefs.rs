@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::TracerError;
-use crate::root::Root;
+use crate::sys::root::Root;
 
 /// Where tracefs is mounted on current kernels (and where perf mounts it).
 const TRACEFS_DEFAULT: &str = "/sys/kernel/tracing";

@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::TracerError;
-use crate::root::Root;
+use crate::sys::root::Root;
 
 /// statfs magic of a cgroup v2 mount.
 const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn watched_targets_end_with_their_process() {
-        let root = crate::root::Root::default();
+        let root = crate::sys::root::Root::default();
         let mut child = std::process::Command::new("sleep")
             .arg("0.2")
             .spawn()

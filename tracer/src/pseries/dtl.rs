@@ -2,7 +2,7 @@
 //!
 //! Two sources, which the kernel lets only one of at a time use the Dispatch Trace Log:
 //! - `/proc/powerpc/vcpudispatch_stats` (default): per-vCPU dispatch locality counters,
-//!   enabled for the window when off (see [`crate::vcpudispatch`] for the crash-safe
+//!   enabled for the window when off (see [`crate::pseries::vcpudispatch`] for the crash-safe
 //!   handling of the settings);
 //! - `--raw`: the log itself, from debugfs `powerpc/dtl/cpu-N`: 48-byte big-endian
 //!   `struct dtl_entry` records, turned into dispatch-latency histograms (timebase ticks
@@ -31,12 +31,26 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::{
-    cli::DtlArgs,
     error::TracerError,
-    hist::{self, HistSummary, Histogram},
-    root::Root,
-    vcpudispatch::{self, SettingsGuard, StatsState, VcpuCounters, VcpuReport},
+    model::hist::{self, HistSummary, Histogram},
+    pseries::vcpudispatch::{self, SettingsGuard, StatsState, VcpuCounters, VcpuReport},
+    sys::root::Root,
 };
+
+/// What the command was asked to do, as the command line gave it (parsed and checked).
+#[derive(Debug, Clone)]
+pub struct DtlConfig {
+    /// Sample for this long (0: one snapshot); default until Ctrl-C.
+    pub duration: Option<Duration>,
+    /// Set vcpudispatch_stats_freq (1..HZ) for the run; restored afterwards.
+    pub dtl_freq: Option<u32>,
+    /// Set debugfs dtl_event_mask (0x1 cede, 0x2 preempt, 0x4 faults); restored afterwards.
+    pub dtl_mask: Option<u32>,
+    /// Read the raw Dispatch Trace Log (debugfs) instead of only vcpudispatch_stats.
+    pub raw: bool,
+    /// One JSON document.
+    pub json: bool,
+}
 
 /// Size of one `struct dtl_entry`; reads must be a multiple of it.
 pub const ENTRY_SIZE: usize = 48;
@@ -729,30 +743,8 @@ struct Signals {
     term: tokio::signal::unix::Signal,
 }
 
-/// `tracer dtl`.
-pub fn run(args: &DtlArgs, root: &Root) -> anyhow::Result<i32> {
-    if !vcpudispatch::is_pseries(root) {
-        // Elsewhere the hypervisor's delays show as steal time: say where to look.
-        return Err(anyhow::anyhow!(
-            "{}; the Dispatch Trace Log exists only on IBM POWER shared-processor partitions: \
-             on this machine `tracer run` shows the time the hypervisor kept vCPUs from running \
-             (steal time per CPU, its `hypervisor:` line)",
-            TracerError::NotPseries(root.path(vcpudispatch::STATS_PATH))
-        ));
-    }
-    let report = collect_blocking(args, root)?;
-    if args.json {
-        crate::cli::emit(
-            &serde_json::to_string_pretty(&report).context("encoding the JSON report")?,
-        )?;
-    } else {
-        crate::cli::emit_raw(&format_text(&report))?;
-    }
-    Ok(0)
-}
-
 /// [`collect`] on a runtime of its own, for callers without one.
-pub fn collect_blocking(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport> {
+pub fn collect_blocking(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -762,7 +754,7 @@ pub fn collect_blocking(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport
 
 /// Samples per `args`, changing settings only through a [`SettingsGuard`] that puts them
 /// back on every way out (return, error, signal, unwinding; the next run after a crash).
-pub async fn collect(args: &DtlArgs, root: &Root) -> anyhow::Result<DtlReport> {
+pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport> {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers first: from here on SIGINT/SIGTERM only end the window.
     let mut sig = Signals {

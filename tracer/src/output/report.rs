@@ -2,9 +2,10 @@
 use serde_json::{json, Map, Value};
 use tracer_common::scope;
 
+use crate::model::options::SortKey;
 use crate::{
-    collect::{HistSet, Snapshot, ThreadRecord, DROP_NAMES},
-    hist::{format_bcc, human_ns, Unit},
+    model::hist::{format_bcc, human_ns, Unit},
+    model::snapshot::{HistSet, Snapshot, ThreadRecord, DROP_NAMES},
 };
 
 /// A section produced by another module (counters, hypervisor), already rendered both ways.
@@ -47,7 +48,7 @@ pub struct Report {
     pub sections: Vec<Section>,
     pub notices: Vec<String>,
     /// Command line of `-- COMMAND` and what became of it.
-    pub command: Option<(Vec<String>, crate::launch::ChildState)>,
+    pub command: Option<(Vec<String>, crate::sys::launch::ChildState)>,
     /// Capacity of the kernel's per-thread map (`--max-threads`); 0 when the entries
     /// live in task-local storage, which has none.
     pub max_threads: u32,
@@ -71,22 +72,6 @@ pub struct ReportOptions {
 /// Rows of the text thread table without `--top`: a screenful, as top and perf top show
 /// (a 5 s system-wide run has hundreds of threads).
 pub const DEFAULT_TEXT_TOP: usize = 20;
-
-/// What the thread list is sorted by, largest first (`--sort`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum SortKey {
-    /// On-CPU time.
-    #[default]
-    OnCpu,
-    /// Run-queue wait.
-    Runq,
-    /// Off-CPU time.
-    OffCpu,
-    /// Number of on-CPU slices.
-    Slices,
-    /// CPU migrations.
-    Migrations,
-}
 
 impl SortKey {
     fn key(self, t: &ThreadRecord) -> u64 {
@@ -520,7 +505,7 @@ pub fn format_text(r: &Report, o: &ReportOptions) -> String {
         out += &run_delay_line(r);
     }
     if let Some((argv, state)) = &r.command {
-        let shown = crate::launch::short_command(argv, crate::launch::COMMAND_SHOWN);
+        let shown = crate::sys::launch::short_command(argv, crate::sys::launch::COMMAND_SHOWN);
         out += &format!("  command: {shown} ({})\n", state.describe());
     }
     out += "\n";
@@ -631,8 +616,8 @@ impl CounterColumn {
     /// `prefix` tells the per-slice sums read in the kernel ("slice ") from perf's own
     /// per-thread counts ("").
     fn new(prefix: &str, event: &str) -> CounterColumn {
-        let clock = crate::counters::parse_event(event)
-            .map(|e| crate::counters::is_clock(&e))
+        let clock = crate::perf::counters::parse_event(event)
+            .map(|e| crate::perf::counters::is_clock(&e))
             .unwrap_or(false);
         CounterColumn {
             header: if clock {
@@ -765,19 +750,12 @@ fn thread_table(r: &Report, threads: &[&ThreadRecord], shown: usize) -> String {
     out
 }
 
-/// `one` for 1, else `many`.
-pub fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
-    if n == 1 {
-        one
-    } else {
-        many
-    }
-}
+pub use crate::model::words::plural;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::ThreadRecord;
+    use crate::model::snapshot::ThreadRecord;
     use tracer_common::ThreadStats;
 
     fn sample() -> Report {

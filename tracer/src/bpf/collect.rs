@@ -1,0 +1,446 @@
+//! Reading the kernel's aggregates: live threads, threads that died, histograms, drops.
+//!
+//! A snapshot is cumulative since the start of the window; interval reports are the
+//! difference of two snapshots. Threads are keyed by (TID, generation): the generation
+//! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
+//! continuation of the dead thread.
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read as _;
+
+use anyhow::{Context as _, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::Iter,
+    Ebpf,
+};
+use tracer_common::{
+    drop,
+    hist::{HistKey, N_BUCKETS, N_KINDS},
+    scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
+};
+
+use crate::model::{
+    options::RunqSource,
+    snapshot::{
+        fold_exited, parse_records, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP,
+    },
+};
+use crate::sys::root::Root;
+
+/// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
+fn set_comm(comm: &mut [u8], name: &str) {
+    let b = name.as_bytes();
+    let n = b.len().min(comm.len() - 1);
+    comm.fill(0);
+    comm[..n].copy_from_slice(&b[..n]);
+}
+
+/// The live threads' entries: from the `dump_threads` task iterator when they are in
+/// task-local storage (a fresh iterator instance per call), else from `THREADS`.
+fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, ThreadStats)>> {
+    if runq != RunqSource::TaskStorage {
+        let live: BpfHashMap<_, u32, ThreadStats> =
+            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
+        return Ok(live.iter().filter_map(|item| item.ok()).collect());
+    }
+    let it: &mut Iter = ebpf
+        .program_mut("dump_threads")
+        .context("dump_threads program missing")?
+        .try_into()?;
+    let link_id = it.attach().context("attaching the thread iterator")?;
+    let link = it.take_link(link_id)?;
+    let mut bytes = Vec::new();
+    link.into_file()
+        .context("creating a thread iterator")?
+        .read_to_end(&mut bytes)
+        .context("reading the thread iterator")?;
+    Ok(parse_records(&bytes))
+}
+
+/// Reads the maps; keeps the totals of threads that died.
+pub struct Collector {
+    ring: RingBuf<MapData>,
+    hist_scope: u32,
+    /// Deaths seen per TID: the generation of the TID's live thread.
+    generations: HashMap<u32, u32>,
+    exited: BTreeMap<ThreadKey, ThreadRecord>,
+    /// Per-thread histograms harvested from threads that died (`-L`).
+    exited_hists: BTreeMap<u32, HistSet>,
+    /// TIDs whose scoped histograms still have to be harvested.
+    dead_pending: Vec<u32>,
+    /// Where the kernel keeps run-queue waits, so the wait before a slice still running
+    /// can be found.
+    runq: RunqSource,
+    /// `RunqSource::RunDelay`: that wait is read from the thread's schedstat here.
+    root: Root,
+}
+
+impl Collector {
+    pub fn new(ebpf: &mut Ebpf, hist_scope: u32, runq: RunqSource, root: Root) -> Result<Self> {
+        let ring = RingBuf::try_from(
+            ebpf.take_map("EXITED")
+                .context("EXITED map missing from the eBPF object")?,
+        )?;
+        Ok(Collector {
+            ring,
+            hist_scope,
+            generations: HashMap::new(),
+            exited: BTreeMap::new(),
+            exited_hists: BTreeMap::new(),
+            dead_pending: Vec::new(),
+            runq,
+            root,
+        })
+    }
+
+    /// Takes the death records out of the ring buffer (call often: it is bounded).
+    pub fn drain(&mut self) {
+        while let Some(item) = self.ring.next() {
+            if item.len() < std::mem::size_of::<ExitRecord>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote an ExitRecord; read unaligned from the ring.
+            let rec: ExitRecord =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ExitRecord) };
+            let gen = self.generations.entry(rec.tid).or_insert(0);
+            self.exited.insert(
+                (rec.tid, *gen),
+                ThreadRecord {
+                    tid: rec.tid,
+                    stats: rec.stats,
+                    exited: true,
+                    folded: 0,
+                },
+            );
+            *gen += 1;
+            if self.hist_scope == scope::THREAD {
+                self.dead_pending.push(rec.tid);
+            }
+        }
+        if self.exited.len() > EXITED_KEEP + EXITED_KEEP / 4 {
+            fold_exited(&mut self.exited, EXITED_KEEP);
+        }
+    }
+
+    /// The run-queue wait that ended when the slice running on a CPU began: the kernel
+    /// settles it only when the thread leaves the CPU.
+    fn pending_wait(&self, cs: &CpuState, st: &ThreadStats, begun: u64) -> Option<u64> {
+        match self.runq {
+            RunqSource::TaskStorage => (cs.wait_ns != u64::MAX).then_some(cs.wait_ns),
+            RunqSource::ThreadEntry => {
+                (st.runnable_ns != 0 && begun > st.runnable_ns).then(|| begun - st.runnable_ns)
+            }
+            RunqSource::RunDelay => {
+                let base = if st.flags & HAVE_RUN_DELAY != 0 {
+                    st.last_run_delay
+                } else {
+                    cs.run_delay_in
+                };
+                let now = crate::sys::procfs::schedstat(&self.root, cs.tid, cs.tid)
+                    .ok()?
+                    .wait_ns;
+                (base != u64::MAX && now > base).then(|| now - base)
+            }
+        }
+    }
+
+    /// The part of a running slice to count now, `elapsed` after its switch-in. While
+    /// the window is open it must not exceed what the kernel will count when the slice
+    /// ends, or an interval would later have to take time back: the kernel counts the
+    /// scheduler's runtime (`sum_exec_runtime` delta) where it knows its base, and
+    /// schedstat shows that runtime as of now (it lags by at most a tick). At the close
+    /// the kernel cuts slices by the clock, and so does this.
+    fn running_part(&self, tid: u32, st: &ThreadStats, elapsed: u64, closed: bool) -> u64 {
+        if closed {
+            return elapsed;
+        }
+        if st.last_sum_exec != 0 {
+            return match crate::sys::procfs::schedstat(&self.root, tid, tid) {
+                Ok(ss) => ss.run_ns.saturating_sub(st.last_sum_exec).min(elapsed),
+                Err(_) => 0,
+            };
+        }
+        if st.pending_runtime != 0 {
+            return st.pending_runtime.min(elapsed);
+        }
+        elapsed
+    }
+
+    /// A cumulative snapshot. With `partial_slices`, time of slices still running on each
+    /// CPU is added to their threads (the window's end cuts them).
+    /// `close_ns`: the window's close (0: still open).
+    pub fn snapshot(
+        &mut self,
+        ebpf: &mut Ebpf,
+        partial_slices: bool,
+        close_ns: u64,
+    ) -> Result<Snapshot> {
+        self.drain();
+        // Histograms first: an event the kernel settles while we read is then missing
+        // from this snapshot (and in the next), never counted twice (kernel and pending).
+        let mut hist = HistSet::new();
+        let mut scoped: BTreeMap<u32, HistSet> = BTreeMap::new();
+        if self.hist_scope == scope::ALL {
+            let arr: PerCpuArray<_, u64> =
+                PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
+            for kind in 0..N_KINDS {
+                let h = hist.kind_mut(kind).expect("kind in range");
+                for b in 0..N_BUCKETS {
+                    let idx = kind * N_BUCKETS as u32 + b as u32;
+                    let n: u64 = arr.get(&idx, 0)?.iter().sum();
+                    if n != 0 {
+                        h.add_bucket(b, n);
+                    }
+                }
+            }
+        } else {
+            self.harvest_dead_hists(ebpf)?;
+            let map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
+                ebpf.map("HIST_SCOPED").context("HIST_SCOPED map missing")?,
+            )?;
+            for item in map.iter() {
+                let Ok((k, v)) = item else { continue };
+                let n: u64 = v.iter().sum();
+                let set = scoped.entry(k.id).or_default();
+                if let Some(h) = set.kind_mut(k.kind as u32) {
+                    h.add_bucket(k.bucket as usize, n);
+                }
+            }
+            for (id, h) in &self.exited_hists {
+                scoped.entry(*id).or_default().merge(h);
+            }
+            for set in scoped.values() {
+                hist.merge(set);
+            }
+        }
+        // The threads and the slices running on the CPUs, read consistently: a slice
+        // the kernel closes while the live entries are read is in those entries or not,
+        // depending on timing. Read again while a traced slice changed across the read
+        // (after the window's close none starts, so this ends); past a few tries, a
+        // slice that ended during the read is counted here only when its thread's entry
+        // shows no switch-out since it began, and no further than the read's start.
+        let cpu_states = |ebpf: &Ebpf| -> Result<Vec<CpuState>> {
+            let m: PerCpuArray<_, CpuState> =
+                PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
+            Ok(m.get(&0, 0)?.iter().copied().collect())
+        };
+        let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
+        let mut tries = 0;
+        let (live, before, after, read_start) = loop {
+            tries += 1;
+            let read_start = crate::sys::clock::monotonic_ns();
+            let before = cpu_states(ebpf)?;
+            let live: Vec<(ThreadKey, ThreadStats)> = live_threads(ebpf, self.runq)?
+                .into_iter()
+                .map(|(tid, st)| ((tid, self.generations.get(&tid).copied().unwrap_or(0)), st))
+                .collect();
+            // Threads that died while the live ones were read: their final totals.
+            self.drain();
+            let after = cpu_states(ebpf)?;
+            let stable = before
+                .iter()
+                .zip(after.iter())
+                .all(|(b, a)| traced_slice(b) == traced_slice(a));
+            if stable || tries >= 4 {
+                break (live, before, after, read_start);
+            }
+        };
+        let at_ns = crate::sys::clock::monotonic_ns();
+        // Slices still running are cut at the window's close, or at this read.
+        let end = if close_ns != 0 {
+            close_ns.min(at_ns)
+        } else {
+            at_ns
+        };
+        let mut threads = self.exited.clone();
+        let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
+        let mut live_entries = 0;
+        for (mut key, mut stats) in live {
+            live_entries += 1;
+            if let Some(e) = threads.get(&key) {
+                if e.stats.serial == stats.serial {
+                    // It died during the read: `exited` has its final totals.
+                    continue;
+                }
+                // Another thread with this TID died during the read (an old leader
+                // reaped by an exec from another thread): this one is the TID's next
+                // generation.
+                key = (key.0, self.generations.get(&key.0).copied().unwrap_or(0));
+            }
+            // The comm now, not at the entry's creation (an exec since, a rename).
+            if let Some(c) = crate::sys::procfs::comm(&self.root, key.0, key.0) {
+                set_comm(&mut stats.comm, &c);
+            }
+            live_by_tid.insert(key.0, key);
+            threads.insert(
+                key,
+                ThreadRecord {
+                    tid: key.0,
+                    stats,
+                    exited: false,
+                    folded: 0,
+                },
+            );
+        }
+        let running = |cs: &CpuState| cs.traced != 0 && cs.slice_start_ns > 1;
+        // Per CPU the kernel's sum and the running slice come from one read: exact.
+        let cpu_busy_ns: Vec<u64> = after
+            .iter()
+            .enumerate()
+            .map(|(cpu, cs)| {
+                let open = partial_slices
+                    && running(cs)
+                    && cs.slice_start_ns < end
+                    && crate::sys::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32);
+                cs.busy_ns + if open { end - cs.slice_start_ns } else { 0 }
+            })
+            .collect();
+        // (CPU, its state, how far the slice may be counted, whether it may have ended).
+        let mut slices: Vec<(usize, CpuState, u64, bool)> = Vec::new();
+        if partial_slices {
+            for (cpu, (b, a)) in before.iter().zip(after.iter()).enumerate() {
+                if traced_slice(b) != traced_slice(a) && running(b) && b.slice_start_ns < end {
+                    slices.push((cpu, *b, read_start.min(end), true));
+                }
+                if running(a) && a.slice_start_ns < end {
+                    slices.push((cpu, *a, end, false));
+                }
+            }
+        }
+        // Run-queue waits that ended at a running slice's switch-in: (tid, tgid, ns).
+        let mut pending: Vec<(u32, u32, u64)> = Vec::new();
+        let mut settled = std::collections::HashSet::new();
+        for (cpu, cs, upto, may_have_ended) in slices {
+            let begun = cs.slice_start_ns;
+            if upto <= begun {
+                continue;
+            }
+            // The CPU's record says this thread runs there; the kernel says whether it
+            // can: a switch the programs did not see (`switch_in_unseen`, seen on 6.18
+            // right after switches to one thread of PID 1) leaves a stale record, whose
+            // time is not this thread's.
+            if !may_have_ended
+                && !crate::sys::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32)
+            {
+                continue;
+            }
+            if may_have_ended {
+                // It ended during the read: count it only if the entry read lacks it.
+                match live_by_tid.get(&cs.tid).and_then(|k| threads.get(k)) {
+                    Some(r) if r.stats.last_off_ns < begun => {}
+                    Some(_) => continue,
+                    // No live entry: it died (its record has it) or was created by
+                    // this very switch-out after the read (the next read has it).
+                    None => continue,
+                }
+            }
+            let key = *live_by_tid.entry(cs.tid).or_insert_with(|| {
+                let key = (cs.tid, self.generations.get(&cs.tid).copied().unwrap_or(0));
+                // Switched in during the window and not out since: no entry yet. Its
+                // process and name now, while it lives (a report may come after it).
+                let mut stats = ThreadStats::zeroed();
+                stats.last_cpu = cpu as u32;
+                stats.tgid = crate::sys::procfs::tgid_of(&self.root, cs.tid).unwrap_or(0);
+                if let Some(c) = crate::sys::procfs::comm(&self.root, cs.tid, cs.tid) {
+                    set_comm(&mut stats.comm, &c);
+                }
+                threads.insert(
+                    key,
+                    ThreadRecord {
+                        tid: cs.tid,
+                        stats,
+                        exited: false,
+                        folded: 0,
+                    },
+                );
+                key
+            });
+            let Some(r) = threads.get_mut(&key) else {
+                continue;
+            };
+            if r.exited {
+                continue;
+            }
+            let st = &mut r.stats;
+            st.on_cpu_ns += self.running_part(cs.tid, st, upto - begun, close_ns != 0);
+            // A thread that switched out and in again during the read: what ended at
+            // its second switch-in is left to the kernel (the next read has it).
+            if !settled.insert(cs.tid) {
+                continue;
+            }
+            if let Some(d) = self.pending_wait(&cs, st, begun) {
+                st.runq_wait_ns += d;
+                st.runq_waits += 1;
+                pending.push((cs.tid, st.tgid, d));
+            }
+            // The off-CPU time that ended at this slice's switch-in is settled when it
+            // leaves (less the scheduler's credit to the slice, known only then).
+            if st.last_cpu != u32::MAX && st.last_cpu != cpu as u32 {
+                st.migrations += 1;
+            }
+        }
+
+        for (tid, tgid, d) in pending {
+            let b = tracer_common::hist::bucket_index(d);
+            let pick = |set: &mut HistSet| set.runq.add_bucket(b, 1);
+            pick(&mut hist);
+            match self.hist_scope {
+                scope::PROCESS => pick(scoped.entry(tgid).or_default()),
+                scope::THREAD => pick(scoped.entry(tid).or_default()),
+                _ => {}
+            }
+        }
+        let drops_map: PerCpuArray<_, u64> =
+            PerCpuArray::try_from(ebpf.map("DROPS").context("DROPS map missing")?)?;
+        let mut drops = [0u64; drop::COUNT as usize];
+        for (i, d) in drops.iter_mut().enumerate() {
+            *d = drops_map.get(&(i as u32), 0)?.iter().sum();
+        }
+        let mut snap = Snapshot {
+            at_ns,
+            threads,
+            hist,
+            scoped,
+            drops,
+            live_entries,
+            cpu_busy_ns,
+            recursion_misses: 0,
+        };
+        snap.set_hist_sums(self.hist_scope);
+        Ok(snap)
+    }
+
+    /// `-L`: moves the histograms of dead threads out of the kernel map so it stays
+    /// bounded under churn.
+    fn harvest_dead_hists(&mut self, ebpf: &mut Ebpf) -> Result<()> {
+        if self.dead_pending.is_empty() {
+            return Ok(());
+        }
+        let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
+            ebpf.map_mut("HIST_SCOPED")
+                .context("HIST_SCOPED map missing")?,
+        )?;
+        let dead: std::collections::HashSet<u32> = self.dead_pending.drain(..).collect();
+        let keys: Vec<HistKey> = map
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| dead.contains(&k.id))
+            .collect();
+        for k in keys {
+            if let Ok(v) = map.get(&k, 0) {
+                let n: u64 = v.iter().sum();
+                let set = self.exited_hists.entry(k.id).or_default();
+                if let Some(h) = set.kind_mut(k.kind as u32) {
+                    h.add_bucket(k.bucket as usize, n);
+                }
+            }
+            let _ = map.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Threads with an entry in the kernel right now (bounded-usage checks).
+    pub fn live_entries(ebpf: &mut Ebpf, runq: RunqSource) -> Result<usize> {
+        Ok(live_threads(ebpf, runq)?.len())
+    }
+}

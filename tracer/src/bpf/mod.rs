@@ -1,0 +1,5 @@
+//! The kernel programs: loading and attaching them per probe mode, kernel quirks
+//! (`compat`), and reading their maps into [`crate::model::snapshot::Snapshot`]s.
+pub mod collect;
+pub mod compat;
+pub mod loader;

@@ -1,0 +1,5 @@
+//! The commands: each takes a typed configuration from `cli` and returns an exit code.
+pub mod check;
+pub mod dtl;
+pub mod floor;
+pub mod run;

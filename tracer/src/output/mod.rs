@@ -1,0 +1,3 @@
+//! Reports as text and JSON, and standard output that never panics.
+pub mod report;
+pub mod stdout;

@@ -1,0 +1,10 @@
+//! The operating system underneath: BTF, tracefs, procfs, the root for fixture trees,
+//! launching the traced command, privileges, clocks and the parsers of user input.
+pub mod btf;
+pub mod clock;
+pub mod launch;
+pub mod parse;
+pub mod privileges;
+pub mod procfs;
+pub mod root;
+pub mod tracefs;

@@ -1,0 +1,100 @@
+//! Parsers for the values users type: durations, counts, numbers in any base.
+use std::time::Duration;
+
+use crate::error::TracerError;
+
+/// Parses a duration: `5s`, `250ms`, `1.5s`, `2m`, `1h`, `100us`, `10ns`; a bare number
+/// is seconds. Rejects negative, non-finite and absurd (over a year) values.
+pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
+    let bad = |why: &str| TracerError::BadDuration {
+        input: s.to_string(),
+        why: why.to_string(),
+    };
+    let t = s.trim();
+    if t.is_empty() {
+        return Err(bad("empty"));
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(bad("expected a number first, e.g. 5s"));
+    }
+    let v: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    let scale_ns: f64 = match unit.trim() {
+        "" | "s" | "sec" | "secs" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => return Err(bad("unknown unit (use ns, us, ms, s, m or h)")),
+    };
+    let ns = v * scale_ns;
+    if !ns.is_finite() || ns > 366.0 * 86400e9 {
+        return Err(bad("too long"));
+    }
+    Ok(Duration::from_nanos(ns.round() as u64))
+}
+
+/// Shortest `-i`: each report reads every map, and perf stat -I has the same floor.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// `-i`: a duration of at least [`MIN_INTERVAL`] (0 would be a busy loop; tokio refuses it).
+pub fn parse_interval(s: &str) -> Result<Duration, TracerError> {
+    let d = parse_duration(s)?;
+    if d < MIN_INTERVAL {
+        return Err(TracerError::BadOption(format!(
+            "the interval must be at least {}ms",
+            MIN_INTERVAL.as_millis()
+        )));
+    }
+    Ok(d)
+}
+
+/// `--count`: a positive whole number.
+pub fn parse_count(s: &str) -> Result<u64, TracerError> {
+    let bad = |why: &str| TracerError::BadOption(why.to_string());
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(bad("at least 1 interval")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(bad("expected a whole number of intervals, e.g. 5")),
+    }
+}
+
+/// Largest `--max-threads`: the kernel's PID_MAX_LIMIT, more threads than can exist.
+pub const MAX_THREADS_LIMIT: u32 = 4 * 1024 * 1024;
+
+/// `--max-threads`: 1 ..= [`MAX_THREADS_LIMIT`].
+pub fn parse_max_threads(s: &str) -> Result<u32, TracerError> {
+    let bad = TracerError::BadOption;
+    let range = || format!("expected a whole number from 1 to {MAX_THREADS_LIMIT}");
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err(bad(format!(
+            "the maps need room for at least 1 thread; {}",
+            range()
+        ))),
+        Ok(n) if n > MAX_THREADS_LIMIT as u64 => Err(bad(format!(
+            "more threads than Linux can have (PID_MAX_LIMIT {MAX_THREADS_LIMIT}); {}",
+            range()
+        ))),
+        Ok(n) => Ok(n as u32),
+        Err(_) => Err(bad(range())),
+    }
+}
+
+/// Parses `0x10`, `0o17`, `0b101` or decimal.
+pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
+    let t = s.trim();
+    let r = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u32::from_str_radix(h, 16)
+    } else if let Some(o) = t.strip_prefix("0o") {
+        u32::from_str_radix(o, 8)
+    } else if let Some(b) = t.strip_prefix("0b") {
+        u32::from_str_radix(b, 2)
+    } else {
+        t.parse()
+    };
+    r.map_err(|_| TracerError::BadNumber(s.to_string()))
+}
