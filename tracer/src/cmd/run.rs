@@ -15,7 +15,7 @@ use crate::{
     model::hist::Unit,
     model::snapshot::Snapshot,
     output::report::{self, Report, ReportOptions, Section},
-    perf::counters::{self, CounterSnapshot, CounterTarget, Counters},
+    perf::{self, CounterSnapshot, CounterTarget, Counters},
     pseries::hypervisor,
     sys::launch::{self, Held},
     sys::privileges,
@@ -69,9 +69,6 @@ pub struct RunConfig {
     /// Command to start and trace with everything it spawns.
     pub command: Vec<String>,
 }
-
-/// perf_event_attr.type of the software events (task-clock, context-switches, ...).
-const PERF_TYPE_SOFTWARE: u32 = 1;
 
 /// The traced set chosen on the command line.
 struct Targets {
@@ -205,8 +202,8 @@ fn open_slice_counters(
     let cpus = procfs::online_cpus(root)?;
     let mut out = Vec::new();
     for name in &args.slice_events {
-        let spec = counters::parse_event(name)?;
-        match counters::open_per_cpu(&spec, &cpus) {
+        let spec = perf::parse_event(name)?;
+        match perf::open_per_cpu(&spec, &cpus) {
             Ok(fds) => out.push((name.clone(), fds)),
             Err(e) => notices.push(format!(
                 "--slice-event {name}: not counted per slice ({e}); the rest of the run goes on"
@@ -254,9 +251,9 @@ pub fn run(args: RunConfig, root: Root) -> Result<i32> {
         }
     }
     let event_specs = if args.events.is_empty() {
-        counters::default_events()
+        perf::default_events()
     } else {
-        counters::parse_events(&args.events)?
+        perf::parse_events(&args.events)?
     };
     privileges::check()?;
     loader::object()?;
@@ -321,7 +318,7 @@ fn trace(
     args: &RunConfig,
     root: &Root,
     held: Option<Held>,
-    event_specs: &[counters::EventSpec],
+    event_specs: &[perf::EventSpec],
 ) -> Result<i32> {
     let child = held.as_ref().map(|h| h.pid);
     let session = match setup(args, root, child, event_specs) {
@@ -354,7 +351,7 @@ fn setup(
     args: &RunConfig,
     root: &Root,
     child: Option<u32>,
-    event_specs: &[counters::EventSpec],
+    event_specs: &[perf::EventSpec],
 ) -> Result<Session> {
     let targets = resolve_targets(args, root, child)?;
     // The seed goes into a map of --max-threads entries: more would fail in the kernel
@@ -772,7 +769,7 @@ fn build_report(
     let mut thread_counters = std::collections::BTreeMap::new();
     let mut notices = s.notices.clone();
     if let Some(c) = counters {
-        let cr = counters::report(c, duration_ns);
+        let cr = perf::report(c, duration_ns);
         // perf's per-CPU task-clock runs through idle too (perf stat -a says "2.000 CPUs
         // utilized" on an idle 2-CPU machine): system-wide, the headline figure is the
         // traced threads' on-CPU time from the kernel programs, idle excluded.
@@ -783,7 +780,7 @@ fn build_report(
             thread_counters = pt.clone();
         }
         // Comparable only for a target: system-wide, task-clock counts idle too.
-        if let Some(tc) = counters::task_clock_ns(c).filter(|_| !s.system_wide) {
+        if let Some(tc) = perf::task_clock_ns(c).filter(|_| !s.system_wide) {
             let cc = cross_check_input(c, &snapshot, duration_ns, tc, s, interval);
             // Threads that started after the counters were opened (-p/-t): task-clock
             // misses them, so the headline takes the BPF figure, which has them all.
@@ -799,8 +796,8 @@ fn build_report(
             .iter()
             .filter(|c| c.supported && c.value == Some(0.0) && c.running_ns > 0)
         {
-            let hardware = counters::parse_event(&c.event)
-                .map(|e| counters::attr_fields(&e).type_ != PERF_TYPE_SOFTWARE)
+            let hardware = perf::parse_event(&c.event)
+                .map(|e| !e.is_software())
                 .unwrap_or(false);
             if hardware {
                 notices.push(format!(
@@ -815,7 +812,7 @@ fn build_report(
         sections.push(Section {
             key: "counters",
             json: serde_json::to_value(&cr).unwrap_or_default(),
-            text: counters::format_text_opts(&cr, unsupported),
+            text: crate::output::counters::format_text_opts(&cr, unsupported),
         });
     }
     if let Some(h) = hyp {
@@ -890,13 +887,13 @@ fn cross_check_input(
         .find(|e| {
             e.parts
                 .iter()
-                .any(|(p, _)| matches!(p, counters::Scope::Thread { .. }))
+                .any(|(p, _)| matches!(p, perf::Scope::Thread { .. }))
         })
         .map(|e| {
             e.parts
                 .iter()
                 .filter_map(|(p, _)| match p {
-                    counters::Scope::Thread { tid, .. } => Some(*tid),
+                    perf::Scope::Thread { tid, .. } => Some(*tid),
                     _ => None,
                 })
                 .collect()

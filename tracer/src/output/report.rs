@@ -616,8 +616,8 @@ impl CounterColumn {
     /// `prefix` tells the per-slice sums read in the kernel ("slice ") from perf's own
     /// per-thread counts ("").
     fn new(prefix: &str, event: &str) -> CounterColumn {
-        let clock = crate::perf::counters::parse_event(event)
-            .map(|e| crate::perf::counters::is_clock(&e))
+        let clock = crate::perf::parse_event(event)
+            .map(|e| crate::perf::is_clock(&e))
             .unwrap_or(false);
         CounterColumn {
             header: if clock {
