@@ -8,12 +8,16 @@ use serde_json::Value;
 use tracer::{
     model::{
         hist::Unit,
-        options::SortKey,
+        options::{RunqSource, SortKey},
+        report::{Command, Refusal, ReportKind, RunHeader},
         snapshot::{HistSet, Snapshot, ThreadRecord, FOLDED_GEN},
     },
-    output::report::{self, Report, ReportOptions, Section},
+    output::{
+        report::{Report, ReportInput, ReportOptions, Sections},
+        sink::{JsonLinesSink, Sink, TextSink},
+    },
     perf::counters::{self, CounterSnapshot, EventReading, Reading, Scope},
-    pseries::hypervisor::{self, CpuStealReport, HypervisorReport},
+    pseries::hypervisor::{CpuStealReport, HypervisorReport},
     sys::launch::ChildState,
 };
 use tracer_common::{scope, ThreadStats};
@@ -164,67 +168,63 @@ fn hypervisor_section() -> HypervisorReport {
     }
 }
 
-/// Today's report of the fixed input (the one thing that changes when the report's
-/// types do: the goldens stay).
-fn build(interval: Option<u64>, with_counters: bool) -> Report {
+/// The report of the fixed input, shown with `options`.
+fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> Report {
     let duration_ns = 50 * MS;
-    let mut sections = Vec::new();
+    let mut sections = Sections::default();
     let mut thread_counters = BTreeMap::new();
     let mut task_clock = None;
     if with_counters {
         let cr = counters::report(&counter_snapshot(), duration_ns);
         thread_counters = cr.per_thread.clone().unwrap();
         task_clock = cr.cpus_utilized;
-        sections.push(Section {
-            key: "counters",
-            json: serde_json::to_value(&cr).unwrap(),
-            text: counters::format_text_opts(&cr, interval.is_none_or(|i| i == 1)),
-        });
+        sections.counters = Some(cr);
     }
-    let h = hypervisor_section();
-    sections.push(Section {
-        key: "hypervisor",
-        json: serde_json::to_value(&h).unwrap(),
-        text: hypervisor::format_text(&h),
-    });
-    Report {
-        kind: if interval.is_some() {
-            "interval"
-        } else {
-            "total"
+    sections.hypervisor = Some(hypervisor_section());
+    Report::build(ReportInput {
+        kind: match interval {
+            Some(interval) => ReportKind::Interval { interval },
+            None => ReportKind::Total,
         },
-        interval,
         time_unix_ns: 1_764_519_725_123_456_789,
         local_time: "16:22:05".into(),
-        system_wide: !with_counters,
         duration_ns,
-        probe: "tp-btf".into(),
-        probe_attach: "tp_btf".into(),
-        runq_source: if with_counters { "run_delay" } else { "wakeup" },
-        probe_refused: vec![("fentry".into(), "attach: EPERM".into())],
+        run: RunHeader {
+            probe: "tp-btf".into(),
+            probe_attach: "tp_btf".into(),
+            runq_source: if with_counters {
+                RunqSource::RunDelay
+            } else {
+                RunqSource::ThreadEntry
+            },
+            probe_refused: vec![Refusal {
+                mode: "fentry".into(),
+                reason: "attach: EPERM".into(),
+            }],
+            system_wide: !with_counters,
+            max_threads: if with_counters { 65536 } else { 0 },
+            slice_events: if with_counters {
+                vec!["task-clock".into(), "context-switches".into()]
+            } else {
+                vec![]
+            },
+        },
         snapshot: snapshot(),
         cpus_utilized_task_clock: task_clock,
-        slice_events: if with_counters {
-            vec!["task-clock".into(), "context-switches".into()]
-        } else {
-            vec![]
-        },
+        thread_counters,
         sections,
         notices: vec!["cross-check: they agree".into()],
-        command: with_counters.then(|| {
-            (
-                vec!["sh".into(), "-c".into(), "true".into()],
-                ChildState::Exited(3),
-            )
+        command: with_counters.then(|| Command {
+            argv: vec!["sh".into(), "-c".into(), "true".into()],
+            state: ChildState::Exited(3),
         }),
-        max_threads: if with_counters { 65536 } else { 0 },
-        thread_counters,
-    }
+        options,
+    })
 }
 
-/// (name, report, options): the total with counters and a command; an interval,
-/// system-wide, per process in ms; a per-thread view sorted by run-queue wait.
-fn cases() -> Vec<(&'static str, Report, ReportOptions)> {
+/// The total with counters and a command; an interval, system-wide, per process in ms;
+/// a per-thread view sorted by run-queue wait.
+fn cases() -> Vec<(&'static str, Report)> {
     let opts = ReportOptions {
         top: None,
         sort: SortKey::OnCpu,
@@ -232,36 +232,49 @@ fn cases() -> Vec<(&'static str, Report, ReportOptions)> {
         hist_scope: scope::ALL,
     };
     vec![
-        ("total", build(None, true), opts),
+        ("total", build(None, true, opts)),
         (
             "interval_process",
-            build(Some(3), false),
-            ReportOptions {
-                unit: Unit::Msecs,
-                hist_scope: scope::PROCESS,
-                ..opts
-            },
+            build(
+                Some(3),
+                false,
+                ReportOptions {
+                    unit: Unit::Msecs,
+                    hist_scope: scope::PROCESS,
+                    ..opts
+                },
+            ),
         ),
         (
             "thread_top2_runq",
-            build(Some(2), true),
-            ReportOptions {
-                top: Some(2),
-                sort: SortKey::Runq,
-                hist_scope: scope::THREAD,
-                ..opts
-            },
+            build(
+                Some(2),
+                true,
+                ReportOptions {
+                    top: Some(2),
+                    sort: SortKey::Runq,
+                    hist_scope: scope::THREAD,
+                    ..opts
+                },
+            ),
         ),
     ]
 }
 
-/// What the run prints for one report: the text, or one JSON line.
-fn render(r: &Report, o: &ReportOptions, json: bool) -> String {
-    if json {
-        format!("{}\n", report::to_json(r, o))
+/// What the run prints for one report: through the sink `tracer run` writes with.
+fn render(r: &Report, json: bool) -> String {
+    let mut out = Vec::new();
+    let mut sink: Box<dyn Sink + '_> = if json {
+        Box::new(JsonLinesSink::new(&mut out))
     } else {
-        format!("{}\n", report::format_text(r, o))
+        Box::new(TextSink::new(&mut out))
+    };
+    match r.kind {
+        ReportKind::Total => sink.total(r).unwrap(),
+        ReportKind::Interval { .. } => sink.interval(r).unwrap(),
     }
+    drop(sink);
+    String::from_utf8(out).unwrap()
 }
 
 fn golden_dir() -> PathBuf {
@@ -296,15 +309,15 @@ fn check(name: &str, got: &str, json: bool) {
 
 #[test]
 fn text_reports_match_the_golden_files() {
-    for (name, r, o) in cases() {
-        check(name, &render(&r, &o, false), false);
+    for (name, r) in cases() {
+        check(name, &render(&r, false), false);
     }
 }
 
 #[test]
 fn json_reports_match_the_golden_files() {
-    for (name, r, o) in cases() {
-        let line = render(&r, &o, true);
+    for (name, r) in cases() {
+        let line = render(&r, true);
         assert_eq!(line.matches('\n').count(), 1, "one JSON line per report");
         check(name, &line, true);
     }

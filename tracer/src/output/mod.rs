@@ -1,3 +1,7 @@
-//! Reports as text and JSON, and standard output that never panics.
+//! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], and
+//! standard output that never panics.
+pub mod json;
 pub mod report;
+pub mod sink;
 pub mod stdout;
+pub mod text;
