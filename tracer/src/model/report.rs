@@ -494,15 +494,6 @@ impl<S> Report<S> {
             ReportKind::Interval { interval } => Some(interval),
         }
     }
-
-    /// A share of the window (0 for an empty window).
-    pub fn share(&self, ns: u64) -> f64 {
-        if self.duration_ns == 0 {
-            0.0
-        } else {
-            ns as f64 / self.duration_ns as f64
-        }
-    }
 }
 
 /// ns since the Unix epoch as ISO 8601 UTC with milliseconds: `2026-11-30T16:22:05.123Z`.

@@ -101,7 +101,7 @@ mod tests {
     }
 
     fn json(i: &ReportInput, o: ReportOptions) -> serde_json::Value {
-        to_json(&with(i, o))
+        to_json(&with(i, o)).unwrap()
     }
     #[test]
     fn json_has_the_documented_fields() {

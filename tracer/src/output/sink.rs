@@ -75,7 +75,9 @@ impl<W: Write> JsonLinesSink<W> {
 
 impl<W: Write> Sink for JsonLinesSink<W> {
     fn interval(&mut self, r: &Report) -> Result<(), TracerError> {
-        write_flush(&mut self.out, &format!("{}\n", json::to_line(r)))
+        // Cannot fail for the report's types (every map key is a string); said, not hidden.
+        let line = json::to_line(r).map_err(|e| TracerError::Output(std::io::Error::other(e)))?;
+        write_flush(&mut self.out, &format!("{line}\n"))
     }
 
     fn total(&mut self, r: &Report) -> Result<(), TracerError> {
