@@ -4,7 +4,7 @@
 //! guest kernel's schedstat as each workload thread recorded it at its end.
 
 use super::protocol::{GuestOutput, Step};
-use crate::json::{self, Json};
+use crate::json::{self, Items, Json};
 
 /// Relative tolerance against schedstat.
 const TOLERANCE: f64 = 0.02;
@@ -285,27 +285,23 @@ fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
                     continue;
                 }
             };
-            let g = |k: &str| v.get(k).as_u64();
+            let g = |k: &str| v[k].as_u64();
             // steps.sh reads stopped threads (state T): their schedstat is final.
-            if let Some(state) = v.get("state").as_str() {
+            if let Some(state) = v["state"].as_str() {
                 c.expect(state == "T", || {
                     format!(
                         "thread {} was in state {state}, not stopped, when its schedstat was read",
-                        v.get("tid")
+                        v["tid"]
                     )
                 });
             }
-            let kind = v
-                .get("kind")
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| {
-                    if kind.is_empty() {
-                        "workload".into()
-                    } else {
-                        kind.into()
-                    }
-                });
+            let kind = v["kind"].as_str().map(str::to_string).unwrap_or_else(|| {
+                if kind.is_empty() {
+                    "workload".into()
+                } else {
+                    kind.into()
+                }
+            });
             match (g("tid"), g("pid"), g("run_ns"), g("wait_ns")) {
                 (Some(tid), Some(pid), Some(run_ns), Some(wait_ns)) => out.push(Truth {
                     tid,
@@ -325,10 +321,10 @@ fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
 }
 
 fn thread(doc: &Json, tid: u64) -> Option<&Json> {
-    doc.get("threads")
+    doc["threads"]
         .items()
         .iter()
-        .find(|t| t.get("tid").as_u64() == Some(tid))
+        .find(|t| t["tid"].as_u64() == Some(tid))
 }
 
 fn within(ours: u64, truth: u64) -> bool {
@@ -366,13 +362,11 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             ));
             continue;
         };
-        let num = |k: &str| th.get(k).as_u64();
+        let num = |k: &str| th[k].as_u64();
         c.expect(num("pid") == Some(t.pid), || {
             format!(
                 "tid {}: pid {} reported, the thread's pid is {}",
-                t.tid,
-                th.get("pid"),
-                t.pid
+                t.tid, th["pid"], t.pid
             )
         });
         let on = num("on_cpu_ns").unwrap_or(0);
@@ -445,19 +439,14 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
         worst_rq.0,
         worst_rq.1
     ));
-    if let Json::Obj(drops) = doc.get("drops") {
+    if let Json::Object(drops) = &doc["drops"] {
         for (k, v) in drops {
             c.expect(v.as_u64() == Some(0), || format!("drops.{k} = {v}"));
         }
     }
     for h in ["on_cpu", "runq", "off_cpu"] {
         c.expect(
-            doc.get("histograms")
-                .get(h)
-                .get("count")
-                .as_u64()
-                .unwrap_or(0)
-                > 0,
+            doc["histograms"][h]["count"].as_u64().unwrap_or(0) > 0,
             || format!("histograms.{h}.count is 0"),
         );
     }
@@ -562,16 +551,16 @@ fn check_check(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         }
     };
     let item = |list: &str, name: &str| {
-        doc.get(list)
+        doc[list]
             .items()
             .iter()
-            .find(|i| i.get("name").as_str() == Some(name))
+            .find(|i| i["name"].as_str() == Some(name))
             .cloned()
     };
-    let ok_of = |i: &Option<Json>| i.as_ref().and_then(|i| i.get("ok").as_bool());
+    let ok_of = |i: &Option<Json>| i.as_ref().and_then(|i| i["ok"].as_bool());
     let detail_of = |i: &Option<Json>| {
         i.as_ref()
-            .and_then(|i| i.get("detail").as_str().map(str::to_string))
+            .and_then(|i| i["detail"].as_str().map(str::to_string))
             .unwrap_or_default()
     };
     let btf = item("items", "kernel BTF");
@@ -630,29 +619,29 @@ fn check_check(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
             works.push(mode.probe());
         }
     }
-    let events = doc.get("events").items();
+    let events = doc["events"].items();
     let unsupported: Vec<&str> = events
         .iter()
-        .filter(|e| e.get("ok").as_bool() == Some(false))
-        .filter_map(|e| e.get("name").as_str())
+        .filter(|e| e["ok"].as_bool() == Some(false))
+        .filter_map(|e| e["name"].as_str())
         .collect();
     for e in events {
         let (name, detail) = (
-            e.get("name").as_str().unwrap_or("?"),
-            e.get("detail").as_str().unwrap_or(""),
+            e["name"].as_str().unwrap_or("?"),
+            e["detail"].as_str().unwrap_or(""),
         );
-        if e.get("ok").as_bool() == Some(false) {
+        if e["ok"].as_bool() == Some(false) {
             c.expect(!detail.trim().is_empty(), || {
                 format!("event {name} not ok without a reason")
             });
         }
         if ["task-clock", "context-switches", "cpu-clock"].contains(&name) {
-            c.expect(e.get("ok").as_bool() == Some(true), || {
+            c.expect(e["ok"].as_bool() == Some(true), || {
                 format!("software event {name} not ok: {detail}")
             });
         }
     }
-    let run_ok = doc.get("run_ok").as_bool();
+    let run_ok = doc["run_ok"].as_bool();
     c.expect(run_ok == Some(true), || format!("run_ok is {run_ok:?}"));
     c.expect(
         step.rc == Some(if run_ok == Some(true) { 0 } else { 1 }),
@@ -716,12 +705,8 @@ fn check_mode(g: &GuestOutput, mode: Mode, o: &Offers) -> Verdict {
     let Some(doc) = report(step, &mut c) else {
         return c.done(Some(step));
     };
-    c.expect(doc.get("probe").as_str() == Some(mode.probe()), || {
-        format!(
-            "reports probe {} instead of {}",
-            doc.get("probe"),
-            mode.probe()
-        )
+    c.expect(doc["probe"].as_str() == Some(mode.probe()), || {
+        format!("reports probe {} instead of {}", doc["probe"], mode.probe())
     });
     if matches!(mode, Mode::PerfSched | Mode::PerfSchedKprobe) {
         let want = if mode == Mode::PerfSched && o.fentry {
@@ -772,11 +757,11 @@ fn check_thread_entries(g: &GuestOutput, doc: &Json, c: &mut Check) {
         ));
         return;
     };
-    let Json::Obj(maps) = doc.get("maps") else {
+    let Json::Object(maps) = &doc["maps"] else {
         c.fail("the report has no maps object");
         return;
     };
-    let Some((_, capacity)) = maps.iter().find(|(k, _)| k == "threads_capacity") else {
+    let Some((_, capacity)) = maps.iter().find(|(k, _)| *k == "threads_capacity") else {
         c.fail("the report has no maps.threads_capacity");
         return;
     };
@@ -834,11 +819,11 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     };
     // auto: the first of tp-btf, raw-tp, tracepoint the kernel offers, and why not the others.
     let best = best_mode(o);
-    let probe = doc.get("probe").as_str().unwrap_or("");
+    let probe = doc["probe"].as_str().unwrap_or("");
     a.expect(probe == best.probe(), || {
         format!("picked {probe}, expected {}", best.probe())
     });
-    let refused = doc.get("probe_refused").items();
+    let refused = doc["probe_refused"].items();
     for m in [Mode::TpBtf, Mode::RawTp, Mode::Tracepoint] {
         if m == best {
             break;
@@ -846,8 +831,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         let missing = m.needs(o).err().unwrap_or("?");
         let why = refused
             .iter()
-            .find(|r| r.get("mode").as_str() == Some(m.probe()))
-            .and_then(|r| r.get("reason").as_str());
+            .find(|r| r["mode"].as_str() == Some(m.probe()))
+            .and_then(|r| r["reason"].as_str());
         match why {
             Some(w) => {
                 a.expect(w.to_lowercase().contains(&missing.to_lowercase()), || {
@@ -872,7 +857,7 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         || {
             format!(
                 "probe_refused lists more than the better modes: {}",
-                doc.get("probe_refused")
+                doc["probe_refused"]
             )
         },
     );
@@ -887,8 +872,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
                     .iter()
                     .map(|r| format!(
                         "{} ({})",
-                        r.get("mode").as_str().unwrap_or("?"),
-                        r.get("reason").as_str().unwrap_or("?")
+                        r["mode"].as_str().unwrap_or("?"),
+                        r["reason"].as_str().unwrap_or("?")
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -909,28 +894,26 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
 
     // Counters: every event counted, or said to be unsupported with a reason; never a 0
     // standing in for "cannot count".
-    let counters = doc.get("counters").get("counters").items();
+    let counters = doc["counters"]["counters"].items();
     k.expect(!counters.is_empty(), || "the report has no counters".into());
     let mut unsupported = Vec::new();
     for e in counters {
-        let name = e.get("event").as_str().unwrap_or("?");
-        match e.get("supported").as_bool() {
+        let name = e["event"].as_str().unwrap_or("?");
+        match e["supported"].as_bool() {
             Some(true) => {
-                k.expect(e.get("value").as_f64().is_some(), || {
+                k.expect(e["value"].as_f64().is_some(), || {
                     format!("{name}: supported but no value")
                 });
-                k.expect(e.get("running_pct").as_f64().is_some(), || {
+                k.expect(e["running_pct"].as_f64().is_some(), || {
                     format!("{name}: no running_pct")
                 });
             }
             Some(false) => {
-                k.expect(e.get("value").is_null(), || {
-                    format!("{name}: unsupported but value {}", e.get("value"))
+                k.expect(e["value"].is_null(), || {
+                    format!("{name}: unsupported but value {}", e["value"])
                 });
                 k.expect(
-                    e.get("reason")
-                        .as_str()
-                        .is_some_and(|r| !r.trim().is_empty()),
+                    e["reason"].as_str().is_some_and(|r| !r.trim().is_empty()),
                     || format!("{name}: unsupported without a reason"),
                 );
                 unsupported.push(name);
@@ -941,20 +924,14 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     let value = |n: &str| {
         counters
             .iter()
-            .find(|e| e.get("event").as_str() == Some(n))
-            .and_then(|e| e.get("value").as_f64())
+            .find(|e| e["event"].as_str() == Some(n))
+            .and_then(|e| e["value"].as_f64())
     };
     match value("task-clock") {
         Some(ms) => {
-            let threads = doc.get("threads").items();
-            let on: u64 = threads
-                .iter()
-                .filter_map(|t| t.get("on_cpu_ns").as_u64())
-                .sum();
-            let slices: u64 = threads
-                .iter()
-                .filter_map(|t| t.get("slices").as_u64())
-                .sum();
+            let threads = doc["threads"].items();
+            let on: u64 = threads.iter().filter_map(|t| t["on_cpu_ns"].as_u64()).sum();
+            let slices: u64 = threads.iter().filter_map(|t| t["slices"].as_u64()).sum();
             let tc = (ms * 1e6) as u64;
             if k.expect_timing(within_events(on, tc, slices, PER_SLICE_NS), || {
                 format!(
@@ -977,9 +954,9 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     // and instructions only) reads 0 over half a second of busy CPU: that zero stands in
     // for "not counted" and must be said as such, not shown as a count.
     let cpu_ms = value("task-clock").unwrap_or(0.0);
-    let notices = doc.get("notices").items();
+    let notices = doc["notices"].items();
     for e in counters {
-        let name = e.get("event").as_str().unwrap_or("?");
+        let name = e["event"].as_str().unwrap_or("?");
         let hardware = [
             "cycles",
             "instructions",
@@ -990,8 +967,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         ]
         .contains(&name.split(':').next().unwrap_or(name));
         if hardware
-            && e.get("supported").as_bool() == Some(true)
-            && e.get("value").as_f64() == Some(0.0)
+            && e["supported"].as_bool() == Some(true)
+            && e["value"].as_f64() == Some(0.0)
             && cpu_ms > 100.0
         {
             let explained = notices
@@ -1017,8 +994,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
 }
 
 fn check_histograms(th: &Json, c: &mut Check) {
-    let hs = th.get("histograms");
-    let p50 = |k: &str| hs.get(k).get("p50_ns").as_f64().unwrap_or(0.0);
+    let hs = &th["histograms"];
+    let p50 = |k: &str| hs[k]["p50_ns"].as_f64().unwrap_or(0.0);
     let (on, off) = (p50("on_cpu"), p50("off_cpu"));
     // A slice is the 4 ms of spinning plus the way out of and into nanosleep, as the
     // scheduler accounts it (se.sum_exec_runtime, or sched_stat_runtime without BTF):
@@ -1032,44 +1009,37 @@ fn check_histograms(th: &Json, c: &mut Check) {
         format!("off-CPU p50 {off} ns, expected ~10 ms (9.8-10.4 ms)")
     });
     for k in ["on_cpu", "runq", "off_cpu"] {
-        let s = hs.get(k);
-        let g = |f: &str| s.get(f).as_u64().unwrap_or(0);
+        let s = &hs[k];
+        let g = |f: &str| s[f].as_u64().unwrap_or(0);
         c.expect(
             g("p50_ns") <= g("p99_ns") && g("p99_ns") <= g("max_ns"),
             || format!("{k}: percentiles out of order: {s}"),
         );
-        let n: u64 = s
-            .get("buckets")
+        let n: u64 = s["buckets"]
             .items()
             .iter()
-            .filter_map(|b| b.get("count").as_u64())
+            .filter_map(|b| b["count"].as_u64())
             .sum();
         c.expect(n == g("count"), || {
             format!("{k}: buckets add up to {n}, count is {}", g("count"))
         });
     }
-    let num = |k: &str| th.get(k).as_u64();
-    c.expect(
-        hs.get("on_cpu").get("count").as_u64() == num("slices"),
-        || {
-            format!(
-                "on_cpu count {} != slices {:?}",
-                hs.get("on_cpu").get("count"),
-                num("slices")
-            )
-        },
-    );
-    c.expect(
-        hs.get("runq").get("count").as_u64() == num("runq_waits"),
-        || {
-            format!(
-                "runq count {} != runq_waits {:?}",
-                hs.get("runq").get("count"),
-                num("runq_waits")
-            )
-        },
-    );
-    c.expect(th.get("exited").as_bool() == Some(true), || {
+    let num = |k: &str| th[k].as_u64();
+    c.expect(hs["on_cpu"]["count"].as_u64() == num("slices"), || {
+        format!(
+            "on_cpu count {} != slices {:?}",
+            hs["on_cpu"]["count"],
+            num("slices")
+        )
+    });
+    c.expect(hs["runq"]["count"].as_u64() == num("runq_waits"), || {
+        format!(
+            "runq count {} != runq_waits {:?}",
+            hs["runq"]["count"],
+            num("runq_waits")
+        )
+    });
+    c.expect(th["exited"].as_bool() == Some(true), || {
         "the worker is not marked exited".into()
     });
     // No comparison with the worker's own schedstat line here: the thread ran its exit
@@ -1080,7 +1050,7 @@ fn check_histograms(th: &Json, c: &mut Check) {
         on / 1e6,
         off / 1e6,
         p50("runq") / 1e3,
-        hs.get("runq").get("count")
+        hs["runq"]["count"]
     ));
 }
 
@@ -1122,8 +1092,8 @@ fn check_dtl(g: &GuestOutput, o: &Offers, cpus: usize) -> Vec<Verdict> {
         });
         match json::parse(step.stdout()) {
             Ok(doc) => {
-                let vcpus = doc.get("vcpus").items();
-                c.expect(doc.get("stats_enabled").as_bool() == Some(true), || {
+                let vcpus = doc["vcpus"].items();
+                c.expect(doc["stats_enabled"].as_bool() == Some(true), || {
                     "stats_enabled is not true".into()
                 });
                 c.expect(vcpus.len() == cpus, || {
@@ -1132,16 +1102,16 @@ fn check_dtl(g: &GuestOutput, o: &Offers, cpus: usize) -> Vec<Verdict> {
                 c.expect(
                     vcpus
                         .iter()
-                        .all(|v| v.get("delta").get("total_disp").as_u64().is_some()),
+                        .all(|v| v["delta"]["total_disp"].as_u64().is_some()),
                     || "a vCPU has no window delta".into(),
                 );
-                let w = doc.get("window_ns").as_f64().unwrap_or(0.0);
+                let w = doc["window_ns"].as_f64().unwrap_or(0.0);
                 c.expect((0.9e9..3e9).contains(&w), || {
                     format!("window_ns {w}, asked for 1 s")
                 });
                 let total: f64 = vcpus
                     .iter()
-                    .filter_map(|v| v.get("delta").get("total_disp").as_f64())
+                    .filter_map(|v| v["delta"]["total_disp"].as_f64())
                     .sum();
                 c.note(format!(
                     "{} vCPUs, {total} dispatches counted in the window (emulation reports zeros)",
