@@ -203,30 +203,47 @@ pub fn thread(doc: &Value, tid: u64) -> Option<&Value> {
         .find(|t| t["tid"].as_u64() == Some(tid))
 }
 
-/// Names of the tracer's programs (as the kernel truncates them: 15 characters).
-pub const OUR_PROGRAMS: &[&str] = &[
-    "sched_switch_bt",
-    "sched_wakeup_bt",
-    "sched_wakeup_ne",
-    "sched_fork_btf",
-    "sched_switch_ra",
-    "sched_wakeup_ra",
-    "sched_fork_raw",
-    "sched_switch_tp",
-    "sched_wakeup_tp",
-    "sched_fork_tp",
-    "sched_exec_btf",
-    "sched_exec_raw",
-    "sched_exec_tp",
-    "floor_switch",
-];
+/// The eBPF object the tracer embeds: `TRACER_EBPF_OBJ` (set by `cargo xtask test`), else
+/// the workspace's build of it.
+pub fn ebpf_object() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_EBPF_OBJ") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bpfel-unknown-none/release/tracer")
+}
+
+/// Names of every program in the tracer's eBPF object, as the kernel shows them (cut to
+/// 15 characters, BPF_OBJ_NAME_LEN less the NUL). Read from the object itself, so a program
+/// added there is looked for without a list to keep up to date.
+pub fn our_programs() -> &'static std::collections::BTreeSet<String> {
+    static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let path = ebpf_object();
+        let data = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the eBPF object {} ({e}): build it with `cargo xtask build`",
+                path.display()
+            )
+        });
+        let obj = aya_obj::Object::parse(&data)
+            .unwrap_or_else(|e| panic!("{} is not a BPF object: {e}", path.display()));
+        let names: std::collections::BTreeSet<String> = obj
+            .programs
+            .keys()
+            .map(|n| n.chars().take(15).collect())
+            .collect();
+        assert!(!names.is_empty(), "{} holds no programs", path.display());
+        names
+    })
+}
 
 /// IDs and names of the tracer's programs loaded in the kernel right now (any process).
 pub fn our_loaded_programs() -> std::collections::BTreeMap<u32, String> {
     aya::programs::loaded_programs()
         .filter_map(|p| p.ok())
         .filter_map(|p| Some((p.id(), p.name_as_str()?.to_string())))
-        .filter(|(_, n)| OUR_PROGRAMS.iter().any(|o| n.starts_with(o)))
+        .filter(|(_, n)| our_programs().contains(n))
         .collect()
 }
 
@@ -360,4 +377,20 @@ pub fn wait_unloaded(ids: &std::collections::BTreeSet<u32>) -> std::collections:
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     still()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The object's program names include the ones the tracer loads outside the three
+    /// probe-mode sets (the task iterator, the perf sched hooks, sched_stat_runtime), which
+    /// the hand-kept list once missed.
+    #[test]
+    fn our_programs_come_from_the_object() {
+        let names = super::our_programs();
+        for n in ["dump_threads", "floor_switch", "sched_switch_bt", "sched_stat_runt"] {
+            assert!(names.contains(n), "{n} not in {names:?}");
+        }
+        assert!(names.iter().any(|n| n.starts_with("perf_sched_")), "{names:?}");
+        assert!(names.iter().all(|n| n.len() <= 15), "{names:?}");
+    }
 }
