@@ -387,10 +387,18 @@ mod tests {
     #[test]
     fn our_programs_come_from_the_object() {
         let names = super::our_programs();
-        for n in ["dump_threads", "floor_switch", "sched_switch_bt", "sched_stat_runt"] {
+        for n in [
+            "dump_threads",
+            "floor_switch",
+            "sched_switch_bt",
+            "sched_stat_runt",
+        ] {
             assert!(names.contains(n), "{n} not in {names:?}");
         }
-        assert!(names.iter().any(|n| n.starts_with("perf_sched_")), "{names:?}");
+        assert!(
+            names.iter().any(|n| n.starts_with("perf_sched_")),
+            "{names:?}"
+        );
         assert!(names.iter().all(|n| n.len() <= 15), "{names:?}");
     }
 }
