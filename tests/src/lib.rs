@@ -7,6 +7,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod kernel;
+
 /// A clock in ns (`CLOCK_MONOTONIC`: the tracer's window; `CLOCK_THREAD_CPUTIME_ID`: the
 /// calling thread's own CPU time), for the workloads that record their truth.
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
