@@ -41,7 +41,10 @@ pub fn tracer_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer")
 }
 
-/// End-to-end tests load BPF programs: they need root. Fail loudly, never skip silently.
+/// End-to-end tests load BPF programs: they need root. They are `#[ignore = "needs root"]`
+/// (a plain `cargo test` as a user passes without claiming to have run them) and
+/// `cargo xtask test` runs them as root with `--include-ignored`; run without root, they
+/// fail loudly here, never skip silently.
 pub fn require_root() {
     // SAFETY: no arguments.
     let euid = unsafe { libc::geteuid() };

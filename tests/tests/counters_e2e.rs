@@ -17,6 +17,7 @@ fn counter<'a>(doc: &'a Value, event: &str) -> &'a Value {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
     require_root();
     let (mut docs, truth) = traced_workload(
@@ -105,6 +106,7 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn text_report_shows_not_supported_and_the_cross_check() {
     require_root();
     let out = run_tracer(&["run", "-e", "task-clock,cycles:u", "--", "sleep", "0.2"]);
@@ -125,6 +127,7 @@ fn text_report_shows_not_supported_and_the_cross_check() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn unsupported_slice_event_is_a_notice_not_a_failure() {
     require_root();
     let out = run_tracer(&[
@@ -147,6 +150,7 @@ fn unsupported_slice_event_is_a_notice_not_a_failure() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn per_thread_counters_for_a_pid_target() {
     require_root();
     let target = Background::start(WORKLOAD);
@@ -196,6 +200,7 @@ fn cgroup2_dir(name: &str) -> std::path::PathBuf {
 /// (a process using 0.63 CPUs showed 0.00015). Counted per CPU with the cgroup as the
 /// filter (perf stat -G), a process that joins after the start is counted.
 #[test]
+#[ignore = "needs root"]
 fn cgroup_task_clock_counts_a_process_that_joins_later() {
     require_root();
     let cg = cgroup2_dir("late");
@@ -238,6 +243,7 @@ fn cgroup_task_clock_counts_a_process_that_joins_later() {
 
 /// Issue 13.9: `--per-thread` with `-- COMMAND` gave `per_thread: null` without a word.
 #[test]
+#[ignore = "needs root"]
 fn per_thread_with_a_command_says_why_there_is_no_breakdown() {
     require_root();
     let out = run_tracer(&[
@@ -264,6 +270,7 @@ fn per_thread_with_a_command_says_why_there_is_no_breakdown() {
 /// Issue 13.9: with `-p`, a thread that stayed asleep read `null` (never counted) instead
 /// of the 0 it counted.
 #[test]
+#[ignore = "needs root"]
 fn per_thread_counter_of_an_idle_thread_is_zero() {
     require_root();
     let target = Background::start(WORKLOAD);

@@ -36,6 +36,7 @@ fn run_mode(mode: &str) -> (Value, Vec<tracer_tests::Truth>) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
     require_root();
     let modes = ["tp-btf", "raw-tp", "tracepoint"];
@@ -61,6 +62,7 @@ fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_sched_mode_fails_cleanly_with_the_reason() {
     require_root();
     let out = run_tracer(&["run", "--probe", "perf-sched", "-d", "1s"]);
@@ -80,6 +82,7 @@ fn perf_sched_mode_fails_cleanly_with_the_reason() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn auto_mode_says_which_mode_and_why() {
     require_root();
     let out = run_tracer(&["run", "--json", "-d", "200ms"]);
@@ -96,6 +99,7 @@ fn auto_mode_says_which_mode_and_why() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn check_reports_what_this_machine_offers() {
     require_root();
     // The programs check loads, seen while it runs (other tracers on the machine load
@@ -180,6 +184,7 @@ fn check_reports_what_this_machine_offers() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn kill_9_leaves_no_program_attached() {
     require_root();
     let mut child = Command::new(tracer_bin())
@@ -198,6 +203,7 @@ fn kill_9_leaves_no_program_attached() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn sigint_and_sigterm_print_the_final_report() {
     require_root();
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -219,6 +225,7 @@ fn sigint_and_sigterm_print_the_final_report() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn thread_churn_keeps_maps_bounded_and_values_possible() {
     require_root();
     // 3000 short threads per second for a minute, reported every 5 s. Each document lists
@@ -308,6 +315,7 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn recycled_pids_never_inherit_a_dead_threads_numbers() {
     require_root();
     // Global PIDs recycle only through the global pid_max (minimum 301).
@@ -345,6 +353,7 @@ fn recycled_pids_never_inherit_a_dead_threads_numbers() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_input_is_a_clear_error_never_a_panic() {
     require_root();
     let cases: &[(&[&str], &str)] = &[
@@ -367,6 +376,7 @@ fn bad_input_is_a_clear_error_never_a_panic() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn command_runs_as_the_sudo_user_unless_as_root() {
     require_root();
     for (extra, want) in [(None, "65534"), (Some("--as-root"), "0")] {
@@ -394,6 +404,7 @@ fn command_runs_as_the_sudo_user_unless_as_root() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn capabilities_are_dropped_once_attached() {
     require_root();
     let mut child = Command::new(tracer_bin())
