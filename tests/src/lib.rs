@@ -159,36 +159,20 @@ pub fn json_docs(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// One thread's ground truth written by `tracer-workload`.
-#[derive(Debug, Clone)]
-pub struct Truth {
-    pub tid: u64,
-    pub pid: u64,
-    /// CLOCK_THREAD_CPUTIME_ID at the thread's end.
-    pub cpu_ns: u64,
-    /// schedstat: on-CPU ns, run_delay ns, slices.
-    pub run_ns: u64,
-    pub wait_ns: u64,
-    pub slices: u64,
-}
+pub use tracer_truth::{within, Truth};
 
+/// The ground truth `tracer-workload` wrote, one line per thread; it writes every figure,
+/// so a line without its CPU clock or timeslices fails here.
 pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
     let s = std::fs::read_to_string(path).expect("workload wrote no ground truth");
     s.lines()
         .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("bad truth line");
-            let g = |k: &str| {
-                v[k].as_u64()
-                    .unwrap_or_else(|| panic!("{k} missing in {l}"))
-            };
-            Truth {
-                tid: g("tid"),
-                pid: g("pid"),
-                cpu_ns: g("cpu_ns"),
-                run_ns: g("run_ns"),
-                wait_ns: g("wait_ns"),
-                slices: g("slices"),
-            }
+            let t = Truth::parse(l).unwrap_or_else(|e| panic!("bad truth line ({e}): {l}"));
+            assert!(
+                t.cpu_ns.is_some() && t.slices.is_some(),
+                "cpu_ns or slices missing in {l}"
+            );
+            t
         })
         .collect()
 }

@@ -2,7 +2,8 @@
 //! against the kernel's own accounting (schedstat, CLOCK_THREAD_CPUTIME_ID).
 use serde_json::Value;
 use tracer_tests::{
-    final_report, json_docs, require_root, run_tracer, thread, traced_workload, Background, Truth,
+    final_report, json_docs, require_root, run_tracer, thread, traced_workload, within, Background,
+    Truth,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -11,11 +12,6 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 /// documents and the workload's ground truth.
 fn traced(extra: &[&str], workload: &[&str], name: &str) -> (Vec<Value>, Vec<Truth>) {
     traced_workload(WORKLOAD, extra, &[], workload, name)
-}
-
-fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
-    let d = a.abs_diff(b);
-    d <= abs_ns || (d as f64) <= rel * b as f64
 }
 
 #[test]
@@ -48,11 +44,11 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         assert_eq!(th["pid"].as_u64(), Some(t.pid));
         // The thread read its schedstat a moment before it ended: allow 1% or 1 ms.
         assert!(
-            within(ours, t.run_ns, 0.01, 1_000_000),
+            within(ours, t.run_ns, 0.01, 1e6),
             "tid {}: ours {ours} ns, schedstat {} ns, thread clock {} ns",
             t.tid,
             t.run_ns,
-            t.cpu_ns
+            t.cpu_ns.unwrap_or_default()
         );
         assert!(th["slices"].as_u64().unwrap() > 0);
         assert!(
@@ -126,7 +122,7 @@ fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
             "spinners on one CPU must wait: {t:?}"
         );
         assert!(
-            within(ours, t.wait_ns, rel, 0),
+            within(ours, t.wait_ns, rel, 0.0),
             "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
             t.tid,
             t.wait_ns

@@ -4,6 +4,8 @@
 //! guest kernel's schedstat as each workload thread recorded it at its end.
 
 use super::protocol::{GuestOutput, Step};
+use tracer_truth::Truth;
+
 use crate::json::{self, Items, Json};
 
 /// Relative tolerance against schedstat.
@@ -259,17 +261,8 @@ fn report(step: &Step, c: &mut Check) -> Option<Json> {
     doc
 }
 
-/// A workload thread's ground truth.
-#[derive(Clone, Debug)]
-struct Truth {
-    tid: u64,
-    pid: u64,
-    run_ns: u64,
-    wait_ns: u64,
-    /// Which workload wrote it (busy, spin, ...).
-    kind: String,
-}
-
+/// The workload threads' ground truth: the guest's `truth*` parts, one line per thread.
+/// A line without `kind` takes the part's name (`truth-spin`: spin).
 fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
     let mut out = Vec::new();
     for (name, text) in &step.parts {
@@ -278,46 +271,41 @@ fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
         };
         let kind = kind.trim_start_matches('-');
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let v = match json::parse(line) {
-                Ok(v) => v,
+            let mut t = match Truth::parse(line) {
+                Ok(t) => t,
                 Err(e) => {
                     c.fail(format!("bad ground-truth line in {name} ({e}): {line}"));
                     continue;
                 }
             };
-            let g = |k: &str| v[k].as_u64();
             // steps.sh reads stopped threads (state T): their schedstat is final.
-            if let Some(state) = v["state"].as_str() {
+            if let Some(state) = &t.state {
                 c.expect(state == "T", || {
                     format!(
                         "thread {} was in state {state}, not stopped, when its schedstat was read",
-                        v["tid"]
+                        t.tid
                     )
                 });
             }
-            let kind = v["kind"].as_str().map(str::to_string).unwrap_or_else(|| {
+            t.kind.get_or_insert_with(|| {
                 if kind.is_empty() {
                     "workload".into()
                 } else {
                     kind.into()
                 }
             });
-            match (g("tid"), g("pid"), g("run_ns"), g("wait_ns")) {
-                (Some(tid), Some(pid), Some(run_ns), Some(wait_ns)) => out.push(Truth {
-                    tid,
-                    pid,
-                    run_ns,
-                    wait_ns,
-                    kind,
-                }),
-                _ => c.fail(format!("incomplete ground-truth line in {name}: {line}")),
-            }
+            out.push(t);
         }
     }
     if out.is_empty() {
         c.fail("the workload wrote no ground truth");
     }
     out
+}
+
+/// Which workload a truth line came from (filled in by [`truths`]).
+fn kind(t: &Truth) -> &str {
+    t.kind.as_deref().unwrap_or("workload")
 }
 
 fn thread(doc: &Json, tid: u64) -> Option<&Json> {
@@ -328,13 +316,13 @@ fn thread(doc: &Json, tid: u64) -> Option<&Json> {
 }
 
 fn within(ours: u64, truth: u64) -> bool {
-    within_events(ours, truth, 0, 0.0)
+    tracer_truth::within(ours, truth, TOLERANCE, FLOOR_NS)
 }
 
 /// Within TOLERANCE (or FLOOR_NS), plus `per_event` for each of `events`.
 fn within_events(ours: u64, truth: u64, events: u64, per_event: f64) -> bool {
     let d = ours.abs_diff(truth) as f64;
-    d <= FLOOR_NS.max(TOLERANCE * truth as f64) + events as f64 * per_event
+    d <= tracer_truth::tolerance(truth, TOLERANCE, FLOOR_NS) + events as f64 * per_event
 }
 
 fn pct(ours: u64, truth: u64) -> f64 {
@@ -358,7 +346,9 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
         let Some(th) = thread(doc, t.tid) else {
             c.fail(format!(
                 "{} thread {} (pid {}) is missing from the report",
-                t.kind, t.tid, t.pid
+                kind(t),
+                t.tid,
+                t.pid
             ));
             continue;
         };
@@ -375,7 +365,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!(
                 "tid {} ({}): on_cpu_ns {on} vs schedstat {} ({:+.2}%, over {}%)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.run_ns,
                 pct(on, t.run_ns),
                 TOLERANCE * 100.0
@@ -386,7 +376,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             c.note(format!(
                 "not gated without BTF: tid {} ({}): runq_wait_ns {rq} vs run_delay {} ({:+.2}%)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.wait_ns,
                 pct(rq, t.wait_ns)
             ));
@@ -395,7 +385,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!(
                 "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.wait_ns,
                 pct(rq, t.wait_ns),
                 TOLERANCE * 100.0,
@@ -417,7 +407,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!("tid {}: 0 slices", t.tid)
         });
         let worker = t.tid != t.pid;
-        if worker && t.kind == "spin" {
+        if worker && kind(t) == "spin" {
             c.expect(num("runq_waits").unwrap_or(0) > 0, || {
                 format!("tid {} (spin, shares CPU 0): runq_waits 0", t.tid)
             });
@@ -425,7 +415,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
                 format!("tid {} (spin, shares CPU 0): involuntary_switches 0", t.tid)
             });
         }
-        if worker && t.kind == "busy" {
+        if worker && kind(t) == "busy" {
             c.expect(num("voluntary_switches").unwrap_or(0) > 0, || {
                 format!("tid {} (busy-sleep): voluntary_switches 0", t.tid)
             });
