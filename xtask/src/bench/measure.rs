@@ -15,9 +15,6 @@ use super::{
     workloads::Load,
 };
 
-// ---------------------------------------------------------------------------------------
-// Measurement.
-
 #[derive(Default)]
 pub(super) struct Row {
     pub(super) tool: String,

@@ -11,9 +11,6 @@ use super::{
     Config,
 };
 
-// ---------------------------------------------------------------------------------------
-// Summaries and tables.
-
 pub(super) fn median(v: &[f64]) -> f64 {
     if v.is_empty() {
         return f64::NAN;

@@ -13,9 +13,6 @@ use super::{
     system::Proc,
 };
 
-// ---------------------------------------------------------------------------------------
-// Loads.
-
 pub(super) struct Load {
     pub(super) key: &'static str,
     pub(super) argv: Vec<String>,
