@@ -822,7 +822,7 @@ fn build_report(
         sections.push(Section {
             key: "hypervisor",
             json: serde_json::to_value(&h).unwrap_or_default(),
-            text: hypervisor::format_text(&h),
+            text: crate::output::hypervisor::format_text(&h),
         });
     }
     let now = std::time::SystemTime::now()
