@@ -83,11 +83,12 @@ pub fn parse_proc_stat(text: &str, path: &Path) -> Result<Vec<CpuSteal>, TracerE
     Ok(out)
 }
 
-/// Ticks of /proc/stat per second (sysconf(_SC_CLK_TCK); 100 if unknown).
+/// Ticks of /proc/stat per second (the kernel's AT_CLKTCK, what sysconf(_SC_CLK_TCK)
+/// returns; 100 if unknown).
 pub fn user_hz() -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(v).ok().filter(|&v| v > 0).unwrap_or(100)
+    Some(rustix::param::clock_ticks_per_second())
+        .filter(|&v| v > 0)
+        .unwrap_or(100)
 }
 
 /// The hypervisor's counters at one moment.

@@ -77,19 +77,9 @@ pub fn ensure_debugfs(root: &Root) {
     if !root.is_live() || root.path(vcpudispatch::DTL_DIR).exists() {
         return;
     }
-    let (src, target, fstype) = (c"none", c"/sys/kernel/debug", c"debugfs");
-    // SAFETY: valid NUL-terminated strings and a null data pointer, as mount(2) allows.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        log::debug!("mounting debugfs: {}", io::Error::last_os_error());
+    let flags = rustix::mount::MountFlags::empty();
+    if let Err(e) = rustix::mount::mount("none", "/sys/kernel/debug", "debugfs", flags, None) {
+        log::debug!("mounting debugfs: {}", io::Error::from(e));
     }
 }
 
