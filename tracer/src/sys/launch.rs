@@ -392,6 +392,60 @@ mod tests {
         assert_eq!(short_command(&argv[..1], 200), "prog");
     }
 
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn comm(pid: u32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_command_execs_only_when_released_and_its_status_comes_back() {
+        let a = argv(&["sh", "-c", "exit 7"]);
+        let held = spawn_held(&a, None).expect("spawn");
+        let pid = held.pid;
+        // Held: still the fork of the launching thread (it has that thread's name), not sh.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(comm(pid).trim(), "tracer-launch");
+        assert_eq!(try_wait_exit(pid), None, "held, not exited");
+        assert_eq!(held.release(&a).expect("exec"), pid);
+        assert_eq!(wait_exit(pid), 7);
+    }
+
+    #[test]
+    fn a_signal_ends_the_command_as_a_shell_reports_it() {
+        let a = argv(&["sh", "-c", "kill -TERM $$"]);
+        let pid = spawn_held(&a, None).unwrap().release(&a).unwrap();
+        assert_eq!(wait_exit(pid), 128 + libc::SIGTERM);
+    }
+
+    #[test]
+    fn exec_failures_and_aborts_are_told_and_reaped() {
+        let dir = std::env::temp_dir().join(format!("tracer-launch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("not-executable");
+        std::fs::write(&file, "x").unwrap();
+        let a = vec![file.to_string_lossy().into_owned()];
+        let e = spawn_held(&a, None).unwrap().release(&a).unwrap_err();
+        assert!(e.to_string().contains("Permission denied"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let e = spawn_held(&argv(&["no-such-command-here"]), None)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("command not found"), "{e}");
+
+        let a = argv(&["sleep", "100"]);
+        let held = spawn_held(&a, None).unwrap();
+        let pid = held.pid;
+        held.abort();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "aborted child reaped"
+        );
+    }
+
     #[test]
     fn child_states_read_as_a_shell_would() {
         assert_eq!(ChildState::Killed(9).exit_code(), Some(137));
