@@ -24,10 +24,17 @@
 //! next `tracer dtl` finds the file, sees that the PID is gone (or reused: `starttime`, field
 //! 22 of `/proc/PID/stat`, differs) and restores the settings before doing anything else.
 //! While the writer is alive, a second run refuses to touch the settings.
-mod busy;
-mod settings;
-mod stats;
+pub mod busy;
+pub mod settings;
+pub mod stats;
 
 pub use busy::busy_hint;
-pub use settings::*;
-pub use stats::*;
+pub use settings::{
+    parse_starttime, recover_stale, write_setting, Recovered, SavedSettings, SettingsGuard,
+};
+pub(crate) use stats::{excerpt, read_text};
+pub use stats::{
+    is_pseries, parse_dtl_mask, parse_stats, read_dtl_mask, read_freq, read_stats, vcpu_reports,
+    DispatchCounters, DispatchRates, StatsState, VcpuCounters, VcpuReport, COUNTER_NAMES, DTL_DIR,
+    DTL_MASK_PATH, FREQ_PATH, STATE_PATH, STATS_PATH,
+};

@@ -8,7 +8,13 @@ use std::{
 
 use crate::{
     error::TracerError,
-    pseries::vcpudispatch::{busy::busy_hint, stats::*},
+    pseries::vcpudispatch::{
+        busy::busy_hint,
+        stats::{
+            excerpt, read_dtl_mask, read_freq, read_stats, StatsState, DTL_MASK_PATH, FREQ_PATH,
+            STATE_PATH, STATS_PATH,
+        },
+    },
     sys::root::Root,
 };
 
