@@ -1,6 +1,8 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
-//! counter text, and standard output that never panics.
+//! counter text, the DTL and hypervisor views, and standard output that never panics.
 pub mod counters;
+pub mod dtl;
+pub mod hypervisor;
 pub mod json;
 pub mod report;
 pub mod sink;
