@@ -3,4 +3,5 @@
 pub mod hist;
 pub mod options;
 pub mod snapshot;
+pub mod stacks;
 pub mod words;

@@ -45,6 +45,8 @@ struct OpenFile {
     file: File,
     /// Its path as mapped (for reports).
     path: String,
+    /// Its bytes, read on the first frame-pointer question.
+    bytes: std::cell::OnceCell<Option<Vec<u8>>>,
 }
 
 /// Symbolizes kernel and user stacks; remembers processes' mappings.
@@ -167,6 +169,7 @@ impl Symbolizer {
         self.files.push(OpenFile {
             file: f,
             path: path.trim_end_matches(" (deleted)").to_string(),
+            bytes: Default::default(),
         });
         let i = self.files.len() - 1;
         self.by_inode.insert(key, i);
@@ -188,6 +191,23 @@ impl Symbolizer {
             .get(&tgid)?
             .iter()
             .find(|m| m.start <= addr && addr < m.end)
+    }
+
+    /// Whether the function holding user address `addr` of `tgid` keeps a frame pointer
+    /// (its first instructions are `push %rbp; mov %rsp,%rbp`, after an `endbr64`):
+    /// None when that cannot be told (no symbol, not x86_64). A function without one
+    /// hides its caller from the kernel's frame-pointer walk of the stack.
+    pub fn has_frame_pointer(&self, tgid: u32, addr: u64) -> Option<bool> {
+        if !cfg!(target_arch = "x86_64") {
+            return None;
+        }
+        let m = self.mapping(tgid, addr)?;
+        let f = &self.files[m.file?];
+        let bytes = f
+            .bytes
+            .get_or_init(|| std::fs::read(self.fd_path(m.file?)).ok())
+            .as_deref()?;
+        prologue_has_frame_pointer(bytes, addr - m.start + m.offset)
     }
 
     /// Symbolizes a user stack of process `tgid` (leaf first, as the kernel gives it).
@@ -255,6 +275,37 @@ impl Symbolizer {
     }
 }
 
+/// In an ELF image: does the function containing file offset `off` begin by setting up
+/// a frame pointer?
+fn prologue_has_frame_pointer(elf: &[u8], off: u64) -> Option<bool> {
+    use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
+    let file = object::File::parse(elf).ok()?;
+    // File offset to virtual address, through the loadable segments.
+    let to_vaddr = |off: u64| {
+        file.segments().find_map(|s| {
+            let (fo, fsz) = s.file_range();
+            (fo <= off && off < fo + fsz).then(|| s.address() + (off - fo))
+        })
+    };
+    let to_off = |va: u64| {
+        file.segments().find_map(|s| {
+            let (fo, fsz) = s.file_range();
+            (s.address() <= va && va < s.address() + fsz).then(|| fo + (va - s.address()))
+        })
+    };
+    let va = to_vaddr(off)?;
+    let start = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+        .find(|s| s.address() <= va && va < s.address() + s.size())?
+        .address();
+    let o = to_off(start)? as usize;
+    let code = elf.get(o..o + 8)?;
+    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+    Some(code.starts_with(&[0x55, 0x48, 0x89, 0xe5]))
+}
+
 fn unknown(name: &str) -> SymFrame {
     SymFrame {
         name: name.to_string(),
@@ -316,5 +367,7 @@ mod tests {
             frames[0].iter().any(|f| f.name.contains("marker_function_for_symbolize")),
             "{frames:?}"
         );
+        // The tests are built without forced frame pointers at opt-level 0: no prologue.
+        assert!(s.has_frame_pointer(std::process::id(), addr + 1).is_some());
     }
 }
