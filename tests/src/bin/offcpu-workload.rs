@@ -10,7 +10,7 @@
 //! `-C force-frame-pointers=yes` and once without frame pointers, as cargo cannot set
 //! codegen flags for one binary.
 //!
-//! Usage: offcpu-workload [--ms N] [--rounds N] --out FILE
+//! Usage: offcpu-workload [--ms N] [--rounds N] [--delay-ms N] --out FILE
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use std::{
@@ -170,6 +170,9 @@ mod imp {
         let ms: u64 = get("--ms").and_then(|v| v.parse().ok()).unwrap_or(20);
         let rounds: u64 = get("--rounds").and_then(|v| v.parse().ok()).unwrap_or(50);
         let out = get("--out").expect("--out FILE");
+        // Time for tracers to attach by PID before the waits begin.
+        let delay: u64 = get("--delay-ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(delay));
         let pid = std::process::id();
         let mut fds = [0i32; 2];
         // SAFETY: valid array of two ints.

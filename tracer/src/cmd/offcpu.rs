@@ -29,8 +29,7 @@ use crate::{
         stacks::{OffcpuLoad, OffcpuTracer},
     },
     model::stacks::{
-        Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart,
-        StateFilter,
+        Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
     },
     output::{flamegraph, folded, stacks as text},
     sys::{
@@ -461,7 +460,11 @@ fn truncated_at(sym: &Symbolizer, tgid: u32, ips: &[u64], user: &[Frame]) -> Opt
     let last = user.last()?;
     let ends_at_root = STACK_ROOTS.contains(&last.name.as_str());
     // The outermost frame's own prologue does not matter: nothing above it is missing.
-    let n = if ends_at_root { ips.len() - 1 } else { ips.len() };
+    let n = if ends_at_root {
+        ips.len() - 1
+    } else {
+        ips.len()
+    };
     for (i, &ip) in ips.iter().enumerate().take(n) {
         let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
         if sym.has_frame_pointer(tgid, addr) == Some(false) {
@@ -480,18 +483,18 @@ fn truncated_at(sym: &Symbolizer, tgid: u32, ips: &[u64], user: &[Frame]) -> Opt
 }
 
 /// The kernel frames of the tracing itself (the program, the tracepoint's call into it)
-/// are not where the thread waited: dropped from the leaf end.
+/// are not where the thread waited: everything up to the tracepoint's own frames is
+/// dropped from the leaf end. (The program's address may be named after any nearby
+/// kallsyms entry, so it is found through the frames that call it.)
 fn strip_tracing_frames(mut f: Vec<Frame>) -> Vec<Frame> {
-    let n = f
-        .iter()
-        .take_while(|fr| {
-            fr.name.starts_with("bpf_prog_")
-                || fr.name.starts_with("bpf_trace_run")
-                || fr.name.starts_with("__traceiter_")
-                || fr.name.starts_with("__bpf_trace_")
-                || fr.name.starts_with("perf_trace_")
-        })
-        .count();
-    f.drain(..n);
+    let tracing = |n: &str| {
+        n.starts_with("bpf_trace_run")
+            || n.starts_with("__traceiter_")
+            || n.starts_with("__bpf_trace_")
+            || n.starts_with("perf_trace_")
+    };
+    if let Some(last) = f.iter().take(6).rposition(|fr| tracing(&fr.name)) {
+        f.drain(..=last);
+    }
     f
 }

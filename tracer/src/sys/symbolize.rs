@@ -183,7 +183,11 @@ impl Symbolizer {
     /// The file (path as mapped) that holds user address `addr` of `tgid`, if known.
     pub fn file_of(&self, tgid: u32, addr: u64) -> Option<&str> {
         let m = self.mapping(tgid, addr)?;
-        Some(m.file.map(|i| self.files[i].path.as_str()).unwrap_or(&m.name))
+        Some(
+            m.file
+                .map(|i| self.files[i].path.as_str())
+                .unwrap_or(&m.name),
+        )
     }
 
     fn mapping(&self, tgid: u32, addr: u64) -> Option<&Mapping> {
@@ -194,7 +198,7 @@ impl Symbolizer {
     }
 
     /// Whether the function holding user address `addr` of `tgid` keeps a frame pointer
-    /// (its first instructions are `push %rbp; mov %rsp,%rbp`, after an `endbr64`):
+    /// (`push %rbp; mov %rsp,%rbp` among its first instructions):
     /// None when that cannot be told (no symbol, not x86_64). A function without one
     /// hides its caller from the kernel's frame-pointer walk of the stack.
     pub fn has_frame_pointer(&self, tgid: u32, addr: u64) -> Option<bool> {
@@ -263,10 +267,7 @@ impl Symbolizer {
             ..Default::default()
         });
         match self.blaze.symbolize(&src, Input::AbsAddr(&addrs)) {
-            Ok(syms) => syms
-                .into_iter()
-                .map(|s| frames_of(s, "[kernel]"))
-                .collect(),
+            Ok(syms) => syms.into_iter().map(|s| frames_of(s, "[kernel]")).collect(),
             Err(e) => {
                 log::debug!("symbolizing kernel addresses: {e}");
                 addrs.iter().map(|_| vec![unknown("[kernel]")]).collect()
@@ -301,9 +302,10 @@ fn prologue_has_frame_pointer(elf: &[u8], off: u64) -> Option<bool> {
         .find(|s| s.address() <= va && va < s.address() + s.size())?
         .address();
     let o = to_off(start)? as usize;
-    let code = elf.get(o..o + 8)?;
-    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
-    Some(code.starts_with(&[0x55, 0x48, 0x89, 0xe5]))
+    // Within its first instructions: LLVM's shrink-wrapping may put an early exit
+    // before the prologue.
+    let code = elf.get(o..(o + 64).min(elf.len()))?;
+    Some(code.windows(4).any(|w| w == [0x55, 0x48, 0x89, 0xe5]))
 }
 
 fn unknown(name: &str) -> SymFrame {
@@ -345,9 +347,15 @@ mod tests {
     fn maps_lines() {
         let l = "7f1c2a000000-7f1c2a1b5000 r-xp 00028000 08:01 1835032                    /usr/lib/x86_64-linux-gnu/libc.so.6";
         let (s, e, p, o, ino, path) = parse_maps_line(l).unwrap();
-        assert_eq!((s, e, p, o, ino), (0x7f1c2a000000, 0x7f1c2a1b5000, "r-xp", 0x28000, 1835032));
+        assert_eq!(
+            (s, e, p, o, ino),
+            (0x7f1c2a000000, 0x7f1c2a1b5000, "r-xp", 0x28000, 1835032)
+        );
         assert_eq!(path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        let v = parse_maps_line("7ffd1b5f0000-7ffd1b5f2000 r-xp 00000000 00:00 0                          [vdso]").unwrap();
+        let v = parse_maps_line(
+            "7ffd1b5f0000-7ffd1b5f2000 r-xp 00000000 00:00 0                          [vdso]",
+        )
+        .unwrap();
         assert_eq!(v.5, "[vdso]");
         assert!(parse_maps_line("garbage").is_none());
     }
@@ -364,7 +372,9 @@ mod tests {
         assert!(s.remember(std::process::id()));
         let frames = s.user(std::process::id(), &[addr + 1]);
         assert!(
-            frames[0].iter().any(|f| f.name.contains("marker_function_for_symbolize")),
+            frames[0]
+                .iter()
+                .any(|f| f.name.contains("marker_function_for_symbolize")),
             "{frames:?}"
         );
         // The tests are built without forced frame pointers at opt-level 0: no prologue.
