@@ -361,9 +361,9 @@ fn build_report(
                     if !sym.knows(k.tgid) {
                         unsymbolized.insert((k.tgid, comm.clone()));
                     }
-                    let f = frames(sym.user(k.tgid, a));
-                    let cut = truncated_at(sym, k.tgid, a, &f);
-                    (StackPart::Frames(f), cut)
+                    let per_ip = sym.user(k.tgid, a);
+                    let cut = truncated_at(sym, k.tgid, a, &per_ip);
+                    (StackPart::Frames(frames(per_ip)), cut)
                 }
                 _ if k.user_stack >= 0 => (
                     StackPart::Missing {
@@ -451,23 +451,32 @@ const STACK_ROOTS: &[&str] = &[
     "start",
 ];
 
-/// Whether a user stack (leaf first) was cut short, and the binary to blame. The kernel
-/// walks user stacks by frame pointer: a function that keeps none hides its caller (and
-/// may send the walk astray), and a walk that does not end in a thread's root call was
-/// lost. The binary blamed holds the first function without a frame pointer, else the
-/// outermost known frame.
-fn truncated_at(sym: &Symbolizer, tgid: u32, ips: &[u64], user: &[Frame]) -> Option<String> {
-    let last = user.last()?;
+/// Whether a user stack was cut short, and the binary to blame. The kernel walks user
+/// stacks by frame pointer: a function that keeps none hides its caller (and may send
+/// the walk astray), and a walk that does not end in a thread's root call was lost.
+/// `per_ip` is the symbolizer's frames per address (leaf first); the binary blamed holds
+/// the first function without a frame pointer, else the outermost known frame.
+fn truncated_at(
+    sym: &Symbolizer,
+    tgid: u32,
+    ips: &[u64],
+    per_ip: &[Vec<SymFrame>],
+) -> Option<String> {
+    let last = per_ip.last()?.last()?;
     let ends_at_root = STACK_ROOTS.contains(&last.name.as_str());
     // The outermost frame's own prologue does not matter: nothing above it is missing.
     let n = if ends_at_root {
-        ips.len() - 1
+        per_ip.len() - 1
     } else {
-        ips.len()
+        per_ip.len()
     };
-    for (i, &ip) in ips.iter().enumerate().take(n) {
-        let addr = if i == 0 { ip } else { ip.saturating_sub(1) };
-        if sym.has_frame_pointer(tgid, addr) == Some(false) {
+    for (i, frames) in per_ip.iter().enumerate().take(n) {
+        if frames.last().and_then(|f| f.keeps_fp) == Some(false) {
+            let addr = if i == 0 {
+                ips[i]
+            } else {
+                ips[i].saturating_sub(1)
+            };
             return Some(base_name(sym.file_of(tgid, addr).unwrap_or("[unknown]")).to_string());
         }
     }
