@@ -219,6 +219,7 @@ pub const OUR_PROGRAMS: &[&str] = &[
     "sched_exec_raw",
     "sched_exec_tp",
     "floor_switch",
+    "offcpu_switch",
 ];
 
 /// IDs and names of the tracer's programs loaded in the kernel right now (any process).

@@ -381,3 +381,46 @@ fn agrees_with_offcputime() {
     }
     let _ = std::fs::remove_file(&t);
 }
+
+/// Kernel threads have no user stack: their stacks are the kernel's alone, without a
+/// marker of loss.
+#[test]
+fn kernel_threads_have_kernel_stacks_only() {
+    require_root();
+    let doc = run_json(&["offcpu", "--json", "-d", "1"]);
+    let kthreads: Vec<&Value> = doc["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            let c = s["comm"].as_str().unwrap_or("");
+            c.starts_with("kworker/") || c.starts_with("rcu_") || c.starts_with("ksoftirqd/")
+        })
+        .collect();
+    assert!(!kthreads.is_empty(), "no kernel thread went off-CPU in 1 s");
+    for s in kthreads {
+        assert_eq!(s["user"]["missing"], "empty", "{s}");
+        assert!(s["kernel"].as_array().is_some_and(|f| !f.is_empty()), "{s}");
+    }
+}
+
+/// `tracer run` neither loads nor attaches the off-CPU program: it costs run nothing.
+#[test]
+fn run_does_not_load_the_offcpu_program() {
+    require_root();
+    let child = Command::new(tracer_bin())
+        .args(["run", "-d", "2", "--json"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = tracer_tests::wait_held(child.id());
+    let names = tracer_tests::our_loaded_programs();
+    let held: Vec<&String> = held.iter().filter_map(|id| names.get(id)).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        held.iter().any(|n| n.starts_with("sched_switch")),
+        "{held:?}"
+    );
+    assert!(!held.iter().any(|n| n.starts_with("offcpu")), "{held:?}");
+}
