@@ -1152,6 +1152,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let cpudist = binary("libbpf-tools", "cpudist")?;
     let runqlat = binary("libbpf-tools", "runqlat")?;
     let bpftrace = binary("bpftrace", "bpftrace")?;
+    let offcputime = binary("libbpf-tools", "offcputime")?;
     let tracer = match args.tracer {
         Some(t) => std::path::absolute(t)?,
         None => crate::build(true)?.bin,
@@ -1253,6 +1254,22 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 ),
             ],
             versus: "libbpf-p",
+        },
+        // Off-CPU stacks (issue 16): `tracer offcpu` beside libbpf-tools' offcputime.
+        Tool {
+            key: "offcpu",
+            label: "tracer offcpu",
+            procs: vec![(
+                "tracer".into(),
+                vec![t.clone(), "offcpu".into(), "-d".into(), "24h".into()],
+            )],
+            versus: "offcputime",
+        },
+        Tool {
+            key: "offcputime",
+            label: "offcputime",
+            procs: vec![("offcputime".into(), vec![s(&offcputime)])],
+            versus: "offcputime",
         },
         Tool {
             key: "bpftrace",
