@@ -207,7 +207,7 @@ fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
     if let Some(pid) = child {
         return format!(
             "command {} (PID {pid})",
-            launch::short_command(&o.command, 60)
+            launch::short_command(&o.command, 200)
         );
     }
     let mut parts: Vec<String> = o.pids.iter().map(|p| format!("PID {p}")).collect();
@@ -409,9 +409,15 @@ fn build_report(
     };
     let mut notes = Vec::new();
     for b in &truncated {
-        notes.push(format!(
-            "user stacks of {b} are likely truncated: no frame pointers (rebuild with -fno-omit-frame-pointer / -C force-frame-pointers=yes)"
-        ));
+        notes.push(if b.starts_with('[') {
+            format!(
+                "some user stacks end in {b} code (no file: JIT, or a process that exec'd since): likely truncated"
+            )
+        } else {
+            format!(
+                "user stacks of {b} are likely truncated: no frame pointers (rebuild with -fno-omit-frame-pointer / -C force-frame-pointers=yes)"
+            )
+        });
     }
     for (pid, comm) in &unsymbolized {
         notes.push(format!(
