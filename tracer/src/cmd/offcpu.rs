@@ -109,7 +109,7 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
         Some(h) => Some(h.release(&o.command)?),
         None => None,
     };
-    trace(o, tracer, child, svg)
+    trace(o, &root, tracer, child, svg)
 }
 
 fn start(o: &OffcpuOptions, root: &Root, child: Option<u32>) -> Result<OffcpuTracer> {
@@ -221,6 +221,7 @@ fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
 
 fn trace(
     o: OffcpuOptions,
+    root: &Root,
     mut tracer: OffcpuTracer,
     child: Option<u32>,
     svg: Option<std::fs::File>,
@@ -231,7 +232,19 @@ fn trace(
     unsafe {
         libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_sigint as *const () as libc::sighandler_t);
     }
+    // -p/-t: the run ends with its targets (a cgroup can gain tasks later: never).
+    let watch: Vec<procfs::Watched> = if o.cgroup.is_none() {
+        o.pids
+            .iter()
+            .filter_map(|&p| procfs::watch_process(root, p))
+            .chain(o.tids.iter().filter_map(|&t| procfs::watch_thread(root, t)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut targets_exited = false;
     let mut sym = Symbolizer::new();
     let mut known: BTreeSet<u32> = o.pids.iter().copied().chain(child).collect();
     // Mappings are read while processes live: often for a target, less for everything.
@@ -253,6 +266,10 @@ fn trace(
             }
         }
         if INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+        if !watch.is_empty() && !watch.iter().any(|w| procfs::still_alive(root, w)) {
+            targets_exited = true;
             break;
         }
         let left = match o.duration {
@@ -282,8 +299,16 @@ fn trace(
         text::write_json(&report, &mut out)?;
     } else {
         text::write_text(&report, o.top, &mut out)?;
-        if let Some(st) = child_state {
-            writeln!(out, "\ncommand: {}", st.describe())?;
+        match (child_state, child) {
+            (Some(st), _) => writeln!(out, "\ncommand: {}", st.describe())?,
+            (None, Some(pid)) => writeln!(
+                out,
+                "\ncommand: still running (PID {pid}), no longer traced"
+            )?,
+            _ => {}
+        }
+        if targets_exited {
+            writeln!(out, "\nall targets exited: the run ended with them")?;
         }
     }
     crate::output::stdout::emit_raw(&String::from_utf8_lossy(&out))?;
