@@ -98,9 +98,9 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
         Leave::Dead => 0,
     };
     if state & oc.states != 0 && prev.tid != 0 {
-        if let Some(tgid) = account::traced(&prev).or_else(|| {
-            account::join_cgroup(&prev).then_some(prev.tgid)
-        }) {
+        if let Some(tgid) =
+            account::traced(&prev).or_else(|| account::join_cgroup(&prev).then_some(prev.tgid))
+        {
             let start = OffStart {
                 ts_ns: now,
                 tgid: if tgid != 0 { tgid } else { prev.tgid },
@@ -172,4 +172,3 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     }
     0
 }
-

@@ -103,8 +103,7 @@ impl OffcpuTracer {
                 .program_mut(name)
                 .ok_or_else(|| anyhow!("program {name} missing"))?
                 .try_into()?;
-            p.attach()
-                .with_context(|| format!("attaching {name}"))?;
+            p.attach().with_context(|| format!("attaching {name}"))?;
             attached.push(*name);
         }
         Ok(OffcpuTracer { ebpf, attached })

@@ -30,7 +30,11 @@ pub enum StateFilter {
 }
 
 impl StateFilter {
-    pub const ALL: [StateFilter; 3] = [StateFilter::Blocked, StateFilter::Preempted, StateFilter::All];
+    pub const ALL: [StateFilter; 3] = [
+        StateFilter::Blocked,
+        StateFilter::Preempted,
+        StateFilter::All,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             StateFilter::Blocked => "blocked",

@@ -73,7 +73,11 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
     }
-    let n = if top == 0 { r.stacks.len() } else { top.min(r.stacks.len()) };
+    let n = if top == 0 {
+        r.stacks.len()
+    } else {
+        top.min(r.stacks.len())
+    };
     for (i, s) in r.stacks.iter().take(n).enumerate() {
         let pct = if r.total_ns > 0 {
             100.0 * s.total_ns as f64 / r.total_ns as f64
@@ -97,12 +101,19 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
         writeln!(out, "    user:")?;
         write_part(out, &s.user)?;
         if let Some(b) = &s.user_truncated {
-            writeln!(out, "      [likely truncated here: {b} has no frame pointers]")?;
+            writeln!(
+                out,
+                "      [likely truncated here: {b} has no frame pointers]"
+            )?;
         }
     }
     if n < r.stacks.len() {
         writeln!(out)?;
-        writeln!(out, "({} more stacks: --top 0, --folded or --json for all)", r.stacks.len() - n)?;
+        writeln!(
+            out,
+            "({} more stacks: --top 0, --folded or --json for all)",
+            r.stacks.len() - n
+        )?;
     }
     Ok(())
 }
