@@ -247,11 +247,12 @@ fn trace(
     let mut targets_exited = false;
     let mut sym = Symbolizer::new();
     let mut known: BTreeSet<u32> = o.pids.iter().copied().chain(child).collect();
-    // Mappings are read while processes live: often for a target, less for everything.
+    // Mappings are read while processes live: every 50 ms for a target (a process that
+    // lives and dies between two reads is not symbolized), every 500 ms for everything.
     let poll = if known.is_empty() && o.tids.is_empty() && o.cgroup.is_none() {
         Duration::from_millis(500)
     } else {
-        Duration::from_millis(100)
+        Duration::from_millis(50)
     };
     let mut child_state = None;
     loop {
