@@ -260,6 +260,18 @@ fn test(unit_only: bool) -> Result<()> {
         failed.push("unit tests");
     }
     if !unit_only {
+        // offcpu_e2e compares with libbpf-tools' offcputime and checks its SVG with xmllint.
+        let on_path = |b: &str| {
+            std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
+                || Path::new("/usr/sbin").join(b).is_file()
+        };
+        let missing: Vec<&str> = [("offcputime", "libbpf-tools"), ("xmllint", "libxml2-utils")]
+            .into_iter()
+            .filter(|(bin, _)| !on_path(bin))
+            .map(|(_, pkg)| pkg)
+            .collect();
+        apt::Apt::new().install(&missing)?;
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args([

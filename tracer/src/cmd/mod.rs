@@ -2,4 +2,5 @@
 pub mod check;
 pub mod dtl;
 pub mod floor;
+pub mod offcpu;
 pub mod run;

@@ -5,4 +5,5 @@ pub mod hist;
 pub mod options;
 pub mod report;
 pub mod snapshot;
+pub mod stacks;
 pub mod words;

@@ -1,10 +1,14 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
-//! counter text, the DTL and hypervisor views, and standard output that never panics.
+//! counter text, the DTL and hypervisor views, off-CPU stacks (text, JSON, folded, flame
+//! graph), and standard output that never panics.
 pub mod counters;
 pub mod dtl;
+pub mod flamegraph;
+pub mod folded;
 pub mod hypervisor;
 pub mod json;
 pub mod report;
 pub mod sink;
+pub mod stacks;
 pub mod stdout;
 pub mod text;

@@ -7,4 +7,5 @@ pub mod parse;
 pub mod privileges;
 pub mod procfs;
 pub mod root;
+pub mod symbolize;
 pub mod tracefs;
