@@ -1,5 +1,5 @@
 //! `cargo xtask torture`: a randomized differential harness. Each scenario, derived from
-//! one seed, runs the `tracer-torture` workload (tests/src/bin/tracer-torture.rs: threads
+//! one seed, runs the `tracer-torture` workload (tests/src/bin/tracer-torture/: threads
 //! that spin, sleep, block, change affinity, exit, fork, exec and change cgroups, each
 //! writing its own schedstat/CLOCK_THREAD_CPUTIME_ID truth when it ends) under one target
 //! mode × probe mode × interval setting, and checks the tracer's JSON against that truth
