@@ -5,10 +5,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{error::TracerError, root::Root};
 
+/// `--version`: what a bug report needs to name the build, on one line as rustc's
+/// (values from build.rs; the hash is the first 12 hex digits of `sha256sum OBJECT`).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TRACER_GIT_COMMIT"),
+    ", bpf object sha256:",
+    env!("TRACER_BPF_SHA256"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tracer",
     version,
+    long_version = LONG_VERSION,
     about = "Per-thread scheduling tracer: on-CPU time, run-queue latency and off-CPU histograms computed in the kernel"
 )]
 pub struct Cli {
@@ -34,6 +46,12 @@ pub enum Command {
         /// How long to stay attached.
         #[arg(short = 'd', long, value_parser = parse_duration, default_value = "10s")]
         duration: Duration,
+    },
+    /// Man pages and shell completions from these definitions (for `cargo xtask install`).
+    #[command(name = "__generate", hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: crate::generate::What,
     },
 }
 
@@ -325,6 +343,7 @@ pub fn main() -> i32 {
         Command::Dtl(args) => crate::dtl::run(&args, &root),
         Command::Check(args) => crate::check::run(&args, &root),
         Command::Floor { duration } => crate::loader::run_floor(duration),
+        Command::Generate { what } => crate::generate::run(what),
     };
     match result {
         Ok(code) => code,

@@ -12,6 +12,7 @@ pub mod compat;
 pub mod counters;
 pub mod dtl;
 pub mod error;
+pub mod generate;
 pub mod hist;
 pub mod hypervisor;
 pub mod launch;
