@@ -202,7 +202,7 @@ struct GuestBins {
     workload: PathBuf,
 }
 
-fn ensure_rust_target(target: &str) -> Result<()> {
+pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
     let installed = crate::cmd::output(
         Command::new("rustup")
             .args(["target", "list", "--installed"])
