@@ -477,6 +477,15 @@ fn build_deb(apt: &mut Apt, bin: &Path) -> Result<PathBuf> {
         data: gzip(changelog(&version, &maintainer)?.as_bytes())?,
         mode: 0o644,
     });
+    // Each override says why (lintian prints the comment with the tag).
+    files.push(File {
+        path: PathBuf::from("/usr/share/lintian/overrides/tracer"),
+        data:
+            b"# Built outside Debian's archive: there is no ITP bug for the first entry to close.\n\
+                tracer: initial-upload-closes-no-bugs\n"
+                .to_vec(),
+        mode: 0o644,
+    });
     write_files(&root, &files)?;
 
     let depends = shlib_depends(&work, &under(&root, Path::new("/usr/bin/tracer")))?;
@@ -574,7 +583,7 @@ fn maintainer() -> Result<String> {
 fn changelog(version: &str, maintainer: &str) -> Result<String> {
     let commit = cmd::output(
         Command::new("git")
-            .args(["log", "-1", "--format=%H%n%aD"])
+            .args(["log", "-1", "--format=%h%n%aD", "--abbrev=12"])
             .current_dir(crate::workspace_root()),
     )
     .unwrap_or_default();
@@ -598,6 +607,11 @@ fn copyright() -> Result<String> {
     let mit_path = crate::workspace_root().join("LICENSE-MIT");
     let mit = std::fs::read_to_string(&mit_path)
         .with_context(|| format!("cannot read {}", mit_path.display()))?;
+    // The holder line of the MIT text, also the package's Copyright field.
+    let holder = mit
+        .lines()
+        .find_map(|l| l.strip_prefix("Copyright (c) "))
+        .with_context(|| format!("{} has no `Copyright (c)` line", mit_path.display()))?;
     let body: String = mit
         .lines()
         .map(|l| {
@@ -612,7 +626,7 @@ fn copyright() -> Result<String> {
         "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\
          Upstream-Name: tracer\n\n\
          Files: *\n\
-         Copyright: the tracer authors\n\
+         Copyright: {holder}\n\
          License: MIT or Apache-2.0\n\n\
          License: MIT\n{body}\n\
          License: Apache-2.0\n \
