@@ -265,10 +265,27 @@ fn test(unit_only: bool) -> Result<()> {
         failed.push("unit tests");
     }
     if !unit_only {
+        // install_e2e installs the package with dpkg and reads its pages with man: the
+        // package is built (and checked by lintian) once here, and the tests get its path.
+        let deb = match package::prepare_e2e() {
+            Ok(deb) => Some(deb),
+            Err(e) => {
+                println!("xtask: the Debian package: {e:#}");
+                failed.push("the Debian package");
+                None
+            }
+        };
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args(["--package", "tracer-tests", "--", "--test-threads=1"]);
         with_artifacts(&mut e2e);
+        e2e.env(
+            "TRACER_XTASK",
+            env::current_exe().context("cannot find the xtask binary")?,
+        );
+        if let Some(deb) = &deb {
+            e2e.env("TRACER_DEB", deb);
+        }
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }

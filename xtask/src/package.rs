@@ -421,6 +421,19 @@ pub fn deb(args: &DebArgs) -> Result<PathBuf> {
     Ok(deb)
 }
 
+/// What install_e2e needs, on a fresh machine too: man-db (man) and the package, built
+/// and checked by lintian; returns the package's path.
+pub fn prepare_e2e() -> Result<PathBuf> {
+    let mut apt = Apt::new();
+    if !cmd::succeeds(Command::new("man").arg("--version")) {
+        apt.install(&["man-db"])?;
+    }
+    let built = crate::build(true)?;
+    let deb = build_deb(&mut apt, &built.bin)?;
+    lintian(&mut apt, &deb)?;
+    Ok(deb)
+}
+
 fn build_deb(apt: &mut Apt, bin: &Path) -> Result<PathBuf> {
     let need: Vec<&str> = [("dpkg-shlibdeps", "dpkg-dev"), ("strip", "binutils")]
         .into_iter()
