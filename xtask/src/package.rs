@@ -667,3 +667,50 @@ fn lintian(apt: &mut Apt, deb: &Path) -> Result<()> {
     println!("xtask: lintian: no errors or warnings in {}", deb.display());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_lines_are_checked() {
+        let dir = std::env::temp_dir().join(format!("xtask-manifest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m");
+        std::fs::write(
+            &path,
+            "# comment\nfile /usr/bin/tracer\ndir /usr/share/tracer\n",
+        )
+        .unwrap();
+        let entries = read_manifest(&path).unwrap();
+        assert_eq!(
+            entries,
+            [
+                ("file".to_string(), PathBuf::from("/usr/bin/tracer")),
+                ("dir".to_string(), PathBuf::from("/usr/share/tracer")),
+            ]
+        );
+        // A relative path would be removed relative to wherever uninstall runs.
+        for bad in ["file usr/bin/tracer\n", "rm /usr/bin/tracer\n", "file\n"] {
+            std::fs::write(&path, bad).unwrap();
+            let e = read_manifest(&path).unwrap_err().to_string();
+            assert!(e.contains(":1: expected"), "{bad:?}: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn write_files_reports_the_directories_it_created() {
+        let dest = std::env::temp_dir().join(format!("xtask-write-{}", std::process::id()));
+        std::fs::create_dir_all(dest.join("usr")).unwrap();
+        let files = [File {
+            path: PathBuf::from("/usr/share/x/y"),
+            data: b"y".to_vec(),
+            mode: 0o644,
+        }];
+        let created = write_files(&dest, &files).unwrap();
+        assert_eq!(created, [dest.join("usr/share"), dest.join("usr/share/x")]);
+        assert_eq!(std::fs::read(dest.join("usr/share/x/y")).unwrap(), b"y");
+        std::fs::remove_dir_all(&dest).unwrap();
+    }
+}
