@@ -13,10 +13,22 @@ use crate::{
     sys::root::Root,
 };
 
+/// `--version`: what a bug report needs to name the build, on one line as rustc's
+/// (values from build.rs; the hash is the first 12 hex digits of `sha256sum OBJECT`).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TRACER_GIT_COMMIT"),
+    ", bpf object sha256:",
+    env!("TRACER_BPF_SHA256"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tracer",
     version,
+    long_version = LONG_VERSION,
     about = "Per-thread scheduling tracer: on-CPU time, run-queue latency and off-CPU histograms computed in the kernel"
 )]
 pub struct Cli {
@@ -44,6 +56,12 @@ pub enum Command {
         /// How long to stay attached.
         #[arg(short = 'd', long, value_parser = parse_duration, default_value = "10s")]
         duration: Duration,
+    },
+    /// Man pages and shell completions from these definitions (for `cargo xtask install`).
+    #[command(name = "__generate", hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: crate::cli::generate::What,
     },
 }
 
@@ -333,6 +351,8 @@ impl From<CheckArgs> for crate::cmd::check::CheckConfig {
 
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
+pub mod generate;
+
 pub fn main() -> i32 {
     crate::sys::launch::note_inherited_state();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
@@ -346,6 +366,7 @@ pub fn main() -> i32 {
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
         Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),
         Command::Floor { duration } => crate::cmd::floor::run_floor(duration),
+        Command::Generate { what } => crate::cli::generate::run(what),
     };
     match result {
         Ok(code) => code,
