@@ -112,6 +112,20 @@ fn bash_complete(script: &Path, words: &str) -> String {
     stdout(Command::new("bash").arg("-c").arg(cmd))
 }
 
+/// `tracer.1` and `tracer-SUB.1` for each visible subcommand.
+fn man_pages() -> Vec<String> {
+    use clap::CommandFactory as _;
+    let mut pages = vec!["tracer.1".to_string()];
+    pages.extend(
+        tracer::cli::Cli::command()
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .map(|s| format!("tracer-{}.1", s.get_name())),
+    );
+    assert!(pages.len() >= 4, "{pages:?}");
+    pages
+}
+
 #[test]
 fn install_into_destdir_then_uninstall_removes_exactly_what_it_wrote() {
     let dest = temp_dir("install");
@@ -122,17 +136,20 @@ fn install_into_destdir_then_uninstall_removes_exactly_what_it_wrote() {
     );
     let prefix = dest.join("opt/tracer-e2e");
     let man1 = prefix.join("share/man/man1");
-    let expected = [
-        "bin/tracer",
-        "share/man/man1/tracer.1",
-        "share/man/man1/tracer-run.1",
-        "share/man/man1/tracer-dtl.1",
-        "share/man/man1/tracer-check.1",
-        "share/bash-completion/completions/tracer",
-        "share/zsh/site-functions/_tracer",
-        "share/fish/vendor_completions.d/tracer.fish",
-        "share/tracer/install-manifest",
-    ];
+    // One page per visible subcommand, as the tracer defines them.
+    let pages = man_pages();
+    let mut expected: Vec<String> = ["bin/tracer"].iter().map(|s| s.to_string()).collect();
+    expected.extend(pages.iter().map(|p| format!("share/man/man1/{p}")));
+    expected.extend(
+        [
+            "share/bash-completion/completions/tracer",
+            "share/zsh/site-functions/_tracer",
+            "share/fish/vendor_completions.d/tracer.fish",
+            "share/tracer/install-manifest",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
     let files: BTreeSet<PathBuf> = tree(&dest).into_iter().filter(|p| p.is_file()).collect();
     let want: BTreeSet<PathBuf> = expected.iter().map(|f| prefix.join(f)).collect();
     assert_eq!(files, want, "install output:\n{out}");
@@ -157,7 +174,7 @@ fn install_into_destdir_then_uninstall_removes_exactly_what_it_wrote() {
     );
 
     // man renders every page; the run page documents its options.
-    for page in ["tracer.1", "tracer-run.1", "tracer-dtl.1", "tracer-check.1"] {
+    for page in &pages {
         let text = render_man(&man1.join(page));
         let name = page.trim_end_matches(".1");
         assert!(text.contains(name), "{page} does not name {name}:\n{text}");

@@ -119,10 +119,18 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(
-            names,
-            ["tracer.1", "tracer-run.1", "tracer-dtl.1", "tracer-check.1"]
+        use clap::CommandFactory as _;
+        let mut want = vec!["tracer.1".to_string()];
+        want.extend(
+            crate::cli::Cli::command()
+                .get_subcommands()
+                .filter(|s| !s.is_hide_set())
+                .map(|s| format!("tracer-{}.1", s.get_name())),
         );
+        assert_eq!(names, want);
+        for sub in ["run", "dtl", "check"] {
+            assert!(names.contains(&format!("tracer-{sub}.1")), "{names:?}");
+        }
         let run = fs::read_to_string(dir.join("tracer-run.1")).unwrap();
         fs::remove_dir_all(&dir).unwrap();
         assert!(run.contains("tracer\\-run"), "{run}");
