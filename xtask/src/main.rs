@@ -7,6 +7,7 @@ mod cross;
 mod elf;
 mod json;
 mod setup;
+mod toolchain;
 mod torture;
 mod vm;
 
@@ -53,11 +54,11 @@ enum Task {
         #[arg(long)]
         unit: bool,
     },
-    /// Run the tracer's unit tests built for powerpc64le under qemu-user (installs what it needs)
-    CrossTest,
+    /// Run the tracer's unit tests built for powerpc64le and aarch64 under qemu-user (installs what it needs)
+    CrossTest(cross::CrossTestArgs),
     /// Measure the tracer's cost against libbpf-tools, bpftrace and an empty program (root)
     Bench(bench::BenchArgs),
-    /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
+    /// Boot Debian's kernels (x86_64, ppc64le pseries, aarch64 virt) under qemu and run the tracer's checks inside
     VmTest(vm::VmTestArgs),
     /// Randomized differential harness: random workloads under every target and probe mode, checked against the threads' own schedstat (root)
     Torture(torture::TortureArgs),
@@ -69,7 +70,7 @@ fn main() -> ExitCode {
         Task::Build { release } => build(release).map(|_| ExitCode::SUCCESS),
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
-        Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
+        Task::CrossTest(args) => cross::cross_test(args).map(|_| ExitCode::SUCCESS),
         Task::Bench(args) => bench::bench(args).map(|_| ExitCode::SUCCESS),
         Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
         Task::Torture(args) => torture::torture(args).map(|_| ExitCode::SUCCESS),
