@@ -1,14 +1,15 @@
-//! `cargo xtask vm-test`: the tracer on real Debian kernels under qemu, x86_64 and ppc64le
-//! (pseries), each booted with a busybox initramfs holding the tracer, the libraries it
+//! `cargo xtask vm-test`: the tracer on real Debian kernels under qemu, x86_64, ppc64le
+//! (pseries) and aarch64 (virt), each booted with a busybox initramfs holding the tracer, the libraries it
 //! links, the test workload and tests/vm's scripts. The guest runs the steps; the host
 //! turns them into PASS/FAIL checks (vm/checks.rs) and shows each failing check's output.
 //!
 //! Provisioning (checked first, so a second run changes nothing): qemu from Debian for
-//! each architecture; for ppc64le the rustup target, Debian's cross gcc and the ppc64el
-//! dpkg architecture. Kernel packages and busybox-static are downloaded with
+//! each architecture; for ppc64le and aarch64 the dpkg architecture and the cross
+//! toolchain through `toolchain::Cross::provision`, the path cross-test uses too. Kernel packages and busybox-static are downloaded with
 //! `apt-get download` into `<target>/vm-cache` and unpacked there, never installed.
 //! The kernels are listed in tests/vm/kernels; `--kernel PACKAGE` adds more.
 
+mod arch;
 mod checks;
 mod initramfs;
 mod protocol;
@@ -18,98 +19,14 @@ mod stress;
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
-/// A guest architecture.
-pub struct Arch {
-    /// As `uname -m` says it.
-    pub name: &'static str,
-    /// Debian's name.
-    pub deb_arch: &'static str,
-    /// Cross-compile for this Rust target (None: the host's).
-    pub rust_target: Option<&'static str>,
-    pub qemu: &'static str,
-    pub qemu_package: &'static str,
-    pub qemu_args: &'static [&'static str],
-    /// The kernel console (`console=`) and the second port the steps write to.
-    pub console: &'static str,
-    /// More kernel command line.
-    pub cmdline: &'static str,
-    pub results_port: &'static str,
-    /// Where the guest's shared libraries come from on the host.
-    pub lib_dirs: &'static [&'static str],
-    pub strip: &'static str,
-    /// Packages that cross-build for this architecture: (program that proves it, package).
-    pub toolchain: &'static [(&'static str, &'static str)],
-}
+pub use arch::{Arch, AARCH64, ARCHES, PPC64LE, X86_64};
 
-pub const X86_64: Arch = Arch {
-    name: "x86_64",
-    deb_arch: "amd64",
-    rust_target: None,
-    qemu: "qemu-system-x86_64",
-    qemu_package: "qemu-system-x86",
-    qemu_args: &["-M", "pc", "-accel", "tcg", "-cpu", "max"],
-    console: "ttyS0",
-    // The TSC sync test fails under emulation; then sched_clock (schedstat's clock) and
-    // the clocksource (bpf_ktime_get_ns) part ways by up to a tick per reading, and the
-    // comparisons against schedstat measure that, not the tracer. TCG's TSCs are one
-    // host clock: tell the kernel to trust them.
-    cmdline: "tsc=reliable",
-    results_port: "/dev/ttyS1",
-    lib_dirs: &[
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib64",
-    ],
-    strip: "strip",
-    toolchain: &[],
-};
-
-pub const PPC64LE: Arch = Arch {
-    name: "ppc64le",
-    deb_arch: "ppc64el",
-    rust_target: Some("powerpc64le-unknown-linux-gnu"),
-    qemu: "qemu-system-ppc64",
-    qemu_package: "qemu-system-ppc",
-    // The spectre capabilities default to workarounds TCG cannot emulate (warnings only).
-    qemu_args: &[
-        "-M",
-        "pseries,cap-cfpc=broken,cap-sbbc=broken,cap-ibs=broken,cap-ccf-assist=off",
-        "-cpu",
-        "POWER9",
-        "-accel",
-        "tcg",
-    ],
-    console: "hvc0",
-    cmdline: "",
-    results_port: "/dev/hvc1",
-    lib_dirs: &["/usr/powerpc64le-linux-gnu/lib"],
-    strip: "powerpc64le-linux-gnu-strip",
-    toolchain: &[
-        ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu"),
-        (
-            "/usr/powerpc64le-linux-gnu/lib/libc.so.6",
-            "gcc-powerpc64le-linux-gnu",
-        ),
-        // The C runtime objects the linker needs (Scrt1.o, crti.o): only recommended by
-        // the cross gcc, which is installed without recommends.
-        (
-            "/usr/powerpc64le-linux-gnu/lib/Scrt1.o",
-            "libc6-dev-ppc64el-cross",
-        ),
-        (
-            "powerpc64le-linux-gnu-strip",
-            "binutils-powerpc64le-linux-gnu",
-        ),
-    ],
-};
-
-const ARCHES: [&Arch; 2] = [&X86_64, &PPC64LE];
+use crate::toolchain::Use;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArchChoice {
@@ -117,6 +34,8 @@ pub enum ArchChoice {
     X86_64,
     #[value(name = "ppc64le")]
     Ppc64le,
+    #[value(name = "aarch64")]
+    Aarch64,
     #[value(name = "all")]
     All,
 }
@@ -171,12 +90,8 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
         list.push((*arch, package.trim().to_string()));
     }
     for package in &args.kernel {
-        let arch = if package.contains("powerpc64le") {
-            &PPC64LE
-        } else if package.contains("amd64") {
-            &X86_64
-        } else {
-            bail!("cannot tell the architecture of {package}: expected a name with amd64 or powerpc64le");
+        let Some(arch) = ARCHES.iter().find(|a| package.contains(a.kernel_flavour)) else {
+            bail!("cannot tell the architecture of {package}: expected a name with amd64, powerpc64le or arm64");
         };
         if !list
             .iter()
@@ -189,6 +104,7 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
         ArchChoice::All => true,
         ArchChoice::X86_64 => a.name == X86_64.name,
         ArchChoice::Ppc64le => a.name == PPC64LE.name,
+        ArchChoice::Aarch64 => a.name == AARCH64.name,
     });
     if list.is_empty() {
         bail!("no kernel to test for --arch {:?}", args.arch);
@@ -202,22 +118,6 @@ struct GuestBins {
     workload: PathBuf,
 }
 
-fn ensure_rust_target(target: &str) -> Result<()> {
-    let installed = crate::cmd::output(
-        Command::new("rustup")
-            .args(["target", "list", "--installed"])
-            .current_dir(crate::workspace_root()),
-    )?;
-    if installed.lines().any(|l| l.trim() == target) {
-        return Ok(());
-    }
-    crate::cmd::run(
-        Command::new("rustup")
-            .args(["target", "add", target])
-            .current_dir(crate::workspace_root()),
-    )
-}
-
 /// Builds the tracer (embedding the eBPF object) and the workload for every architecture
 /// asked for: the host's through `cargo xtask build`'s own path, ppc64le cross-compiled
 /// with the environment `cargo xtask cross-test` uses, so the two share their artifacts.
@@ -228,28 +128,25 @@ fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>
     for arch in arches {
         let mut cargo = crate::cargo(None, "build", &target);
         cargo.env("TRACER_EBPF_OBJ", &built.ebpf_obj);
-        let dir = match arch.rust_target {
+        let dir = match arch.cross {
             None => {
                 cargo.args(["--package", "tracer-tests", "--bin", "tracer-workload"]);
                 target.join("debug")
             }
-            Some(t) => {
-                ensure_rust_target(t)?;
-                let env_target = t.to_uppercase().replace('-', "_");
-                let linker = arch.toolchain[0].0;
+            Some(cross) => {
+                let t = cross.rust_target;
                 cargo
                     .args(["--target", t])
                     .args(["--package", "tracer", "--package", "tracer-tests"])
-                    .args(["--bin", "tracer", "--bin", "tracer-workload"])
-                    .env(format!("CARGO_TARGET_{env_target}_LINKER"), linker)
-                    .env(format!("CC_{}", t.replace('-', "_")), linker);
+                    .args(["--bin", "tracer", "--bin", "tracer-workload"]);
+                cross.env(&mut cargo);
                 target.join(t).join("debug")
             }
         };
         crate::cmd::run(&mut cargo)
             .with_context(|| format!("building the {} guest's binaries failed", arch.name))?;
         let bins = GuestBins {
-            tracer: if arch.rust_target.is_none() {
+            tracer: if arch.cross.is_none() {
                 built.bin.clone()
             } else {
                 dir.join("tracer")
@@ -276,10 +173,10 @@ fn pack(
     extra: &[(String, PathBuf)],
     dir: &Path,
 ) -> Result<PathBuf> {
-    let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), arch.strip)?;
-    let workload =
-        initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), arch.strip)?;
-    let lib_dirs: Vec<PathBuf> = arch.lib_dirs.iter().map(PathBuf::from).collect();
+    let strip = arch.strip();
+    let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), &strip)?;
+    let workload = initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), &strip)?;
+    let lib_dirs = arch.lib_dirs();
     let mut all: Vec<&Path> = vec![&tracer, &workload];
     all.extend(extra.iter().map(|(_, p)| p.as_path()));
     let libs = initramfs::needed_libraries(&all, &lib_dirs)?;
@@ -374,9 +271,55 @@ fn print_verdicts(r: &VmResult) {
     }
 }
 
+/// Boots one kernel as `test_kernel_main` does, then in each of its architecture's
+/// other machine configurations.
+fn test_kernel(
+    arch: &Arch,
+    kernel: &provision::Kernel,
+    initrd: &Path,
+    work: &Path,
+    single: bool,
+) -> Result<VmResult> {
+    let mut r = test_kernel_main(arch, kernel, initrd, work, single)?;
+    let offers = checks::Offers::from_config(&kernel.config);
+    for extra in arch.extra_boots {
+        let mut opts = qemu::Options::checks(&format!("vmtest.steps={}", extra.steps), single);
+        opts.machine = Some(extra.machine);
+        let dir = work.join(&kernel.package).join(extra.machine);
+        println!("\nvm-test: [{}] booting again: {}", arch.name, extra.label);
+        let boot = qemu::boot(
+            arch,
+            &kernel.image,
+            initrd,
+            &dir,
+            timeout(),
+            arch.name,
+            &opts,
+        )?;
+        r.secs += boot.secs;
+        let guest = protocol::parse(&boot.results);
+        let mut verdicts = checks::evaluate_steps(&guest, arch.name, &offers);
+        if boot.timed_out || !guest.done {
+            verdicts.push(checks::Verdict {
+                name: "the guest powered off by itself".into(),
+                pass: false,
+                summary: String::new(),
+                problems: vec![crash_summary(&boot, &guest)],
+                transcript: Some(boot.console_tail(40)),
+                retry: None,
+            });
+        }
+        r.verdicts.extend(verdicts.into_iter().map(|mut v| {
+            v.name = format!("[{}] {}", extra.label, v.name);
+            v
+        }));
+    }
+    Ok(r)
+}
+
 /// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
 /// checks failed on timing alone.
-fn test_kernel(
+fn test_kernel_main(
     arch: &Arch,
     kernel: &provision::Kernel,
     initrd: &Path,
@@ -549,9 +492,11 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     for a in &arches {
         wanted.push((a.qemu, a.qemu_package));
-        wanted.extend(a.toolchain.iter().copied());
         if a.deb_arch != X86_64.deb_arch {
             apt.add_architecture(a.deb_arch)?;
+        }
+        if let Some(cross) = a.cross {
+            cross.provision(&mut apt, Use::Build)?;
         }
     }
     apt.install_missing(&wanted)?;
