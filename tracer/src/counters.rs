@@ -20,7 +20,7 @@ use crate::error::TracerError;
 
 /// `perf_event_attr.type` values (include/uapi/linux/perf_event.h).
 const TYPE_HARDWARE: u32 = 0;
-const TYPE_SOFTWARE: u32 = 1;
+pub const TYPE_SOFTWARE: u32 = 1;
 const TYPE_RAW: u32 = 4;
 
 /// Software event configs that the derived figures look for.

@@ -12,6 +12,7 @@ pub mod compat;
 pub mod counters;
 pub mod dtl;
 pub mod error;
+pub mod exception_levels;
 pub mod hist;
 pub mod hypervisor;
 pub mod launch;

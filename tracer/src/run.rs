@@ -741,13 +741,23 @@ fn build_report(
             }
             notices.push(report::cross_check_notice(&cc));
         }
+        // Modifiers that select nothing, or nothing different, on this machine (arm64's
+        // exception levels): said, and their zeros need no other explanation.
+        let levels = crate::exception_levels::notices(
+            cr.counters
+                .iter()
+                .filter(|c| c.supported)
+                .map(|c| c.event.as_str()),
+        );
+        notices.extend(levels.iter().map(|(_, n)| n.clone()));
         // A hardware event that ran and counted exactly zero is more likely an event the
         // PMU accepts but does not implement (seen under QEMU's POWER PMU) than a real 0.
-        for c in cr
-            .counters
-            .iter()
-            .filter(|c| c.supported && c.value == Some(0.0) && c.running_ns > 0)
-        {
+        for c in cr.counters.iter().filter(|c| {
+            c.supported
+                && c.value == Some(0.0)
+                && c.running_ns > 0
+                && !levels.iter().any(|(e, _)| *e == c.event)
+        }) {
             let hardware = counters::parse_event(&c.event)
                 .map(|e| counters::attr_fields(&e).type_ != PERF_TYPE_SOFTWARE)
                 .unwrap_or(false);
