@@ -218,12 +218,13 @@ fn pack(
     Ok(path)
 }
 
-/// How long one guest may run before it is declared hung.
-fn timeout() -> Duration {
+/// How long one guest may run before it is declared hung: VMTEST_TIMEOUT, else the
+/// architecture's own bound.
+fn timeout(arch: &Arch) -> Duration {
     let secs = std::env::var("VMTEST_TIMEOUT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(arch.timeout_secs);
     Duration::from_secs(secs)
 }
 
@@ -292,7 +293,7 @@ fn test_kernel(
             &kernel.image,
             initrd,
             &dir,
-            timeout(),
+            timeout(arch),
             arch.name,
             &opts,
         )?;
@@ -342,7 +343,7 @@ fn test_kernel_main(
         &kernel.image,
         initrd,
         &dir,
-        timeout(),
+        timeout(arch),
         arch.name,
         &qemu::Options::checks("", single),
     )?;
@@ -367,7 +368,7 @@ fn test_kernel_main(
             &kernel.image,
             initrd,
             &dir.join("after-crash"),
-            timeout(),
+            timeout(arch),
             arch.name,
             &qemu::Options::checks("", single),
         )?;
@@ -401,7 +402,7 @@ fn test_kernel_main(
             problems: vec![format!(
                 "{}; console log {}, results {}",
                 if boot.timed_out {
-                    format!("killed after {} s", timeout().as_secs())
+                    format!("killed after {} s", timeout(arch).as_secs())
                 } else {
                     "it stopped before the last step".to_string()
                 },
@@ -436,7 +437,7 @@ fn test_kernel_main(
         &kernel.image,
         initrd,
         &dir.join("retry"),
-        timeout(),
+        timeout(arch),
         arch.name,
         &qemu::Options::checks(
             &format!("vmtest.steps=facts-boot,{}", again.join(",")),
@@ -445,8 +446,24 @@ fn test_kernel_main(
     )?;
     secs += second.secs;
     let guest2 = protocol::parse(&second.results);
-    for step in &again {
-        for new in checks::recheck(&guest2, step, &offers) {
+    merge_retry(&mut verdicts, &again, &guest2, &offers);
+    Ok(VmResult {
+        label,
+        verdicts,
+        secs,
+    })
+}
+
+/// The checks of the retried steps on the second boot: a pass replaces the first
+/// verdict (saying what the first run found), a failure adds to it.
+fn merge_retry(
+    verdicts: &mut [checks::Verdict],
+    again: &[String],
+    guest2: &protocol::GuestOutput,
+    offers: &checks::Offers,
+) {
+    for step in again {
+        for new in checks::recheck(guest2, step, offers) {
             let Some(old) = verdicts
                 .iter_mut()
                 .find(|v| v.name == new.name && v.retry.as_deref() == Some(step.as_str()))
@@ -469,11 +486,6 @@ fn test_kernel_main(
             }
         }
     }
-    Ok(VmResult {
-        label,
-        verdicts,
-        secs,
-    })
 }
 
 pub fn vm_test(args: VmTestArgs) -> Result<()> {
@@ -531,7 +543,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
                 )?);
             } else {
                 let timeout = match std::env::var("VMTEST_TIMEOUT") {
-                    Ok(_) => timeout(),
+                    Ok(_) => timeout(arch),
                     Err(_) => Duration::from_secs(u64::from(args.stress_secs) + 150),
                 };
                 stress::run(

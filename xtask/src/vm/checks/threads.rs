@@ -109,49 +109,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             ));
             continue;
         };
-        let num = |k: &str| th.get(k).as_u64();
-        c.expect(num("pid") == Some(t.pid), || {
-            format!(
-                "tid {}: pid {} reported, the thread's pid is {}",
-                t.tid,
-                th.get("pid"),
-                t.pid
-            )
-        });
-        let on = num("on_cpu_ns").unwrap_or(0);
-        let rq = num("runq_wait_ns").unwrap_or(0);
-        c.expect_timing(within(on, t.run_ns), || {
-            format!(
-                "tid {} ({}): on_cpu_ns {on} vs schedstat {} ({:+.2}%, over {}%)",
-                t.tid,
-                t.kind,
-                t.run_ns,
-                pct(on, t.run_ns),
-                TOLERANCE * 100.0
-            )
-        });
-        let waits = num("runq_waits").unwrap_or(0);
-        if !btf && !within_events(rq, t.wait_ns, waits, PER_WAIT_NS) {
-            c.note(format!(
-                "not gated without BTF: tid {} ({}): runq_wait_ns {rq} vs run_delay {} ({:+.2}%)",
-                t.tid,
-                t.kind,
-                t.wait_ns,
-                pct(rq, t.wait_ns)
-            ));
-        } else {
-            c.expect_timing(within_events(rq, t.wait_ns, waits, PER_WAIT_NS), || {
-            format!(
-                "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits)",
-                t.tid,
-                t.kind,
-                t.wait_ns,
-                pct(rq, t.wait_ns),
-                TOLERANCE * 100.0,
-                PER_WAIT_NS / 1e3
-            )
-        });
-        }
+        let (on, rq) = compare_thread(th, t, c, btf);
         let e_on = pct(on, t.run_ns);
         if e_on.abs() >= worst_on.0.abs() {
             worst_on = (e_on, t.tid);
@@ -162,23 +120,6 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
                 worst_rq = (e, t.tid);
             }
         }
-        c.expect(num("slices").unwrap_or(0) > 0, || {
-            format!("tid {}: 0 slices", t.tid)
-        });
-        let worker = t.tid != t.pid;
-        if worker && t.kind == "spin" {
-            c.expect(num("runq_waits").unwrap_or(0) > 0, || {
-                format!("tid {} (spin, shares CPU 0): runq_waits 0", t.tid)
-            });
-            c.expect(num("involuntary_switches").unwrap_or(0) > 0, || {
-                format!("tid {} (spin, shares CPU 0): involuntary_switches 0", t.tid)
-            });
-        }
-        if worker && t.kind == "busy" {
-            c.expect(num("voluntary_switches").unwrap_or(0) > 0, || {
-                format!("tid {} (busy-sleep): voluntary_switches 0", t.tid)
-            });
-        }
     }
     c.note(format!(
         "{} threads: on-CPU worst {:+.2}% (tid {}), run-queue worst {:+.2}% (tid {})",
@@ -188,6 +129,77 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
         worst_rq.0,
         worst_rq.1
     ));
+    report_totals(doc, c);
+}
+
+/// One thread against its schedstat: on-CPU and run-queue time, and the counts its
+/// workload must produce. Returns (on_cpu_ns, runq_wait_ns).
+fn compare_thread(th: &Json, t: &Truth, c: &mut Check, btf: bool) -> (u64, u64) {
+    let num = |k: &str| th.get(k).as_u64();
+    c.expect(num("pid") == Some(t.pid), || {
+        format!(
+            "tid {}: pid {} reported, the thread's pid is {}",
+            t.tid,
+            th.get("pid"),
+            t.pid
+        )
+    });
+    let on = num("on_cpu_ns").unwrap_or(0);
+    let rq = num("runq_wait_ns").unwrap_or(0);
+    c.expect_timing(within(on, t.run_ns), || {
+        format!(
+            "tid {} ({}): on_cpu_ns {on} vs schedstat {} ({:+.2}%, over {}%)",
+            t.tid,
+            t.kind,
+            t.run_ns,
+            pct(on, t.run_ns),
+            TOLERANCE * 100.0
+        )
+    });
+    let waits = num("runq_waits").unwrap_or(0);
+    if !btf && !within_events(rq, t.wait_ns, waits, PER_WAIT_NS) {
+        c.note(format!(
+            "not gated without BTF: tid {} ({}): runq_wait_ns {rq} vs run_delay {} ({:+.2}%)",
+            t.tid,
+            t.kind,
+            t.wait_ns,
+            pct(rq, t.wait_ns)
+        ));
+    } else {
+        c.expect_timing(within_events(rq, t.wait_ns, waits, PER_WAIT_NS), || {
+        format!(
+            "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits)",
+            t.tid,
+            t.kind,
+            t.wait_ns,
+            pct(rq, t.wait_ns),
+            TOLERANCE * 100.0,
+            PER_WAIT_NS / 1e3
+        )
+    });
+    }
+    c.expect(num("slices").unwrap_or(0) > 0, || {
+        format!("tid {}: 0 slices", t.tid)
+    });
+    let worker = t.tid != t.pid;
+    if worker && t.kind == "spin" {
+        c.expect(num("runq_waits").unwrap_or(0) > 0, || {
+            format!("tid {} (spin, shares CPU 0): runq_waits 0", t.tid)
+        });
+        c.expect(num("involuntary_switches").unwrap_or(0) > 0, || {
+            format!("tid {} (spin, shares CPU 0): involuntary_switches 0", t.tid)
+        });
+    }
+    if worker && t.kind == "busy" {
+        c.expect(num("voluntary_switches").unwrap_or(0) > 0, || {
+            format!("tid {} (busy-sleep): voluntary_switches 0", t.tid)
+        });
+    }
+    (on, rq)
+}
+
+/// Nothing dropped, and the histograms of the traced set not empty.
+fn report_totals(doc: &Json, c: &mut Check) {
     if let Json::Obj(drops) = doc.get("drops") {
         for (k, v) in drops {
             c.expect(v.as_u64() == Some(0), || format!("drops.{k} = {v}"));
