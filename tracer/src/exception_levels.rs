@@ -211,6 +211,17 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root (reads /dev/kmsg)"]
+    fn reads_the_live_kernel_log_from_its_first_record() {
+        let log = kernel_log().expect("cannot open /dev/kmsg");
+        assert!(
+            log.contains("Linux version"),
+            "{} bytes, no boot banner",
+            log.len()
+        );
+    }
+
+    #[test]
     fn reads_the_boot_level_from_the_kernel_log() {
         assert_eq!(
             from_kernel_log("[0.1] CPU: All CPU(s) started at EL1\n"),

@@ -283,6 +283,9 @@ pub fn recheck(g: &GuestOutput, step: &str, o: &Offers) -> Vec<Verdict> {
     if step == "auto-hist" {
         return check_auto(g, o);
     }
+    if let Some(v) = pmu::recheck(g, step) {
+        return vec![v];
+    }
     MODES
         .into_iter()
         .filter(|m| m.step() == step)

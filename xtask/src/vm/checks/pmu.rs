@@ -5,6 +5,10 @@
 
 use super::*;
 
+/// Allowance per slice for the switch path the slices count and the thread's own
+/// counter does not (see `slices`).
+const SLICE_PATH_NS: f64 = 3.0 * PER_SLICE_NS;
+
 /// `|a - b|` within `frac` of `b`.
 fn close(a: f64, b: f64, frac: f64) -> bool {
     (a - b).abs() <= frac * b.abs()
@@ -252,8 +256,10 @@ fn slices(g: &GuestOutput) -> Verdict {
         // The slices run from one switch tracepoint to the next, the thread's counter
         // from perf's sched-in hook to its sched-out hook: the switch path between them
         // is counted by the slices only. It is slow under emulation, where qemu's cycles
-        // follow the clock: the task-clock allowance per slice, in this thread's cycles.
-        let allowance = TOLERANCE * o + n as f64 * PER_SLICE_NS * (o / on_ns);
+        // follow the clock, and arm64 under TCG runs 2-3x slower than x86_64 (the steps'
+        // times): three times task-clock's allowance per slice, in this thread's cycles
+        // (measured: +4.4% to +10.7%, 150-430 us a slice, on a busy 2-CPU host).
+        let allowance = TOLERANCE * o + n as f64 * SLICE_PATH_NS * (o / on_ns);
         c.expect_timing(s >= o * (1.0 - TOLERANCE) && s - o <= allowance, || {
             format!(
                 "tid {tid}: slices sum to {s:.0} cycles, its counter {o:.0} ({:+.1}%; allowed -{}% .. +{:.0} = {}% + {} us x {n} slices)",
@@ -261,7 +267,7 @@ fn slices(g: &GuestOutput) -> Verdict {
                 TOLERANCE * 100.0,
                 allowance,
                 TOLERANCE * 100.0,
-                PER_SLICE_NS / 1e3
+                SLICE_PATH_NS / 1e3
             )
         });
         compared.push(format!(
@@ -278,6 +284,11 @@ fn slices(g: &GuestOutput) -> Verdict {
     });
     c.note(format!("per thread: {}", compared.join(", ")));
     c.done(Some(step))
+}
+
+/// The timing checks of a PMU step again, on a second boot.
+pub(super) fn recheck(g: &GuestOutput, step: &str) -> Option<Verdict> {
+    (step == "pmu-slices").then(|| slices(g))
 }
 
 /// Every hardware-counter check of a boot that ran all steps.
