@@ -125,8 +125,9 @@ pub const AARCH64: Arch = Arch {
     results_port: "/dev/ttyS0",
     results_device: Some("pci-serial"),
     lib_dirs: &[],
-    // Emulating arm64 is slower than x86_64 (`tracer check` 17 s against 9 s, a probe
-    // mode 8-11 s against 4-5 s), and a busy host stretches it further.
+    // With pauth-impdef the steps take about what the x86_64 guest's take on the same
+    // host (`tracer check` 17-29 s against 21 s, a probe mode 8-13 s against 7-11 s, at
+    // a load average of 15-25); the bound leaves room for a slower host.
     timeout_secs: 600,
     // With EL2 (`virtualization=on`) the kernel boots at EL2 and, on `-cpu max`, keeps
     // running there with VHE: the other exclude_* regime of the arm64 PMU.
