@@ -301,3 +301,64 @@ pub(super) fn check_pmu(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     v.push(slices(g));
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::protocol;
+
+    /// A guest that booted at `el` and ran pmu-levels, with the report's notices.
+    fn guest(el: &str, vhe: &str, notices: &[&str], h: u64) -> GuestOutput {
+        let counters = [
+            ("cycles", 1000.0),
+            ("cycles:u", 300.0),
+            ("cycles:k", 699.0),
+            ("cycles:h", h as f64),
+            ("cycles:G", 0.0),
+            ("cycles:H", 1001.0),
+        ]
+        .iter()
+        .map(|(e, v)| format!(r#"{{"event":"{e}","value":{v},"supported":true,"reason":null}}"#))
+        .chain([
+            r#"{"event":"instructions","value":null,"supported":false,"reason":"ENOENT"}"#
+                .to_string(),
+        ])
+        .collect::<Vec<_>>()
+        .join(",");
+        let notices = notices
+            .iter()
+            .map(|n| format!("{n:?}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        protocol::parse(&format!(
+            "@@vmtest begin facts-boot\n@@vmtest part stdout\nboot_el={el}\nvhe={vhe}\n\
+             @@vmtest end facts-boot rc=0 t0=1 t1=2\n\
+             @@vmtest begin pmu-levels\n@@vmtest part stdout\n\
+             {{\"counters\":{{\"counters\":[{counters}]}},\"notices\":[{notices}]}}\n\
+             @@vmtest end pmu-levels rc=0 t0=2 t1=3\n@@vmtest done\n"
+        ))
+    }
+
+    fn offers() -> Offers {
+        Offers::from_config("CONFIG_ARM_PMU=y\nCONFIG_HW_PERF_EVENTS=y\n")
+    }
+
+    #[test]
+    fn modifiers_are_checked_against_the_regime_the_guest_booted_in() {
+        let el1 = [
+            "cycles:h: `:h` selects no exception level where code runs",
+            "cycles:G: `:G` selects no exception level where code runs",
+            "cycles:H: `:H` has no effect on this machine",
+        ];
+        let v = check_levels(&guest("EL1", "no", &el1, 0), &offers());
+        assert!(v.iter().all(|v| v.pass), "{v:#?}");
+        // The same notices do not fit a VHE boot, where :G counts guests.
+        let v = check_levels(&guest("EL2", "yes", &el1, 0), &offers());
+        assert!(!v[1].pass && v[1].name.contains("VHE"), "{v:#?}");
+        // A :h that counted, or a notice missing, fails.
+        assert!(!check_levels(&guest("EL1", "no", &el1, 5), &offers())[1].pass);
+        assert!(!check_levels(&guest("EL1", "no", &el1[..2], 0), &offers())[1].pass);
+        // No PMU in the config: nothing to check (the steps do not run either).
+        assert!(check_levels(&guest("EL1", "no", &el1, 0), &Offers::from_config("")).is_empty());
+    }
+}
