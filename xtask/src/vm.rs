@@ -318,31 +318,21 @@ fn test_kernel(
     Ok(r)
 }
 
-/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
-/// checks failed on timing alone.
-fn test_kernel_main(
+/// Boots a kernel with all steps; a guest that crashed or hung gets one more boot.
+/// Returns the boot that counts, its steps, the seconds both took, and what became of
+/// the first when it did not complete.
+fn boot_with_a_second_chance(
     arch: &Arch,
     kernel: &provision::Kernel,
     initrd: &Path,
-    work: &Path,
+    dir: &Path,
     single: bool,
-) -> Result<VmResult> {
-    let offers = checks::Offers::from_config(&kernel.config);
-    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
-    println!("\nvm-test: booting {label}: {}", offers.describe());
-    if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
-        println!(
-            "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \
-             programs attach (tests/vm/README.md); --single-thread-tcg avoids it",
-            arch.name, arch.qemu
-        );
-    }
-    let dir = work.join(&kernel.package);
+) -> Result<(qemu::Boot, protocol::GuestOutput, f64, Option<String>)> {
     let mut boot = qemu::boot(
         arch,
         &kernel.image,
         initrd,
-        &dir,
+        dir,
         timeout(arch),
         arch.name,
         &qemu::Options::checks("", single),
@@ -375,6 +365,31 @@ fn test_kernel_main(
         secs += boot.secs;
         guest = protocol::parse(&boot.results);
     }
+    Ok((boot, guest, secs, first_crash))
+}
+
+/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
+/// checks failed on timing alone.
+fn test_kernel_main(
+    arch: &Arch,
+    kernel: &provision::Kernel,
+    initrd: &Path,
+    work: &Path,
+    single: bool,
+) -> Result<VmResult> {
+    let offers = checks::Offers::from_config(&kernel.config);
+    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
+    println!("\nvm-test: booting {label}: {}", offers.describe());
+    if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
+        println!(
+            "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \
+             programs attach (tests/vm/README.md); --single-thread-tcg avoids it",
+            arch.name, arch.qemu
+        );
+    }
+    let dir = work.join(&kernel.package);
+    let (boot, guest, mut secs, first_crash) =
+        boot_with_a_second_chance(arch, kernel, initrd, &dir, single)?;
     let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
     if let Some(what) = &first_crash {
         let pass = guest.done && !boot.timed_out;
