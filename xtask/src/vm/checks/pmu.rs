@@ -258,7 +258,7 @@ fn slices(g: &GuestOutput) -> Verdict {
         // is counted by the slices only. It is slow under emulation, where qemu's cycles
         // follow the clock, and arm64 under TCG runs 2-3x slower than x86_64 (the steps'
         // times): three times task-clock's allowance per slice, in this thread's cycles
-        // (measured: +4.4% to +10.7%, 150-430 us a slice, on a busy 2-CPU host).
+        // (measured: +2.2% to +12.8%, 160-525 us a slice, on a busy 2-CPU host).
         let allowance = TOLERANCE * o + n as f64 * SLICE_PATH_NS * (o / on_ns);
         c.expect_timing(s >= o * (1.0 - TOLERANCE) && s - o <= allowance, || {
             format!(
