@@ -8,6 +8,7 @@ mod elf;
 mod json;
 mod package;
 mod setup;
+mod toolchain;
 mod torture;
 mod vm;
 
@@ -64,11 +65,11 @@ enum Task {
         #[arg(long)]
         unit: bool,
     },
-    /// Run the tracer's unit tests built for powerpc64le under qemu-user (installs what it needs)
-    CrossTest,
+    /// Run the tracer's unit tests built for powerpc64le and aarch64 under qemu-user (installs what it needs)
+    CrossTest(cross::CrossTestArgs),
     /// Measure the tracer's cost against libbpf-tools, bpftrace and an empty program (root)
     Bench(bench::BenchArgs),
-    /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
+    /// Boot Debian's kernels (x86_64, ppc64le pseries, aarch64 virt) under qemu and run the tracer's checks inside
     VmTest(vm::VmTestArgs),
     /// Randomized differential harness: random workloads under every target and probe mode, checked against the threads' own schedstat (root)
     Torture(torture::TortureArgs),
@@ -87,7 +88,7 @@ fn main() -> ExitCode {
         Task::Deb(args) => package::deb(&args).map(|_| ExitCode::SUCCESS),
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
-        Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
+        Task::CrossTest(args) => cross::cross_test(args).map(|_| ExitCode::SUCCESS),
         Task::Bench(args) => bench::bench(args).map(|_| ExitCode::SUCCESS),
         Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
         Task::Torture(args) => torture::torture(args).map(|_| ExitCode::SUCCESS),

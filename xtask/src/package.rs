@@ -316,7 +316,7 @@ pub fn build_static(release: bool) -> Result<PathBuf> {
     let target_dir = crate::target_dir()?;
     let ebpf_obj = crate::build_ebpf(&tools, &target_dir)?;
     let target = static_target();
-    crate::vm::ensure_rust_target(&target)?;
+    crate::toolchain::ensure_rust_target(&target)?;
     let mut cargo = crate::cargo(None, "build", &target_dir);
     cargo
         .args([

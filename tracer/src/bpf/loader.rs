@@ -574,7 +574,15 @@ fn perf_sched_programs(
                 .try_into()?;
             p.load(target, btf)?;
         }
-        Ok(())
+        compat::fentry_attachable(|| {
+            let p: &mut FEntry = ebpf
+                .program_mut("perf_sched_out_fentry")
+                .ok_or_else(|| anyhow!("program perf_sched_out_fentry missing"))?
+                .try_into()?;
+            let link = p.attach()?;
+            p.detach(link)?;
+            Ok(())
+        })
     })();
     match fentry {
         Ok(()) => {

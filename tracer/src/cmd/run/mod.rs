@@ -143,6 +143,10 @@ fn trace(
         }
     };
     let mut session = session;
+    // The kernel log (/dev/kmsg, CAP_SYSLOG under dmesg_restrict) is read while it can be.
+    if !args.events.is_empty() {
+        crate::perf::exception_levels::detect();
+    }
     if let Err(e) = privileges::drop_all() {
         session
             .notices
