@@ -33,7 +33,7 @@ use crate::{
 
 /// Whether a thread is in the traced set, and its TGID when the set knows it.
 #[inline(always)]
-fn traced(t: &Task) -> Option<u32> {
+pub(crate) fn traced(t: &Task) -> Option<u32> {
     if t.tid == 0 {
         return None; // the idle task of every CPU
     }
@@ -115,7 +115,7 @@ fn next_serial() -> u64 {
 
 /// The thread's entry if it has one (never created here).
 #[inline(always)]
-fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
+pub(crate) fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
     if in_storage(t) {
         // SAFETY: a trusted task pointer.
         unsafe { TASK_STATS.get(t.ptr, None) }

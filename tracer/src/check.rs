@@ -80,6 +80,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         n_counters: 0,
         max_threads: 4096,
         runq_from: crate::cli::RunqFrom::Wakeup,
+        record: Default::default(),
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {

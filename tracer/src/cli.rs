@@ -24,6 +24,10 @@ pub struct Cli {
 pub enum Command {
     /// Trace threads and report their scheduling (needs CAP_BPF and CAP_PERFMON, or root).
     Run(RunArgs),
+    /// Record every switch and wakeup into a Perfetto trace (ui.perfetto.dev), then report as `run`.
+    Record(crate::cmd_record::RecordArgs),
+    /// Print each run-queue wait (or --off-cpu blocked period) above --min as it ends.
+    Slow(crate::cmd_slow::SlowArgs),
     /// pseries hypervisor dispatch statistics and Dispatch Trace Log.
     Dtl(DtlArgs),
     /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
@@ -145,6 +149,9 @@ pub struct RunArgs {
     /// Command to start and trace with everything it spawns.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// What `tracer record` / `tracer slow` add to the session (nothing for `run`).
+    #[arg(skip)]
+    pub hook: crate::record::Hook,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -322,6 +329,8 @@ pub fn main() -> i32 {
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
     let result = match cli.command {
         Command::Run(args) => crate::run::run(args, root),
+        Command::Record(args) => crate::cmd_record::run(args, root),
+        Command::Slow(args) => crate::cmd_slow::run(args, root),
         Command::Dtl(args) => crate::dtl::run(&args, &root),
         Command::Check(args) => crate::check::run(&args, &root),
         Command::Floor { duration } => crate::loader::run_floor(duration),

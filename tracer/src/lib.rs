@@ -7,6 +7,8 @@
 pub mod btf;
 pub mod check;
 pub mod cli;
+pub mod cmd_record;
+pub mod cmd_slow;
 pub mod collect;
 pub mod compat;
 pub mod counters;
@@ -18,6 +20,7 @@ pub mod launch;
 pub mod loader;
 pub mod privileges;
 pub mod procfs;
+pub mod record;
 pub mod report;
 pub mod root;
 pub mod run;

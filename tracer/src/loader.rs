@@ -39,6 +39,18 @@ pub struct LoadOptions {
     pub n_counters: u32,
     pub max_threads: u32,
     pub runq_from: RunqFrom,
+    /// Events streamed by `tracer record` / `tracer slow` (nothing for `tracer run`).
+    pub record: RecordLoad,
+}
+
+/// What the programs stream through the `EVENTS` ring buffer (see `crate::record`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordLoad {
+    /// Bits of `tracer_common::record::on`; 0: nothing, the ring buffer stays one page.
+    pub on: u32,
+    pub slow_min_ns: u64,
+    /// Ring buffer size in bytes (a power of two, at least a page).
+    pub buffer_bytes: u32,
 }
 
 /// Loaded and attached programs with their maps.
@@ -320,6 +332,9 @@ impl Tracer {
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
         }
         let runq = runq_source(mode, opts.runq_from, storage_ok, &mut cfg)?;
+        if opts.record.on != 0 {
+            crate::record::config(&mut cfg, &opts.record, mode, runq, root)?;
+        }
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
@@ -341,6 +356,7 @@ impl Tracer {
                 )
                 // Maps the chosen options do not use are created with one entry.
                 .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
+                .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
                 .map_max_entries(
                     "HIST_SCOPED",
                     if opts.hist_scope == tracer_common::scope::ALL {

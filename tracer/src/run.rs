@@ -329,6 +329,7 @@ fn setup(
         n_counters: slice.len() as u32,
         max_threads: args.max_threads,
         runq_from: args.runq_from,
+        record: args.hook.load(),
     };
     let seed = |ebpf: &mut Ebpf| -> Result<()> {
         if targets.seed.is_empty() {
@@ -343,6 +344,7 @@ fn setup(
         Ok(())
     };
     let mut tracer = Tracer::start(&opts, root, &seed)?;
+    args.hook.attached(&mut tracer.ebpf)?;
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }
@@ -569,6 +571,9 @@ async fn event_loop(
                 if crate::cli::stdout_closed() {
                     break End::Output(TracerError::OutputClosed);
                 }
+                if args.hook.should_stop() {
+                    break End::Duration;
+                }
             }
         }
     };
@@ -580,6 +585,7 @@ async fn event_loop(
     if let End::Output(e) = end {
         // Nothing more can be shown: detach and end.
         s.tracer.detach();
+        let _ = args.hook.finish(&mut s.tracer.ebpf);
         return Err(e.into());
     }
     let csnap = match &s.counters {
@@ -602,6 +608,7 @@ async fn event_loop(
     snap.raise_to(&prev_snap, hist_scope(args));
     snap.at_ns = t1;
     snap.recursion_misses = misses;
+    let (hook_sections, hook_notices) = args.hook.finish(&mut s.tracer.ebpf)?;
     let hyp_end = s
         .hyp_before
         .as_ref()
@@ -672,7 +679,7 @@ async fn event_loop(
         t1 - s.t0,
     );
     let command = state.map(|st| (args.command.clone(), st));
-    let r = build_report(
+    let mut r = build_report(
         &s,
         "total",
         None,
@@ -683,7 +690,11 @@ async fn event_loop(
         command,
         root,
     );
-    print_report(&r, &opts, args.json)?;
+    r.sections.extend(hook_sections);
+    r.notices.extend(hook_notices);
+    if args.hook.report() {
+        print_report(&r, &opts, args.json)?;
+    }
     Ok(exit_code.unwrap_or(0))
 }
 

@@ -1,0 +1,328 @@
+//! `tracer record`: every switch and wakeup of the traced set into a Perfetto trace,
+//! inside a `tracer run` session (same targets, window and end-of-run summary).
+//!
+//! A reader thread drains the ring buffer into [`TraceWriter`], which flushes per-CPU
+//! bundles every second or every [`perfetto::MAX_PENDING`] events: memory stays bounded
+//! however long the run. Events the kernel could not queue (ring buffer full) are counted
+//! per CPU, said on stderr as they happen, and written into the trace's `FtraceStats`
+//! and the summary.
+use std::{
+    collections::HashSet,
+    fs::File,
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{maps::MapData, maps::RingBuf, Ebpf};
+use clap::Args;
+
+use crate::{
+    cli::RunArgs,
+    loader::RecordLoad,
+    record::{
+        decode::{decode, Event},
+        perfetto::{self, TraceWriter, Written},
+        rec_stats, Extension, Hook,
+    },
+    report::Section,
+    root::Root,
+};
+
+#[derive(Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Where the Perfetto trace goes (open it in ui.perfetto.dev).
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "FILE",
+        default_value = "trace.pftrace"
+    )]
+    pub output: PathBuf,
+    /// Size of the kernel ring buffer the events pass through (e.g. 16M; a power of two).
+    #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = crate::record::parse_buffer_size)]
+    pub buffer_size: u32,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// How often pending events are written (and losses checked).
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// What the reader thread hands back.
+struct Outcome {
+    written: Written,
+    sent: Vec<u64>,
+    lost: Vec<u64>,
+    read: Vec<u64>,
+    undecodable: u64,
+}
+
+struct Recorder {
+    path: PathBuf,
+    buffer_bytes: u32,
+    file: Mutex<Option<File>>,
+    stop: Arc<AtomicBool>,
+    /// The output failed: the session should end.
+    failed: Arc<AtomicBool>,
+    reader: Mutex<Option<JoinHandle<Result<Outcome>>>>,
+}
+
+pub fn run(args: RecordArgs, root: Root) -> Result<i32> {
+    let file = File::create(&args.output)
+        .map_err(|e| anyhow!("cannot write the trace to {}: {e}", args.output.display()))?;
+    let rec = Arc::new(Recorder {
+        path: args.output.clone(),
+        buffer_bytes: args.buffer_size,
+        file: Mutex::new(Some(file)),
+        stop: Arc::new(AtomicBool::new(false)),
+        failed: Arc::new(AtomicBool::new(false)),
+        reader: Mutex::new(None),
+    });
+    let mut run = args.run;
+    run.hook = Hook(Some(rec.clone()));
+    let r = crate::run::run(run, root);
+    if r.is_err() && rec.file.lock().map(|f| f.is_some()).unwrap_or(false) {
+        // Never started: leave no empty file behind.
+        let _ = std::fs::remove_file(&args.output);
+    }
+    r
+}
+
+impl Extension for Recorder {
+    fn load(&self) -> RecordLoad {
+        RecordLoad {
+            on: tracer_common::record::on::SCHED,
+            slow_min_ns: 0,
+            buffer_bytes: self.buffer_bytes,
+        }
+    }
+
+    fn attached(&self, ebpf: &mut Ebpf) -> Result<()> {
+        let file = self
+            .file
+            .lock()
+            .map_err(|_| anyhow!("recorder state poisoned"))?
+            .take()
+            .ok_or_else(|| anyhow!("the trace file was already taken"))?;
+        let rb = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
+        let stats = ebpf
+            .take_map("REC_STATS")
+            .context("REC_STATS map missing")?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)? as u32;
+        let writer = TraceWriter::new(file, &perfetto::system_facts(cpus), cpus)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        let (stop, failed, path) = (self.stop.clone(), self.failed.clone(), self.path.clone());
+        let h = std::thread::Builder::new()
+            .name("record".into())
+            .spawn(move || {
+                let r = read_loop(rb, stats, writer, &stop, cpus as usize);
+                if r.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                r.with_context(|| format!("writing the trace {}", path.display()))
+            })?;
+        *self.reader.lock().map_err(|_| anyhow!("poisoned"))? = Some(h);
+        Ok(())
+    }
+
+    fn should_stop(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn finish(&self, _ebpf: &mut Ebpf) -> Result<(Vec<Section>, Vec<String>)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let h = self
+            .reader
+            .lock()
+            .map_err(|_| anyhow!("poisoned"))?
+            .take()
+            .ok_or_else(|| anyhow!("the trace reader never started"))?;
+        let o = h
+            .join()
+            .map_err(|_| anyhow!("the trace reader panicked"))??;
+        Ok(summary(&self.path, &o))
+    }
+
+    fn report(&self) -> bool {
+        true
+    }
+}
+
+/// The "record" section of the final report, and notices of losses.
+fn summary(path: &Path, o: &Outcome) -> (Vec<Section>, Vec<String>) {
+    let w = o.written;
+    let lost: u64 = o.lost.iter().sum();
+    let events = w.switches + w.wakings;
+    let json = serde_json::json!({
+        "output": path.display().to_string(),
+        "switches": w.switches,
+        "wakeups": w.wakings,
+        "bytes": w.bytes,
+        "packets": w.packets,
+        "bytes_per_event": if events > 0 { w.bytes as f64 / events as f64 } else { 0.0 },
+        "lost": lost,
+        "lost_per_cpu": o.lost,
+        "sent_per_cpu": o.sent,
+        "read_per_cpu": o.read,
+        "undecodable": o.undecodable,
+    });
+    let text = format!(
+        "Recorded {} switches and {} wakeups to {} ({} bytes, {:.1} bytes/event); lost {} (ring buffer full), per CPU: {:?}",
+        w.switches,
+        w.wakings,
+        path.display(),
+        w.bytes,
+        if events > 0 { w.bytes as f64 / events as f64 } else { 0.0 },
+        lost,
+        o.lost
+    );
+    let mut notices = Vec::new();
+    if lost > 0 {
+        notices.push(format!(
+            "record: {lost} events lost because the ring buffer was full (per CPU {:?}); a larger --buffer-size keeps them; the trace marks the bundles after each loss and its ftrace stats hold the counts",
+            o.lost
+        ));
+    }
+    if o.undecodable > 0 {
+        notices.push(format!(
+            "record: {} ring-buffer records could not be decoded (a bug: please report)",
+            o.undecodable
+        ));
+    }
+    (
+        vec![Section {
+            key: "record",
+            json,
+            text,
+        }],
+        notices,
+    )
+}
+
+/// Waits up to `timeout` for the ring buffer to have data.
+fn wait_readable(fd: i32, timeout: Duration) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+}
+
+/// Names a process from /proc when first seen (it may be gone by the end).
+fn proc_cmdline(tgid: u32) -> Option<(Vec<String>, Option<u32>)> {
+    let raw = std::fs::read(format!("/proc/{tgid}/cmdline")).ok()?;
+    let argv: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let stat = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok();
+    // The field after the last ')' and the state is the parent's PID.
+    let ppid = stat.and_then(|s| {
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse().ok())
+    });
+    (!argv.is_empty()).then_some((argv, ppid))
+}
+
+fn read_loop(
+    mut rb: RingBuf<MapData>,
+    stats: aya::maps::Map,
+    mut w: TraceWriter<File>,
+    stop: &AtomicBool,
+    cpus: usize,
+) -> Result<Outcome> {
+    let fd = rb.as_raw_fd();
+    let mut read = vec![0u64; cpus];
+    let mut undecodable = 0u64;
+    let mut last_flush = Instant::now();
+    let mut lost_said = 0u64;
+    let mut named: HashSet<u32> = HashSet::new();
+    let mut lost = vec![0u64; cpus];
+    let fail = |w: &mut TraceWriter<File>, e: std::io::Error| -> anyhow::Error {
+        // Cut the file back to its last whole packet: it stays a valid trace.
+        let good = w.written().bytes;
+        let _ = w.get_mut().set_len(good);
+        anyhow::Error::new(e)
+    };
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        if !stopping {
+            wait_readable(fd, Duration::from_millis(100));
+        }
+        while let Some(item) = rb.next() {
+            let ev = decode(&item);
+            drop(item);
+            match ev {
+                Ok(Event::Switch(s)) => {
+                    if let Some(n) = read.get_mut(s.cpu as usize) {
+                        *n += 1;
+                    }
+                    if s.next_tid != 0 && named.insert(s.next_tgid) {
+                        if let Some((argv, ppid)) = proc_cmdline(s.next_tgid) {
+                            w.process_cmdline(s.next_tgid, argv, ppid);
+                        }
+                    }
+                    w.switch(s);
+                }
+                Ok(Event::Wakeup(e)) => {
+                    if let Some(n) = read.get_mut(e.cpu as usize) {
+                        *n += 1;
+                    }
+                    w.wakeup(e);
+                }
+                Ok(Event::Slow(_)) | Err(_) => undecodable += 1,
+            }
+            if w.full() {
+                if let Err(e) = w.flush(&lost) {
+                    return Err(fail(&mut w, e));
+                }
+            }
+        }
+        if stopping {
+            break;
+        }
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            last_flush = Instant::now();
+            if let Ok((_, l)) = rec_stats(&stats) {
+                lost = l;
+            }
+            let total: u64 = lost.iter().sum();
+            if total > lost_said {
+                use std::io::Write as _;
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "tracer: record: {} events lost so far, ring buffer full (per CPU {:?}); try a larger --buffer-size",
+                    total,
+                    lost
+                );
+                lost_said = total;
+            }
+            if let Err(e) = w.flush(&lost) {
+                return Err(fail(&mut w, e));
+            }
+        }
+    }
+    let (sent, l) = rec_stats(&stats)?;
+    lost = l;
+    let written = match w.finish(&lost, &read) {
+        Ok(v) => v,
+        Err(e) => return Err(fail(&mut w, e)),
+    };
+    Ok(Outcome {
+        written,
+        sent,
+        lost,
+        read,
+        undecodable,
+    })
+}
