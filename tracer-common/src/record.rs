@@ -24,6 +24,12 @@ pub mod kind {
 
 /// `SchedEvent::flags` of a switch: the previous task was preempted (still runnable).
 pub const SWITCH_PREEMPT: u32 = 1;
+/// `SchedEvent::flags` of a switch the programs did not see (the kernel skipped them,
+/// see `drop::UNSEEN_SWITCH_IN`), put back: the task that left this CPU next (`tid`) was
+/// not the one the last switch seen here put on it (`prev_tid`). Its time is estimated
+/// from `tid`'s runtime in this slice (`sum_exec_runtime - prev_sum_exec_runtime`),
+/// clamped to the time since that last switch; `prev_tid`'s state is not known (0).
+pub const SWITCH_REPAIRED: u32 = 2;
 
 /// `SlowEvent::how`: how the waiting thread became runnable.
 pub mod how {
@@ -95,12 +101,17 @@ pub struct SlowEvent {
     pub prev_comm: [u8; crate::COMM_LEN],
 }
 
-/// Per-CPU record state (`REC_CPU`): when the running task switched in.
+/// Per-CPU record state (`REC_CPU`): the last switch seen on this CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecCpu {
     /// CLOCK_MONOTONIC of the last switch on this CPU (0: none seen yet).
     pub last_switch_ns: u64,
+    /// CLOCK_BOOTTIME of the last switch on this CPU (0: none seen yet).
+    pub last_boot_ns: u64,
+    /// The task that switch put on the CPU.
+    pub running: u32,
+    pub _pad: u32,
 }
 
 /// Indices of the per-CPU `REC_STATS` array.
@@ -115,7 +126,7 @@ pub mod stat {
 const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
-const _: () = assert!(core::mem::size_of::<RecCpu>() == 8);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 24);
 
 #[cfg(feature = "user")]
 mod pod {

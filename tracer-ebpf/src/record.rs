@@ -13,11 +13,18 @@ use aya_ebpf::{
 };
 use tracer_common::{
     filter,
-    record::{how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, WOKEN_NEW},
+    record::{
+        how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, SWITCH_REPAIRED, WOKEN_NEW,
+    },
     COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
 };
 
 use crate::{account, config, maps::CPU_STATE, Task};
+
+/// `BPF_RB_NO_WAKEUP`: switches and wakeups do not wake the reader, which drains on a
+/// timer: a wakeup per event would cost an irq_work each and, worse, make the reader
+/// switch in and out (more events) all the time.
+const NO_WAKEUP: u64 = 1;
 
 /// Switches, wakeups and slow waits for user space. Sized by `--buffer-size`.
 #[map]
@@ -63,33 +70,67 @@ pub fn switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
     if c.record == 0 {
         return;
     }
-    if c.record & on::SCHED != 0
-        && (c.filter == filter::ALL
-            || account::traced(prev).is_some()
-            || account::traced(next).is_some())
-    {
-        bump(stat::SENT);
-        match EVENTS.reserve::<SchedEvent>(0) {
-            Some(mut e) => {
-                let p = e.as_mut_ptr();
-                // SAFETY: the reservation holds one SchedEvent; every field is written.
-                unsafe {
-                    (*p).head = head(bpf_ktime_get_boot_ns(), kind::SWITCH);
-                    (*p).tid = next.tid;
-                    (*p).tgid = next.tgid();
-                    (*p).prev_tid = prev.tid;
-                    (*p).state = prev_state;
-                    (*p).prio = prio(next);
-                    (*p).flags = preempt as u32;
-                    (*p).comm = next.comm.read();
-                }
-                e.submit(0);
-            }
-            None => bump(stat::DROPPED),
-        }
+    if c.record & on::SCHED != 0 {
+        sched_switch(prev, preempt, prev_state, next);
     }
     if c.record & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
         slow(prev, next);
+    }
+}
+
+/// Queues one switch event; false when the ring buffer is full (counted).
+#[inline(always)]
+fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> bool {
+    bump(stat::SENT);
+    match EVENTS.reserve::<SchedEvent>(0) {
+        Some(mut e) => {
+            let p = e.as_mut_ptr();
+            // SAFETY: the reservation holds one SchedEvent; every field is written.
+            unsafe {
+                (*p).head = head(ts, kind::SWITCH);
+                (*p).tid = next.tid;
+                (*p).tgid = next.tgid();
+                (*p).prev_tid = prev_tid;
+                (*p).state = state;
+                (*p).prio = prio(next);
+                (*p).flags = flags;
+                (*p).comm = next.comm.read();
+            }
+            e.submit(NO_WAKEUP);
+            true
+        }
+        None => {
+            bump(stat::DROPPED);
+            false
+        }
+    }
+}
+
+/// `tracer record`: the switch, when it touches the traced set; and first, when `prev`
+/// is not the task the last switch seen on this CPU put there, the switch to `prev`
+/// that the programs never saw, rebuilt (see `SWITCH_REPAIRED`).
+#[inline(always)]
+fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+    let c = config();
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    let Some(rc) = REC_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; switches on a CPU do not nest.
+    let rc = unsafe { &mut *rc };
+    let prev_traced = c.filter == filter::ALL || account::traced(prev).is_some();
+    if rc.last_boot_ns != 0 && rc.running != prev.tid {
+        // On the CPU since: its runtime in this slice, never before the last switch.
+        let since = match prev.running_slice() {
+            Some(r) if prev.tid != 0 && r < now - rc.last_boot_ns => now - r,
+            _ => rc.last_boot_ns,
+        };
+        send_switch(since, rc.running, 0, SWITCH_REPAIRED, prev);
+    }
+    rc.last_boot_ns = now;
+    rc.running = next.tid;
+    if prev_traced || account::traced(next).is_some() {
+        send_switch(now, prev.tid, prev_state, preempt as u32, next);
     }
 }
 
@@ -212,5 +253,5 @@ pub fn wakeup(p: &Task, new: bool) {
         (*ptr).flags = 0;
         (*ptr).comm = p.comm.read();
     }
-    e.submit(0);
+    e.submit(NO_WAKEUP);
 }

@@ -1,5 +1,7 @@
 //! Ring-buffer records (`tracer_common::record`) to typed events.
-use tracer_common::record::{how, kind, EventHead, SchedEvent, SlowEvent, SWITCH_PREEMPT};
+use tracer_common::record::{
+    how, kind, EventHead, SchedEvent, SlowEvent, SWITCH_PREEMPT, SWITCH_REPAIRED,
+};
 
 /// A context switch on `cpu`: `prev_tid` leaves, `next_tid` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,6 +14,9 @@ pub struct Switch {
     pub prev_state: u32,
     /// The previous task was preempted (still runnable).
     pub preempt: bool,
+    /// A switch the programs did not see, put back with an estimated time (see
+    /// `tracer_common::record::SWITCH_REPAIRED`).
+    pub repaired: bool,
     pub next_tid: u32,
     pub next_tgid: u32,
     pub next_prio: i32,
@@ -123,6 +128,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 prev_tid: e.prev_tid,
                 prev_state: e.state,
                 preempt: e.flags & SWITCH_PREEMPT != 0,
+                repaired: e.flags & SWITCH_REPAIRED != 0,
                 next_tid: e.tid,
                 next_tgid: e.tgid,
                 next_prio: e.prio,

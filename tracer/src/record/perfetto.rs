@@ -172,6 +172,8 @@ struct CpuPending {
     last_waking: u64,
     /// Overruns counted when this CPU's last bundle was written.
     overrun_seen: u64,
+    /// A switch was missing from the stream since the last bundle.
+    gap: bool,
 }
 
 /// What the machine is, for the `SystemInfo` packet.
@@ -192,6 +194,10 @@ pub struct Written {
     pub wakings: u64,
     pub packets: u64,
     pub bytes: u64,
+    /// Switches the programs did not see (the kernel skipped them, see
+    /// `switch_in_unseen`), put back with an estimated time: their bundles have
+    /// `lost_events` set; the tasks around them are in [`TraceWriter::gap_tids`].
+    pub gaps: u64,
 }
 
 /// Streams events into a Perfetto trace. Memory: at most [`MAX_PENDING`] events per CPU
@@ -207,6 +213,7 @@ pub struct TraceWriter<W: Write> {
     tree_ts: Option<u64>,
     written: Written,
     buf: Vec<u8>,
+    gap_tids: std::collections::BTreeSet<u32>,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -222,6 +229,7 @@ impl<W: Write> TraceWriter<W> {
             tree_ts: None,
             written: Written::default(),
             buf: Vec::new(),
+            gap_tids: Default::default(),
         };
         w.packet(pb::TracePacket {
             system_info: Some(pb::SystemInfo {
@@ -350,8 +358,21 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn switch(&mut self, s: Switch) {
         self.saw_thread(s.ts, s.next_tid, s.next_tgid, &s.next_comm);
-        self.cpus.entry(s.cpu).or_default().switches.push(s);
+        let p = self.cpus.entry(s.cpu).or_default();
+        if s.repaired {
+            // The CPU track around it is an estimate: say so in the bundle.
+            p.gap = true;
+            self.written.gaps += 1;
+            self.gap_tids.insert(s.prev_tid);
+            self.gap_tids.insert(s.next_tid);
+        }
+        p.switches.push(s);
         self.pending += 1;
+    }
+
+    /// Tasks next to a switch missing from the stream: their times in the trace are off.
+    pub fn gap_tids(&self) -> &std::collections::BTreeSet<u32> {
+        &self.gap_tids
     }
 
     pub fn wakeup(&mut self, w: Wakeup) {
@@ -439,8 +460,9 @@ impl<W: Write> TraceWriter<W> {
             cs.waking_common_flags.push(1);
         }
         p.last_waking = prev;
-        let lost = lost_now > p.overrun_seen;
+        let lost = lost_now > p.overrun_seen || p.gap;
         p.overrun_seen = lost_now;
+        p.gap = false;
         self.written.switches += switches.len() as u64;
         self.written.wakings += wakings.len() as u64;
         Some(pb::FtraceEventBundle {
@@ -507,6 +529,7 @@ mod tests {
             prev_tid: prev,
             prev_state: 1,
             preempt: false,
+            repaired: false,
             next_tid: next,
             next_tgid: next,
             next_prio: 120,
@@ -580,6 +603,25 @@ mod tests {
         assert_eq!(end.phase, Some(2));
         assert_eq!(end.cpu_stats[1].overrun, Some(3));
         assert_eq!(end.cpu_stats[0].read_events, Some(4));
+    }
+
+    #[test]
+    fn a_repaired_switch_is_counted_and_marked() {
+        let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+        w.switch(sw(1, 0, 0, 10, "a"));
+        let mut r = sw(3, 0, 10, 11, "b");
+        r.repaired = true;
+        w.switch(r);
+        w.switch(sw(5, 0, 11, 0, "swapper/0"));
+        assert_eq!(w.written().gaps, 1);
+        assert_eq!(w.gap_tids().iter().copied().collect::<Vec<_>>(), vec![10, 11]);
+        w.finish(&[], &[]).unwrap();
+        let b = packets(&w.into_inner())
+            .into_iter()
+            .find_map(|p| p.ftrace_events)
+            .unwrap();
+        assert_eq!(b.lost_events, Some(true));
+        assert_eq!(b.compact_sched.unwrap().switch_timestamp, vec![1, 2, 2]);
     }
 
     #[test]
