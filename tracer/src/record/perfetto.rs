@@ -614,7 +614,10 @@ mod tests {
         w.switch(r);
         w.switch(sw(5, 0, 11, 0, "swapper/0"));
         assert_eq!(w.written().gaps, 1);
-        assert_eq!(w.gap_tids().iter().copied().collect::<Vec<_>>(), vec![10, 11]);
+        assert_eq!(
+            w.gap_tids().iter().copied().collect::<Vec<_>>(),
+            vec![10, 11]
+        );
         w.finish(&[], &[]).unwrap();
         let b = packets(&w.into_inner())
             .into_iter()
