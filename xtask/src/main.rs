@@ -7,6 +7,7 @@ mod cross;
 mod elf;
 mod json;
 mod setup;
+mod testdeps;
 mod torture;
 mod vm;
 
@@ -251,6 +252,13 @@ fn test(unit_only: bool) -> Result<()> {
         let mut e2e = cargo(None, "test", &target);
         e2e.args(["--package", "tracer-tests", "--", "--test-threads=1"]);
         with_artifacts(&mut e2e);
+        // record_e2e: Perfetto's protos (a venv under target/) and runqslower.
+        let mut apt = apt::Apt::new();
+        e2e.env(
+            "TRACER_PERFETTO_PYTHON",
+            testdeps::perfetto_python(&target, &mut apt)?,
+        );
+        testdeps::runqslower(&mut apt)?;
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }
