@@ -248,12 +248,14 @@ fn on_switch(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
         current_task()
     };
     let next = task_from_btf(next, trusted);
+    // Before the accounting: a dying thread leaves the traced set there.
+    record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
     account::switch(
         prev,
         leave_from_args(preempt & 0xff, prev_state as u32),
         next,
     );
-    record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+    record::switch_done(&prev, &next);
 }
 
 #[inline(always)]

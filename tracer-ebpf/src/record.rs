@@ -63,17 +63,32 @@ fn prio(t: &Task) -> i32 {
     }
 }
 
-/// After the accounting of a switch from `prev` to `next` (prev is `current`).
+/// The task's comm: two plain loads from a trusted task pointer (tp_btf), else a probe
+/// read.
+#[inline(always)]
+fn comm(t: &Task) -> [u8; COMM_LEN] {
+    if t.trusted {
+        if let Some(w) = t.field::<[u64; 2]>(config().task_comm_off) {
+            // SAFETY: 16 plain bytes either way.
+            return unsafe { core::mem::transmute::<[u64; 2], [u8; COMM_LEN]>(w) };
+        }
+    }
+    t.comm.read()
+}
+
+/// A switch from `prev` to `next` (prev is `current`), before the accounting: a thread
+/// that dies leaves the traced set there, and its last switch-out must still be sent.
 #[inline(always)]
 pub fn switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
-    let c = config();
-    if c.record == 0 {
-        return;
-    }
-    if c.record & on::SCHED != 0 {
+    if config().record & on::SCHED != 0 {
         sched_switch(prev, preempt, prev_state, next);
     }
-    if c.record & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
+}
+
+/// The same switch after the accounting, which has just timed the wait that ends.
+#[inline(always)]
+pub fn switch_done(prev: &Task, next: &Task) {
+    if config().record & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
         slow(prev, next);
     }
 }
@@ -94,7 +109,7 @@ fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> b
                 (*p).state = state;
                 (*p).prio = prio(next);
                 (*p).flags = flags;
-                (*p).comm = next.comm.read();
+                (*p).comm = comm(next);
             }
             e.submit(NO_WAKEUP);
             true
@@ -251,7 +266,7 @@ pub fn wakeup(p: &Task, new: bool) {
         (*ptr).state = target;
         (*ptr).prio = prio(p);
         (*ptr).flags = 0;
-        (*ptr).comm = p.comm.read();
+        (*ptr).comm = comm(p);
     }
     e.submit(NO_WAKEUP);
 }
