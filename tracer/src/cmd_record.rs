@@ -195,7 +195,7 @@ fn summary(path: &Path, o: &Outcome) -> (Vec<Section>, Vec<String>) {
     }
     if w.gaps > 0 {
         notices.push(format!(
-            "record: {} switches are missing from the trace (the kernel did not run the switch program for them: see switch_in_unseen); their bundles are marked as having lost events, and the CPU tracks around them are off",
+            "record: {} switches the kernel did not run the switch program for (see switch_in_unseen) were put back with estimated times; their bundles are marked as having lost events, and record.gap_tids lists the threads around them",
             w.gaps
         ));
     }
