@@ -623,3 +623,51 @@ fn slow_off_cpu_shows_each_long_sleep() {
         }
     }
 }
+
+/// Peak RSS (KiB) and events written of `tracer record --json` over `secs` of thread
+/// churn (1000 short threads a second: switches, wakeups and new names).
+fn record_rss(secs: u32, name: &str) -> (u64, u64) {
+    let trace = scratch(name);
+    let loops = "1000".to_string();
+    let ms = (secs * 1000).to_string();
+    let (out, rss) = tracer_tests::run_tracer_rss(&[
+        "record",
+        "--json",
+        // The ring buffer's pages count in RSS once touched (twice: its data is mapped
+        // twice): keep it small, so what is measured is the reader's own memory.
+        "--buffer-size",
+        "1M",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        WORKLOAD,
+        "churn",
+        "--per-sec",
+        &loops,
+        "--duration-ms",
+        &ms,
+        "--out",
+        "/dev/null",
+    ]);
+    let doc = final_report(&out);
+    let _ = std::fs::remove_file(&trace);
+    let rec = &doc["record"];
+    (rss, u(&rec["switches"]) + u(&rec["wakeups"]))
+}
+
+#[test]
+fn memory_stays_bounded_as_the_trace_grows() {
+    require_root();
+    let (short_rss, short_events) = record_rss(1, "rss-short.pftrace");
+    let (long_rss, long_events) = record_rss(5, "rss-long.pftrace");
+    eprintln!(
+        "1 s: {short_events} events, {short_rss} KiB; 5 s: {long_events} events, {long_rss} KiB"
+    );
+    assert!(long_events > 3 * short_events, "the long run wrote more");
+    // Pending events are flushed every second (8192 per CPU at most) and one name is
+    // kept per thread: the RSS must not follow the event count.
+    assert!(
+        long_rss < short_rss + 8 * 1024,
+        "RSS grew from {short_rss} KiB to {long_rss} KiB with the trace"
+    );
+}
