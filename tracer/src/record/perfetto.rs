@@ -324,11 +324,6 @@ impl<W: Write> TraceWriter<W> {
         });
     }
 
-    /// Whether `tgid` has been named yet (by its command line or a comm).
-    pub fn knows_process(&self, tgid: u32) -> bool {
-        self.processes.contains_key(&tgid)
-    }
-
     fn saw_thread(&mut self, ts: u64, tid: u32, tgid: u32, name: &str) {
         if tid == 0 || tgid == 0 {
             return; // the idle tasks; or a thread the kernel gave no TGID for
