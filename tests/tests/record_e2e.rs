@@ -432,16 +432,28 @@ fn the_run_ends_when_its_target_exits() {
     let _ = std::fs::remove_file(&trace);
 }
 
-/// One `runqslower -P` line: (tid, latency µs). Its columns have fixed widths
-/// (`%-8s %-16s %-6d %14llu %-16s %-6d`), and a comm may hold spaces.
-fn runqslower_line(l: &str) -> Option<(u64, u64)> {
+/// One `runqslower -P` line: (tid, latency µs, local second of the day). Its columns
+/// have fixed widths (`%-8s %-16s %-6d %14llu %-16s %-6d`), and a comm may hold spaces.
+fn runqslower_line(l: &str) -> Option<(u64, u64, u64)> {
     if l.len() < 47 || !l[..8].contains(':') {
         return None;
     }
+    let hms: Vec<u64> = l[..8].split(':').filter_map(|x| x.parse().ok()).collect();
+    let sod = *hms.first()? * 3600 + *hms.get(1)? * 60 + *hms.get(2)?;
     Some((
         l.get(26..32)?.trim().parse().ok()?,
         l.get(33..47)?.trim().parse().ok()?,
+        sod,
     ))
+}
+
+/// Local second of the day of a Unix time in ns (what runqslower prints).
+fn local_second_of_day(unix_ns: u64) -> u64 {
+    let t = (unix_ns / 1_000_000_000) as libc::time_t;
+    // SAFETY: localtime_r fills the zeroed tm.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&t, &mut tm) };
+    tm.tm_hour as u64 * 3600 + tm.tm_min as u64 * 60 + tm.tm_sec as u64
 }
 
 /// Reads a child's stdout as it comes (a pipe left unread fills up and stalls the
@@ -508,7 +520,7 @@ fn slow_sees_the_waits_runqslower_sees() {
         "{}",
         String::from_utf8_lossy(&slow_out.stderr)
     );
-    let theirs: Vec<(u64, u64)> = rqs_lines
+    let theirs: Vec<(u64, u64, u64)> = rqs_lines
         .join()
         .unwrap()
         .lines()
@@ -551,14 +563,30 @@ fn slow_sees_the_waits_runqslower_sees() {
         // The same waits: sorted, pairwise within 2% or 50 µs.
         a.sort_unstable();
         b.sort_unstable();
-        let close = a
-            .iter()
-            .zip(&b)
-            .filter(|(x, y)| x.abs_diff(**y) <= 50 || x.abs_diff(**y) as f64 <= 0.02 * **x as f64)
-            .count();
+        let near = |x: u64, y: u64| x.abs_diff(y) <= 50 || x.abs_diff(y) as f64 <= 0.02 * x as f64;
+        let close = a.iter().zip(&b).filter(|(x, y)| near(**x, **y)).count();
         assert!(
             close as f64 >= 0.98 * a.len().min(b.len()) as f64,
             "tid {}: only {close} of {} waits agree",
+            t.tid,
+            a.len()
+        );
+        // And at the same time: each of theirs has one of ours of that latency within
+        // the second it printed (±1 s).
+        let timed = theirs
+            .iter()
+            .filter(|x| x.0 == t.tid)
+            .filter(|x| {
+                ours.iter().any(|o| {
+                    u(&o["tid"]) == t.tid
+                        && near(x.1, u(&o["wait_ns"]) / 1000)
+                        && local_second_of_day(u(&o["time_unix_ns"])).abs_diff(x.2) % 86399 <= 1
+                })
+            })
+            .count();
+        assert!(
+            timed as f64 >= 0.98 * a.len() as f64,
+            "tid {}: only {timed} of {} runqslower waits have one of ours at the same time",
             t.tid,
             a.len()
         );
