@@ -248,21 +248,29 @@ fn on_switch(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
         current_task()
     };
     let next = task_from_btf(next, trusted);
-    // Before the accounting: a dying thread leaves the traced set there.
-    record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+    // One read of the flag: with it 0 (`tracer run`) the verifier knows both branches dead.
+    let rec = config().record;
+    if rec != 0 {
+        // Before the accounting: a dying thread leaves the traced set there.
+        record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+    }
     account::switch(
         prev,
         leave_from_args(preempt & 0xff, prev_state as u32),
         next,
     );
-    record::switch_done(&prev, &next);
+    if rec != 0 {
+        record::switch_done(&prev, &next);
+    }
 }
 
 #[inline(always)]
 fn on_wakeup(p: *const u8, trusted: bool, new: bool) {
     let p = task_from_btf(p, trusted);
     account::wakeup(p);
-    record::wakeup(&p, new);
+    if config().record != 0 {
+        record::wakeup(&p, new);
+    }
 }
 
 #[inline(always)]
