@@ -8,6 +8,7 @@ mod elf;
 mod json;
 mod package;
 mod setup;
+mod testdeps;
 mod toolchain;
 mod torture;
 mod vm;
@@ -318,6 +319,13 @@ fn test(unit_only: bool) -> Result<()> {
         if let Some(deb) = &deb {
             e2e.env("TRACER_DEB", deb);
         }
+        // record_e2e: Perfetto's protos (a venv under target/) and runqslower.
+        let mut apt = apt::Apt::new();
+        e2e.env(
+            "TRACER_PERFETTO_PYTHON",
+            testdeps::perfetto_python(&target, &mut apt)?,
+        );
+        testdeps::runqslower(&mut apt)?;
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }

@@ -44,6 +44,10 @@ pub struct Cli {
 pub enum Command {
     /// Trace threads and report their scheduling (needs CAP_BPF and CAP_PERFMON, or root).
     Run(RunArgs),
+    /// Record every switch and wakeup into a Perfetto trace (ui.perfetto.dev), then report as `run`.
+    Record(record::RecordArgs),
+    /// Print each run-queue wait (or --off-cpu blocked period) above --min as it ends.
+    Slow(record::SlowArgs),
     /// pseries hypervisor dispatch statistics and Dispatch Trace Log.
     Dtl(DtlArgs),
     /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
@@ -327,6 +331,7 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             max_threads: a.max_threads,
             as_root: a.as_root,
             command: a.command,
+            hook: Default::default(),
         }
     }
 }
@@ -352,6 +357,7 @@ impl From<CheckArgs> for crate::cmd::check::CheckConfig {
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
 pub mod generate;
+pub mod record;
 
 pub fn main() -> i32 {
     crate::sys::launch::note_inherited_state();
@@ -362,6 +368,8 @@ pub fn main() -> i32 {
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
     let result = match cli.command {
         Command::Run(args) => crate::cmd::run::run(args.into(), root),
+        Command::Record(args) => crate::cmd::record::run(args.into(), root),
+        Command::Slow(args) => crate::cmd::slow::run(args.into(), root),
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
         Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),

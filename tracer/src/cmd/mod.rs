@@ -3,4 +3,6 @@ pub mod check;
 pub mod dtl;
 pub mod floor;
 pub mod offcpu;
+pub mod record;
 pub mod run;
+pub mod slow;

@@ -240,6 +240,9 @@ pub(super) async fn event_loop(
                 if crate::output::stdout::stdout_closed() {
                     break End::Output(TracerError::OutputClosed);
                 }
+                if args.hook.should_stop() {
+                    break End::Duration;
+                }
             }
         }
     };
@@ -249,9 +252,11 @@ pub(super) async fn event_loop(
     if let End::Output(e) = end {
         // Nothing more can be shown: detach and end.
         s.tracer.detach();
+        let _ = args.hook.finish(&mut s.tracer.ebpf);
         return Err(e.into());
     }
     let last = read_final(&mut s, args, root, &prev, t1)?;
+    let (record, hook_notices) = args.hook.finish(&mut s.tracer.ebpf)?;
     if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev.snap.at_ns {
         // The rest of the window after the last tick, so the intervals add up to the totals.
         let kind = ReportKind::Interval {
@@ -269,7 +274,11 @@ pub(super) async fn event_loop(
         argv: args.command.clone(),
         state,
     });
-    let r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
-    sink.total(&r)?;
+    let mut r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
+    r.sections.record = record;
+    r.notices.extend(hook_notices);
+    if args.hook.report() {
+        sink.total(&r)?;
+    }
     Ok(state.and_then(|s| s.exit_code()).unwrap_or(0))
 }

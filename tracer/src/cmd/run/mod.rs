@@ -19,6 +19,7 @@ use crate::{
 };
 
 mod event_loop;
+pub mod hook;
 mod report;
 mod session;
 mod targets;
@@ -68,6 +69,8 @@ pub struct RunConfig {
     pub as_root: bool,
     /// Command to start and trace with everything it spawns.
     pub command: Vec<String>,
+    /// What `tracer record` / `tracer slow` add to the session (nothing for `run`).
+    pub hook: hook::Hook,
 }
 
 pub fn run(args: RunConfig, root: Root) -> Result<i32> {

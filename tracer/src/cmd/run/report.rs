@@ -136,6 +136,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     let mut sections = Sections {
         counters: None,
         hypervisor: w.hypervisor,
+        record: None,
     };
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);
