@@ -166,6 +166,10 @@ pub struct RunArgs {
     /// Command to start and trace with everything it spawns.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Write run-queue, on-CPU and off-CPU latency heatmaps of the intervals (x: time,
+    /// y: latency, colour: count) to FILE as SVG when the run ends (needs -i).
+    #[arg(long, value_name = "FILE", requires = "interval")]
+    pub heatmap: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -217,6 +221,7 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             max_threads: a.max_threads,
             as_root: a.as_root,
             command: a.command,
+            heatmap: a.heatmap,
         }
     }
 }

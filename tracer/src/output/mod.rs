@@ -1,6 +1,7 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
 //! counter text, and standard output that never panics.
 pub mod counters;
+pub mod heatmap;
 pub mod json;
 pub mod report;
 pub mod sink;
