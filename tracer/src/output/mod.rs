@@ -7,3 +7,4 @@ pub mod report;
 pub mod sink;
 pub mod stdout;
 pub mod text;
+pub mod tui;
