@@ -128,7 +128,6 @@ pub fn colour(count: u64, max: u64) -> (u8, u8, u8) {
     (lerp(255.0, 160.0), lerp(236.0, 0.0), lerp(160.0, 0.0))
 }
 
-const CELL_W: usize = 12;
 const CELL_H: usize = 12;
 const LEFT: usize = 70;
 const PANEL_GAP: usize = 60;
@@ -149,8 +148,10 @@ pub fn svg(title: &str, cols: &[Column]) -> String {
     let kinds = [HistKind::Runq, HistKind::OnCpu, HistKind::OffCpu];
     let spans: Vec<Option<(usize, usize)>> = kinds.iter().map(|&k| row_span(cols, k, 4)).collect();
     let panel_h = |s: &Option<(usize, usize)>| s.map_or(1, |(lo, hi)| hi - lo + 1) * CELL_H;
-    let plot_w = cols.len().max(1) * CELL_W;
-    let width = LEFT + plot_w + 170;
+    // Cells as wide as 600 px allow, between 4 and 40 px.
+    let cw = (600 / cols.len().max(1)).clamp(4, 40);
+    let plot_w = cols.len().max(1) * cw;
+    let width = (LEFT + plot_w + 170).max(640);
     let height: usize = TOP + spans.iter().map(|s| panel_h(s) + PANEL_GAP).sum::<usize>() + 10;
     let mut o = String::new();
     let _ = writeln!(
@@ -209,8 +210,8 @@ pub fn svg(title: &str, cols: &[Column]) -> String {
                         let hi_ns = row_low_ns(r + 1).saturating_sub(1);
                         let _ = writeln!(
                             o,
-                            r##"<rect class="cell" x="{}" y="{}" width="{CELL_W}" height="{CELL_H}" fill="#{cr:02x}{cg:02x}{cb:02x}" data-kind="{key}" data-interval="{iv}" data-row="{r}" data-count="{n}"><title>{n} in {} .. {} at {} (interval {iv})</title></rect>"##,
-                            LEFT + x * CELL_W,
+                            r##"<rect class="cell" x="{}" y="{}" width="{cw}" height="{CELL_H}" fill="#{cr:02x}{cg:02x}{cb:02x}" data-kind="{key}" data-interval="{iv}" data-row="{r}" data-count="{n}"><title>{n} in {} .. {} at {} (interval {iv})</title></rect>"##,
+                            LEFT + x * cw,
                             y0 + (hi - r) * CELL_H,
                             row_label(r),
                             human_ns(hi_ns),
@@ -222,16 +223,15 @@ pub fn svg(title: &str, cols: &[Column]) -> String {
                 }
                 // Colour scale beside the panel.
                 let sx = LEFT + plot_w + 20;
-                let steps = 8u64;
                 let _ = writeln!(o, r#"<text x="{sx}" y="{}">count</text>"#, y0 + 8);
-                for s in 0..steps {
-                    let v = if max <= 1 {
-                        1
-                    } else {
-                        ((max as f64).powf((s + 1) as f64 / steps as f64)).round() as u64
-                    };
+                // Up to 8 steps from 1 to max on the same log scale, without repeats.
+                let mut steps: Vec<u64> = (0..8u32)
+                    .map(|s| ((max.max(1) as f64).powf(f64::from(s) / 7.0)).round() as u64)
+                    .collect();
+                steps.dedup();
+                for (s, &v) in steps.iter().enumerate() {
                     let (cr, cg, cb) = colour(v, max);
-                    let y = y0 + 14 + s as usize * 10;
+                    let y = y0 + 14 + s * 10;
                     let _ = writeln!(
                         o,
                         r##"<rect class="scale" x="{sx}" y="{y}" width="14" height="10" fill="#{cr:02x}{cg:02x}{cb:02x}"/><text x="{}" y="{}">{v}</text>"##,
@@ -242,12 +242,12 @@ pub fn svg(title: &str, cols: &[Column]) -> String {
             }
         }
         // X axis: the time of every few columns.
-        let every = (cols.len() / 8).max(1);
+        let every = 70usize.div_ceil(cw);
         for (x, c) in cols.iter().enumerate().filter(|(x, _)| x % every == 0) {
             let _ = writeln!(
                 o,
                 r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-                LEFT + x * CELL_W + CELL_W / 2,
+                LEFT + x * cw + cw / 2,
                 y0 + h + 14,
                 esc(&c.time)
             );
