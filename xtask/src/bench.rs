@@ -556,11 +556,7 @@ fn loadavg() -> String {
 // Packages and binaries.
 
 fn installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    crate::apt::installed(pkg)
 }
 
 fn ensure_packages() -> Result<()> {
