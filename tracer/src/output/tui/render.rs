@@ -19,6 +19,8 @@ const CPU_CELL: u16 = 28;
 const CPU_LINES: u16 = 4;
 /// Height of the detail pane, borders included.
 const DETAIL_H: u16 = 10;
+/// Width of the heatmap's row labels.
+const HEAT_LABEL: u16 = 8;
 /// Density characters of heatmap cells, light to dark (ASCII: any terminal, any font).
 const SHADES: &[u8] = b" .:-=+*#%@";
 
@@ -368,20 +370,28 @@ fn draw_detail(f: &mut Frame, top: &Top, area: Rect, sel: Option<&Line>) {
     }
     f.render_widget(Paragraph::new(out), inner);
 
-    let cols = top.runq_history(key);
-    let block = Block::default().borders(Borders::ALL).title(format!(
-        " run-queue heatmap, last {} intervals ",
-        cols.len()
-    ));
-    let inner = block.inner(right);
+    let hist = top.runq_history(key);
+    let inner = Block::default().borders(Borders::ALL).inner(right);
+    // The columns that fit, newest last; the title says the time they span.
+    let fit = inner.width.saturating_sub(HEAT_LABEL) as usize;
+    let hist = &hist[hist.len().saturating_sub(fit)..];
+    let span = match (hist.first(), hist.last()) {
+        (Some(a), Some(b)) if hist.len() > 1 => format!("{}..{}", a.0, b.0),
+        (Some(a), _) => a.0.to_string(),
+        _ => String::new(),
+    };
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .title(format!(" run-queue heatmap {span} "));
     f.render_widget(block, right);
+    let cols: Vec<[u64; ROWS]> = hist.iter().map(|c| c.1).collect();
     draw_heatmap(f.buffer_mut(), top, inner, &cols);
 }
 
 /// Heatmap cells into `area`: the latest column at the right edge (time scrolls left),
 /// a label column on the left, rows folded to fit.
 fn draw_heatmap(buf: &mut Buffer, top: &Top, area: Rect, cols: &[[u64; ROWS]]) {
-    const LABEL: u16 = 8;
+    const LABEL: u16 = HEAT_LABEL;
     if area.width <= LABEL || area.height == 0 {
         return;
     }
