@@ -208,3 +208,24 @@ fn no_color_frame_has_no_colours() {
         assert_eq!(cell.bg, ratatui::style::Color::Reset);
     }
 }
+
+#[test]
+fn tiny_and_odd_terminals_draw_without_panicking() {
+    let mut t = top(5);
+    press(&mut t, "\nJ");
+    for (w, h) in [
+        (1, 1),
+        (10, 3),
+        (20, 5),
+        (40, 10),
+        (79, 17),
+        (80, 18),
+        (300, 100),
+    ] {
+        let f = frame(&t, w, h);
+        assert_eq!(f.lines().count(), h as usize);
+    }
+    // No report yet: the title says so.
+    let empty = Top::new("PID 1".into(), false);
+    assert!(frame(&empty, 80, 24).contains("waiting for the first interval"));
+}
