@@ -147,3 +147,18 @@ fn heatmap_cells_add_up_to_the_interval_histograms_and_chromium_renders_it() {
         bytes.len()
     );
 }
+
+#[test]
+fn a_heatmap_path_that_cannot_be_written_fails_before_the_run() {
+    require_root();
+    let out = run_tracer(&["run", "-i", "1s", "--heatmap", "/nonexistent-dir/x.svg"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("creating the heatmap file /nonexistent-dir/x.svg"),
+        "{err}"
+    );
+    let out = run_tracer(&["run", "--heatmap", "/tmp/x.svg"]);
+    assert_eq!(out.status.code(), Some(2), "--heatmap needs -i");
+}

@@ -308,3 +308,17 @@ fn top_restores_the_terminal_on_ctrl_c_and_sigterm() {
     assert_eq!(unsafe { libc::kill(tracer, libc::SIGTERM) }, 0);
     t.assert_restored("SIGTERM");
 }
+
+#[test]
+fn top_without_a_terminal_says_so() {
+    require_root();
+    let out = Command::new(tracer_bin())
+        .args(["top", "-d", "1s"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tracer top draws on a terminal"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing drawn on a pipe");
+}
