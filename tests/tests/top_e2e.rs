@@ -36,6 +36,10 @@ fn tmux_out(args: &[&str]) -> String {
 impl Tmux {
     fn new(tag: &str) -> Tmux {
         let name = format!("tracer-top-{tag}-{}", std::process::id());
+        // In a directory of its own: the export key writes there.
+        let dir = Self::dir_of(&name);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         tmux_out(&[
             "new-session",
             "-d",
@@ -45,9 +49,14 @@ impl Tmux {
             "80",
             "-y",
             "24",
+            "-c",
+            dir.to_str().unwrap(),
             "sh",
         ]);
         Tmux { name }
+    }
+    fn dir_of(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(name)
     }
     fn keys(&self, keys: &[&str]) {
         let mut a = vec!["send-keys", "-t", &self.name];
@@ -134,6 +143,7 @@ impl Drop for Tmux {
         let _ = Command::new("tmux")
             .args(["kill-session", "-t", &self.name])
             .status();
+        let _ = std::fs::remove_dir_all(Self::dir_of(&self.name));
     }
 }
 
@@ -282,6 +292,23 @@ fn top_shows_the_threads_cpu_use_and_restores_the_terminal_on_q() {
         }
         last = Some(now);
     }
+
+    // The export key writes the heatmap SVG of the history where top runs.
+    t.keys(&["e"]);
+    let s = t.wait(10, "the export's message", |s| {
+        s.contains("heatmap written to")
+    });
+    let file = s
+        .split("heatmap written to ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let svg = std::fs::read_to_string(Tmux::dir_of(&t.name).join(&file)).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains(r#"class="cell""#),
+        "{svg}"
+    );
 
     t.keys(&["q"]);
     t.assert_restored("q");
