@@ -302,6 +302,11 @@ fn test(unit_only: bool) -> Result<()> {
                 None
             }
         };
+        // The real consumers of `tracer top` and `--heatmap`: a terminal and a browser.
+        apt::ensure(
+            "tracer top's terminal test and the heatmap's browser test",
+            &["tmux", "chromium"],
+        )?;
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args([

@@ -6,3 +6,4 @@ pub mod offcpu;
 pub mod record;
 pub mod run;
 pub mod slow;
+pub mod top;
