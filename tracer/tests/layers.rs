@@ -127,11 +127,22 @@ fn no_module_imports_a_floor_above_or_beside_it() {
 #[test]
 fn the_model_knows_no_clap_no_aya_and_does_no_io() {
     let mut files = Vec::new();
-    visit(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    visit(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
     let model: Vec<_> = files.iter().filter(|(top, _)| top == "model").collect();
     assert!(!model.is_empty());
     for (_, src) in model {
-        for banned in ["aya::", "clap::", "std::fs", "std::io", "std::process", "tokio::", "libc::"] {
+        for banned in [
+            "aya::",
+            "clap::",
+            "std::fs",
+            "std::io",
+            "std::process",
+            "tokio::",
+            "libc::",
+        ] {
             let code = src.split("#[cfg(test)]").next().unwrap();
             assert!(!code.contains(banned), "model uses {banned}");
         }

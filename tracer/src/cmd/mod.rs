@@ -3,3 +3,4 @@ pub mod check;
 pub mod dtl;
 pub mod floor;
 pub mod run;
+pub mod serve;

@@ -2,5 +2,6 @@
 //! aggregates, histograms, the typed report. No clap, no aya, no I/O.
 pub mod hist;
 pub mod options;
+pub mod series;
 pub mod snapshot;
 pub mod words;

@@ -1,3 +1,4 @@
 //! Reports as text and JSON, and standard output that never panics.
+pub mod openmetrics;
 pub mod report;
 pub mod stdout;

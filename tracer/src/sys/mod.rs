@@ -7,4 +7,6 @@ pub mod parse;
 pub mod privileges;
 pub mod procfs;
 pub mod root;
+pub mod selfstat;
 pub mod tracefs;
+pub mod webconfig;
