@@ -10,12 +10,13 @@ use std::{
 };
 
 use tracer::{
-    cli::DtlArgs,
-    dtl,
-    hist::Histogram,
-    hypervisor,
-    root::Root,
-    vcpudispatch::{self, DispatchCounters, SettingsGuard, StatsState},
+    model::hist::Histogram,
+    pseries::dtl::{self, DtlConfig as DtlArgs},
+    pseries::{
+        hypervisor,
+        vcpudispatch::{self, DispatchCounters, SettingsGuard, StatsState},
+    },
+    sys::root::Root,
 };
 
 /// A temporary directory standing for `/`, removed on drop.
@@ -496,7 +497,7 @@ fn malformed_inputs_are_errors_naming_the_file() {
             && e.ends_with("/proc/powerpc/vcpudispatch_stats not found"),
         "{e}"
     );
-    let e = dtl::run(&args(Some(Duration::ZERO)), &f.root()).unwrap_err();
+    let e = tracer::cmd::dtl::run(&args(Some(Duration::ZERO)), &f.root()).unwrap_err();
     assert!(e.to_string().contains("not a pseries partition"));
 }
 

@@ -621,29 +621,17 @@ fn perf_sched_programs(
 /// A dummy per-task software event on ourselves: while one exists, the kernel's
 /// `perf_sched_events` key is on and `__perf_event_task_sched_in/out` run.
 fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd as _;
-    // perf_event_attr: type (u32), size (u32), config (u64), then flags we leave zero
-    // (enabled, counting user and kernel). 128 bytes is PERF_ATTR_SIZE_VER8.
-    let mut attr = [0u64; 16];
-    const PERF_TYPE_SOFTWARE: u64 = 1;
-    const PERF_COUNT_SW_DUMMY: u64 = 9;
-    attr[0] = PERF_TYPE_SOFTWARE | (128u64 << 32);
-    attr[1] = PERF_COUNT_SW_DUMMY;
-    // SAFETY: attr is a valid, zero-padded perf_event_attr; pid 0 = this process.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            0,
-            -1,
-            -1,
-            8u64, /* PERF_FLAG_FD_CLOEXEC */
-        )
+    use crate::perf::sys;
+    let dummy = sys::AttrFields {
+        type_: sys::PERF_TYPE_SOFTWARE,
+        config: sys::PERF_COUNT_SW_DUMMY.into(),
+        ..Default::default()
     };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error())
-            .context("opening a per-task perf event to switch perf's sched hooks on");
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+    // Enabled, counting user and kernel, on this process (pid 0) on any CPU.
+    sys::open(
+        &sys::encode_attr(&dummy, sys::OpenMode::ENABLED),
+        sys::Who::Task(0),
+        None,
+    )
+    .context("opening a per-task perf event to switch perf's sched hooks on")
 }

@@ -10,7 +10,7 @@ use crate::{
     bpf::collect::Collector,
     bpf::loader::{self, LoadOptions, Tracer},
     model::options::ProbeMode,
-    perf::counters,
+    perf,
     sys::privileges,
     sys::procfs,
     sys::root::Root,
@@ -210,18 +210,18 @@ pub fn gather(root: &Root) -> CheckReport {
     };
 
     let mut events = Vec::new();
-    let mut all = counters::default_events();
+    let mut all = perf::default_events();
     for extra in ["cpu-clock", "major-faults", "cache-misses"] {
-        if let Ok(e) = counters::parse_event(extra) {
+        if let Ok(e) = perf::parse_event(extra) {
             all.push(e);
         }
     }
     // SAFETY: no arguments.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-    let me = counters::CounterTarget::Threads(vec![(std::process::id(), tid)]);
+    let me = perf::CounterTarget::Threads(vec![(std::process::id(), tid)]);
     for spec in &all {
         let name = spec.name.clone();
-        match counters::Counters::open(std::slice::from_ref(spec), &me, false) {
+        match perf::Counters::open(std::slice::from_ref(spec), &me, false) {
             Ok(c) => {
                 let bad = c.unsupported();
                 match bad.first() {

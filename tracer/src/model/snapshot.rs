@@ -98,6 +98,47 @@ pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) 
     }
 }
 
+/// What a histogram holds: the kernel's `tracer_common::hist::KIND_*`, as a type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HistKind {
+    OnCpu,
+    Runq,
+    OffCpu,
+}
+
+impl HistKind {
+    /// In the order of reports.
+    pub const ALL: [HistKind; 3] = [HistKind::OnCpu, HistKind::Runq, HistKind::OffCpu];
+
+    /// The kernel's kind number (a map key), None for one this build does not know.
+    pub fn from_kernel(kind: u32) -> Option<HistKind> {
+        match kind {
+            KIND_ON_CPU => Some(HistKind::OnCpu),
+            KIND_RUNQ => Some(HistKind::Runq),
+            KIND_OFF_CPU => Some(HistKind::OffCpu),
+            _ => None,
+        }
+    }
+
+    /// The key in JSON (`histograms.on_cpu`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            HistKind::OnCpu => "on_cpu",
+            HistKind::Runq => "runq",
+            HistKind::OffCpu => "off_cpu",
+        }
+    }
+
+    /// The title of its text block.
+    pub fn title(self) -> &'static str {
+        match self {
+            HistKind::OnCpu => "on-CPU slice",
+            HistKind::Runq => "run-queue latency",
+            HistKind::OffCpu => "off-CPU time",
+        }
+    }
+}
+
 /// The three histograms of one scope.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HistSet {
@@ -115,13 +156,25 @@ impl HistSet {
         }
     }
 
-    pub(crate) fn kind_mut(&mut self, kind: u32) -> Option<&mut Histogram> {
+    pub fn get(&self, kind: HistKind) -> &Histogram {
         match kind {
-            KIND_ON_CPU => Some(&mut self.on_cpu),
-            KIND_RUNQ => Some(&mut self.runq),
-            KIND_OFF_CPU => Some(&mut self.off_cpu),
-            _ => None,
+            HistKind::OnCpu => &self.on_cpu,
+            HistKind::Runq => &self.runq,
+            HistKind::OffCpu => &self.off_cpu,
         }
+    }
+
+    pub fn get_mut(&mut self, kind: HistKind) -> &mut Histogram {
+        match kind {
+            HistKind::OnCpu => &mut self.on_cpu,
+            HistKind::Runq => &mut self.runq,
+            HistKind::OffCpu => &mut self.off_cpu,
+        }
+    }
+
+    /// The histogram of the kernel's kind number, None for one this build does not know.
+    pub fn kind_mut(&mut self, kind: u32) -> Option<&mut Histogram> {
+        HistKind::from_kernel(kind).map(|k| self.get_mut(k))
     }
 
     pub fn merge(&mut self, o: &HistSet) {

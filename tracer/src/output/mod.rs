@@ -1,4 +1,9 @@
-//! Reports as text and JSON, and standard output that never panics.
+//! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
+//! counter text, the exporter's OpenMetrics, and standard output that never panics.
+pub mod counters;
+pub mod json;
 pub mod openmetrics;
 pub mod report;
+pub mod sink;
 pub mod stdout;
+pub mod text;

@@ -1,0 +1,160 @@
+//! `tracer run`: validate, start the command held, load and attach, count, wait, report.
+//!
+//! `targets` resolves the traced set, `session` loads and attaches, `event_loop` waits
+//! and reads, `report` turns readings into the typed report the sinks print.
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{anyhow, Context as _, Result};
+use tracer_common::scope;
+
+use crate::model::options::{ProbeMode, RunqFrom, SortKey};
+use crate::{
+    bpf::loader,
+    error::TracerError,
+    perf,
+    sys::launch::{self, Held},
+    sys::privileges,
+    sys::procfs,
+    sys::root::Root,
+};
+
+mod event_loop;
+mod report;
+mod session;
+mod targets;
+
+/// What the command was asked to do, as the command line gave it (parsed and checked).
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Trace this process and its threads (repeatable).
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
+    pub duration: Option<Duration>,
+    /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
+    pub interval: Option<Duration>,
+    /// Stop after N intervals (N >= 1).
+    pub count: Option<u64>,
+    /// One JSON document (JSON Lines in interval mode).
+    pub json: bool,
+    /// Threads listed: the first N in --sort order (text default 20; 0: all). JSON lists
+    /// every thread unless --top is given.
+    pub top: Option<usize>,
+    /// Order of the thread list, largest first.
+    pub sort: SortKey,
+    /// Histograms per process.
+    pub per_process: bool,
+    /// Histograms per thread.
+    pub per_thread_hist: bool,
+    /// Histogram rows in milliseconds instead of microseconds.
+    pub millis: bool,
+    /// perf events to count beside the trace (perf syntax: task-clock,cycles:u,r1a8).
+    pub events: Vec<String>,
+    /// Count the events per thread and join them into the thread table.
+    pub per_thread: bool,
+    /// Events read in the kernel at every switch for per-thread, per-slice deltas (at most 2).
+    pub slice_events: Vec<String>,
+    /// Attach mode.
+    pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    pub runq_from: RunqFrom,
+    /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
+    /// accumulators too).
+    pub max_threads: u32,
+    /// Run COMMAND as root even when started through sudo.
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    pub command: Vec<String>,
+}
+
+pub fn run(args: RunConfig, root: Root) -> Result<i32> {
+    if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
+        return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
+    }
+    // Validate everything cheap before touching the kernel.
+    for &pid in &args.pids {
+        procfs::threads_of(&root, pid)?;
+        if !procfs::watch_process(&root, pid).is_some_and(|w| procfs::still_alive(&root, &w)) {
+            return Err(TracerError::AlreadyExited {
+                what: "PID",
+                id: pid,
+            }
+            .into());
+        }
+    }
+    for &tid in &args.tids {
+        procfs::tgid_of(&root, tid)?;
+        if !procfs::watch_thread(&root, tid).is_some_and(|w| procfs::still_alive(&root, &w)) {
+            return Err(TracerError::AlreadyExited {
+                what: "TID",
+                id: tid,
+            }
+            .into());
+        }
+    }
+    let event_specs = if args.events.is_empty() {
+        perf::default_events()
+    } else {
+        perf::parse_events(&args.events)?
+    };
+    privileges::check()?;
+    loader::object()?;
+
+    let held: Option<Held> = if args.command.is_empty() {
+        None
+    } else {
+        let as_user = if args.as_root {
+            None
+        } else {
+            privileges::sudo_user()
+        };
+        Some(launch::spawn_held(&args.command, as_user)?)
+    };
+    trace(&args, &root, held, &event_specs)
+}
+
+fn hist_scope(args: &RunConfig) -> u32 {
+    if args.per_thread_hist {
+        scope::THREAD
+    } else if args.per_process {
+        scope::PROCESS
+    } else {
+        scope::ALL
+    }
+}
+
+fn trace(
+    args: &RunConfig,
+    root: &Root,
+    held: Option<Held>,
+    event_specs: &[perf::EventSpec],
+) -> Result<i32> {
+    let child = held.as_ref().map(|h| h.pid);
+    let session = match session::setup(args, root, child, event_specs) {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(h) = held {
+                h.abort();
+            }
+            return Err(e);
+        }
+    };
+    let mut session = session;
+    if let Err(e) = privileges::drop_all() {
+        session
+            .notices
+            .push(format!("could not drop capabilities after attaching: {e}"));
+    }
+    let child_pid = match held {
+        Some(h) => Some(h.release(&args.command)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    rt.block_on(event_loop::event_loop(args, root, session, child_pid))
+}

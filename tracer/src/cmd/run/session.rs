@@ -1,0 +1,211 @@
+//! A run's kernel side: the programs loaded and attached with the traced set seeded,
+//! the per-slice and perf counters opened, the first hypervisor read.
+use std::os::fd::OwnedFd;
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use tracer_common::{filter, Tracked, MAX_SLICE_COUNTERS};
+
+use super::{
+    hist_scope,
+    targets::{per_thread_unavailable, resolve_targets},
+    RunConfig,
+};
+use crate::{
+    bpf::collect::Collector,
+    bpf::loader::{LoadOptions, Tracer},
+    error::TracerError,
+    model::options::RunqSource,
+    model::report::{Refusal, RunHeader},
+    perf::{self, Counters},
+    pseries::hypervisor,
+    sys::procfs,
+    sys::root::Root,
+};
+
+/// Puts per-CPU perf counter fds into a perf event array (BPF_MAP_UPDATE_ELEM), which
+/// aya's user-space PerfEventArray does not offer for arbitrary events.
+fn set_perf_array(ebpf: &Ebpf, map: &str, fds: &[(u32, OwnedFd)]) -> Result<()> {
+    use std::os::fd::{AsFd as _, AsRawFd as _};
+    let m = ebpf.map(map).ok_or_else(|| anyhow!("{map} missing"))?;
+    let aya::maps::Map::PerfEventArray(data) = m else {
+        return Err(anyhow!("{map} is not a perf event array"));
+    };
+    let map_fd = data.fd().as_fd().as_raw_fd();
+    for (cpu, fd) in fds {
+        let key: u32 = *cpu;
+        let value: u32 = fd.as_raw_fd() as u32;
+        // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd, pad, key ptr, value ptr, flags.
+        let mut attr = [0u64; 4];
+        attr[0] = map_fd as u64;
+        attr[1] = &key as *const u32 as u64;
+        attr[2] = &value as *const u32 as u64;
+        const BPF_MAP_UPDATE_ELEM: i64 = 2;
+        // SAFETY: attr is a valid bpf_attr prefix for this command.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                attr.as_ptr(),
+                std::mem::size_of_val(&attr),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("storing the CPU {cpu} counter in {map}"));
+        }
+    }
+    Ok(())
+}
+
+/// A per-slice counter: the event as written and its per-CPU fds.
+type SliceCounter = (String, Vec<(u32, OwnedFd)>);
+
+/// Opens the per-slice counters the kernel reads at each switch; unsupported ones are
+/// skipped with a notice, not fatal.
+fn open_slice_counters(
+    args: &RunConfig,
+    root: &Root,
+    notices: &mut Vec<String>,
+) -> Result<Vec<SliceCounter>> {
+    if args.slice_events.len() > MAX_SLICE_COUNTERS {
+        return Err(anyhow!(
+            "at most {MAX_SLICE_COUNTERS} --slice-event counters are supported"
+        ));
+    }
+    let cpus = procfs::online_cpus(root)?;
+    let mut out = Vec::new();
+    for name in &args.slice_events {
+        let spec = perf::parse_event(name)?;
+        match perf::open_per_cpu(&spec, &cpus) {
+            Ok(fds) => out.push((name.clone(), fds)),
+            Err(e) => notices.push(format!(
+                "--slice-event {name}: not counted per slice ({e}); the rest of the run goes on"
+            )),
+        }
+    }
+    Ok(out)
+}
+
+pub(super) struct Session {
+    pub tracer: Tracer,
+    pub collector: Collector,
+    pub counters: Option<Counters>,
+    _slice_fds: Vec<SliceCounter>,
+    /// What every report repeats: the probe, where waits come from, the traced set.
+    pub header: RunHeader,
+    pub hyp_before: Option<hypervisor::Snapshot>,
+    pub notices: Vec<String>,
+    /// CLOCK_MONOTONIC when the window opened.
+    pub t0: u64,
+    /// From the window's open to the counters' enable: time task-clock cannot have seen.
+    pub counters_lag_ns: u64,
+}
+
+pub(super) fn setup(
+    args: &RunConfig,
+    root: &Root,
+    child: Option<u32>,
+    event_specs: &[perf::EventSpec],
+) -> Result<Session> {
+    let targets = resolve_targets(args, root, child)?;
+    // The seed goes into a map of --max-threads entries: more would fail in the kernel
+    // with E2BIG, which reads as if no probe mode worked.
+    if targets.seed.len() > args.max_threads as usize {
+        return Err(TracerError::TooManyThreads {
+            wanted: targets.seed.len(),
+            capacity: args.max_threads,
+            suggest: (2 * targets.seed.len() as u64)
+                .next_power_of_two()
+                .min(crate::sys::parse::MAX_THREADS_LIMIT as u64),
+        }
+        .into());
+    }
+    let mut notices = Vec::new();
+    let slice = open_slice_counters(args, root, &mut notices)?;
+    let scope_ = hist_scope(args);
+    let opts = LoadOptions {
+        probe: args.probe,
+        filter: targets.filter,
+        cgroup_id: targets.cgroup_id,
+        hist_scope: scope_,
+        n_counters: slice.len() as u32,
+        max_threads: args.max_threads,
+        runq_from: args.runq_from,
+    };
+    let seed = |ebpf: &mut Ebpf| -> Result<()> {
+        if targets.seed.is_empty() {
+            return Ok(());
+        }
+        let mut m: BpfHashMap<_, u32, Tracked> =
+            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
+        for (tid, t) in &targets.seed {
+            m.insert(tid, t, 0)
+                .with_context(|| format!("adding TID {tid} to the traced set"))?;
+        }
+        Ok(())
+    };
+    let mut tracer = Tracer::start(&opts, root, &seed)?;
+    for (i, (_, fds)) in slice.iter().enumerate() {
+        set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
+    }
+    let runq = tracer.runq;
+    let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
+    let t0 = tracer.opened_at();
+    let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
+        None
+    } else {
+        let c = Counters::open(event_specs, &targets.counter_target, args.per_thread)?;
+        c.enable()?;
+        Some(c)
+    };
+    let counters_lag_ns = crate::sys::clock::monotonic_ns().saturating_sub(t0);
+    if args.per_thread {
+        if let Some(why) = per_thread_unavailable(&targets.counter_target) {
+            notices.push(format!(
+                "--per-thread: {why}; per-thread counts need -p PID or -t TID (perf stat --per-thread \
+                 needs them too), or use --slice-event EVENT: per-thread deltas read in the kernel at \
+                 every switch (`counters.per_thread` is null)"
+            ));
+        }
+    }
+    let hyp_before = match hypervisor::Snapshot::take(root) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            notices.push(format!("hypervisor view unavailable: {e}"));
+            None
+        }
+    };
+    let header = RunHeader {
+        probe: tracer.mode.name().to_string(),
+        probe_attach: tracer.attach.to_string(),
+        runq_source: runq,
+        probe_refused: tracer
+            .refused
+            .iter()
+            .map(|(m, why)| Refusal {
+                mode: m.name().to_string(),
+                reason: why.clone(),
+            })
+            .collect(),
+        system_wide: targets.filter == filter::ALL,
+        // Task-local storage has no capacity to run out of.
+        max_threads: if runq == RunqSource::TaskStorage {
+            0
+        } else {
+            args.max_threads
+        },
+        slice_events: slice.iter().map(|(n, _)| n.clone()).collect(),
+    };
+    Ok(Session {
+        counters_lag_ns,
+        tracer,
+        collector,
+        counters,
+        _slice_fds: slice,
+        header,
+        hyp_before,
+        notices,
+        t0,
+    })
+}
