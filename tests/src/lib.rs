@@ -7,6 +7,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod kernel;
+
 /// A clock in ns (`CLOCK_MONOTONIC`: the tracer's window; `CLOCK_THREAD_CPUTIME_ID`: the
 /// calling thread's own CPU time), for the workloads that record their truth.
 pub fn clock_ns(clock: libc::clockid_t) -> u64 {
@@ -39,7 +41,10 @@ pub fn tracer_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer")
 }
 
-/// End-to-end tests load BPF programs: they need root. Fail loudly, never skip silently.
+/// End-to-end tests load BPF programs: they need root. They are `#[ignore = "needs root"]`
+/// (a plain `cargo test` as a user passes without claiming to have run them) and
+/// `cargo xtask test` runs them as root with `--include-ignored`; run without root, they
+/// fail loudly here, never skip silently.
 pub fn require_root() {
     // SAFETY: no arguments.
     let euid = unsafe { libc::geteuid() };
@@ -154,36 +159,20 @@ pub fn json_docs(out: &Output) -> Vec<Value> {
         .collect()
 }
 
-/// One thread's ground truth written by `tracer-workload`.
-#[derive(Debug, Clone)]
-pub struct Truth {
-    pub tid: u64,
-    pub pid: u64,
-    /// CLOCK_THREAD_CPUTIME_ID at the thread's end.
-    pub cpu_ns: u64,
-    /// schedstat: on-CPU ns, run_delay ns, slices.
-    pub run_ns: u64,
-    pub wait_ns: u64,
-    pub slices: u64,
-}
+pub use tracer_truth::{within, Truth};
 
+/// The ground truth `tracer-workload` wrote, one line per thread; it writes every figure,
+/// so a line without its CPU clock or timeslices fails here.
 pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
     let s = std::fs::read_to_string(path).expect("workload wrote no ground truth");
     s.lines()
         .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("bad truth line");
-            let g = |k: &str| {
-                v[k].as_u64()
-                    .unwrap_or_else(|| panic!("{k} missing in {l}"))
-            };
-            Truth {
-                tid: g("tid"),
-                pid: g("pid"),
-                cpu_ns: g("cpu_ns"),
-                run_ns: g("run_ns"),
-                wait_ns: g("wait_ns"),
-                slices: g("slices"),
-            }
+            let t = Truth::parse(l).unwrap_or_else(|e| panic!("bad truth line ({e}): {l}"));
+            assert!(
+                t.cpu_ns.is_some() && t.slices.is_some(),
+                "cpu_ns or slices missing in {l}"
+            );
+            t
         })
         .collect()
 }
@@ -203,30 +192,47 @@ pub fn thread(doc: &Value, tid: u64) -> Option<&Value> {
         .find(|t| t["tid"].as_u64() == Some(tid))
 }
 
-/// Names of the tracer's programs (as the kernel truncates them: 15 characters).
-pub const OUR_PROGRAMS: &[&str] = &[
-    "sched_switch_bt",
-    "sched_wakeup_bt",
-    "sched_wakeup_ne",
-    "sched_fork_btf",
-    "sched_switch_ra",
-    "sched_wakeup_ra",
-    "sched_fork_raw",
-    "sched_switch_tp",
-    "sched_wakeup_tp",
-    "sched_fork_tp",
-    "sched_exec_btf",
-    "sched_exec_raw",
-    "sched_exec_tp",
-    "floor_switch",
-];
+/// The eBPF object the tracer embeds: `TRACER_EBPF_OBJ` (set by `cargo xtask test`), else
+/// the workspace's build of it.
+pub fn ebpf_object() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_EBPF_OBJ") {
+        return PathBuf::from(p);
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bpfel-unknown-none/release/tracer")
+}
+
+/// Names of every program in the tracer's eBPF object, as the kernel shows them (cut to
+/// 15 characters, BPF_OBJ_NAME_LEN less the NUL). Read from the object itself, so a program
+/// added there is looked for without a list to keep up to date.
+pub fn our_programs() -> &'static std::collections::BTreeSet<String> {
+    static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let path = ebpf_object();
+        let data = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "cannot read the eBPF object {} ({e}): build it with `cargo xtask build`",
+                path.display()
+            )
+        });
+        let obj = aya_obj::Object::parse(&data)
+            .unwrap_or_else(|e| panic!("{} is not a BPF object: {e}", path.display()));
+        let names: std::collections::BTreeSet<String> = obj
+            .programs
+            .keys()
+            .map(|n| n.chars().take(15).collect())
+            .collect();
+        assert!(!names.is_empty(), "{} holds no programs", path.display());
+        names
+    })
+}
 
 /// IDs and names of the tracer's programs loaded in the kernel right now (any process).
 pub fn our_loaded_programs() -> std::collections::BTreeMap<u32, String> {
     aya::programs::loaded_programs()
         .filter_map(|p| p.ok())
         .filter_map(|p| Some((p.id(), p.name_as_str()?.to_string())))
-        .filter(|(_, n)| OUR_PROGRAMS.iter().any(|o| n.starts_with(o)))
+        .filter(|(_, n)| our_programs().contains(n))
         .collect()
 }
 
@@ -360,4 +366,28 @@ pub fn wait_unloaded(ids: &std::collections::BTreeSet<u32>) -> std::collections:
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     still()
+}
+
+#[cfg(test)]
+mod tests {
+    /// The object's program names include the ones the tracer loads outside the three
+    /// probe-mode sets (the task iterator, the perf sched hooks, sched_stat_runtime), which
+    /// the hand-kept list once missed.
+    #[test]
+    fn our_programs_come_from_the_object() {
+        let names = super::our_programs();
+        for n in [
+            "dump_threads",
+            "floor_switch",
+            "sched_switch_bt",
+            "sched_stat_runt",
+        ] {
+            assert!(names.contains(n), "{n} not in {names:?}");
+        }
+        assert!(
+            names.iter().any(|n| n.starts_with("perf_sched_")),
+            "{names:?}"
+        );
+        assert!(names.iter().all(|n| n.len() <= 15), "{names:?}");
+    }
 }

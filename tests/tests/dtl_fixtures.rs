@@ -606,21 +606,17 @@ fn tracer_bin() -> Option<PathBuf> {
     beside.into_iter().chain([fallback]).find(|p| p.is_file())
 }
 
-macro_rules! bin_or_skip {
+/// The tracer binary; a test that needs it fails without it (never a silent skip).
+macro_rules! tracer_or_fail {
     () => {
-        match tracer_bin() {
-            Some(b) => b,
-            None => {
-                eprintln!("SKIPPED: tracer binary not found (build it, or set TRACER_BIN)");
-                return;
-            }
-        }
+        tracer_bin()
+            .expect("tracer binary not found: build it (`cargo xtask build`) or set TRACER_BIN")
     };
 }
 
 #[test]
 fn cli_snapshot_json_and_text() {
-    let bin = bin_or_skip!();
+    let bin = tracer_or_fail!();
     let f = Fixture::pseries("cli");
     dtl_fixture(&f);
     let out = Command::new(&bin)
@@ -687,7 +683,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn cli_sigint_and_sigterm_end_the_window_and_restore() {
-    let bin = bin_or_skip!();
+    let bin = tracer_or_fail!();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let f = Fixture::pseries("cli-signal");
         let child = Command::new(&bin)
@@ -724,7 +720,7 @@ fn cli_sigint_and_sigterm_end_the_window_and_restore() {
 
 #[test]
 fn cli_after_sigkill_the_next_run_restores() {
-    let bin = bin_or_skip!();
+    let bin = tracer_or_fail!();
     let f = Fixture::pseries("cli-kill");
     let mut child = Command::new(&bin)
         .arg("--root")

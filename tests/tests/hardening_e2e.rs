@@ -8,8 +8,8 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    final_report, held_programs, json_docs, require_root, run_tracer, run_tracer_rss, thread,
-    traced_workload, tracer_bin, wait_held, wait_unloaded, SysctlGuard,
+    final_report, held_programs, json_docs, kernel, require_root, run_tracer, run_tracer_rss,
+    thread, traced_workload, tracer_bin, wait_held, wait_unloaded, SysctlGuard,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -36,9 +36,15 @@ fn run_mode(mode: &str) -> (Value, Vec<tracer_tests::Truth>) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
     require_root();
-    for mode in ["tp-btf", "raw-tp", "tracepoint"] {
+    let modes = ["tp-btf", "raw-tp", "tracepoint"];
+    // tp_btf needs kernel BTF; without it that mode has nothing to attach.
+    for mode in modes
+        .into_iter()
+        .filter(|m| *m != "tp-btf" || kernel::has_btf())
+    {
         let (doc, truth) = run_mode(mode);
         assert_eq!(doc["probe"], mode);
         for t in truth.iter().filter(|t| t.tid != t.pid) {
@@ -56,12 +62,13 @@ fn every_probe_mode_agrees_with_schedstat_within_2_percent() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn perf_sched_mode_fails_cleanly_with_the_reason() {
     require_root();
     let out = run_tracer(&["run", "--probe", "perf-sched", "-d", "1s"]);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() {
-        // A kernel with fentry or kprobes (not this VM): then it must have worked.
+        // A kernel with fentry or kprobes: then it must have worked.
         let o = run_tracer(&["run", "--json", "--probe", "perf-sched", "-d", "300ms"]);
         assert_eq!(json_docs(&o).pop().unwrap()["probe"], "perf-sched");
         return;
@@ -75,16 +82,24 @@ fn perf_sched_mode_fails_cleanly_with_the_reason() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn auto_mode_says_which_mode_and_why() {
     require_root();
     let out = run_tracer(&["run", "--json", "-d", "200ms"]);
     let doc = json_docs(&out).pop().unwrap();
-    // tp_btf works on this kernel: auto takes it and nothing better was refused.
-    assert_eq!(doc["probe"], "tp-btf");
-    assert_eq!(doc["probe_refused"].as_array().unwrap().len(), 0);
+    // With kernel BTF auto takes tp_btf and nothing better was refused (a refusal there
+    // is a bug, as the 6.1 verifier's was); without BTF it falls back to a classic kind.
+    if kernel::has_btf() {
+        assert_eq!(doc["probe"], "tp-btf", "{}", doc["probe_refused"]);
+        assert_eq!(doc["probe_refused"].as_array().unwrap().len(), 0);
+    } else {
+        let p = doc["probe"].as_str().unwrap_or("");
+        assert!(p == "raw-tp" || p == "tracepoint", "{p}");
+    }
 }
 
 #[test]
+#[ignore = "needs root"]
 fn check_reports_what_this_machine_offers() {
     require_root();
     // The programs check loads, seen while it runs (other tracers on the machine load
@@ -121,10 +136,21 @@ fn check_reports_what_this_machine_offers() {
             .cloned()
             .unwrap()
     };
-    for m in ["tp-btf", "raw-tp", "tracepoint"] {
+    for m in ["raw-tp", "tracepoint"] {
         assert_eq!(mode(m)["ok"], true, "{m}: {}", mode(m));
     }
-    assert_eq!(mode("perf-sched")["ok"], false);
+    assert_eq!(
+        mode("tp-btf")["ok"],
+        kernel::has_btf(),
+        "{}",
+        mode("tp-btf")
+    );
+    assert_eq!(
+        mode("perf-sched")["ok"],
+        kernel::perf_sched_runs(),
+        "check and `run --probe perf-sched` disagree: {}",
+        mode("perf-sched")
+    );
     let ev = |e: &str| {
         doc["events"]
             .as_array()
@@ -135,7 +161,12 @@ fn check_reports_what_this_machine_offers() {
             .unwrap()
     };
     assert_eq!(ev("task-clock")["ok"], true);
-    assert_eq!(ev("cycles")["ok"], false, "no hardware counters in this VM");
+    assert_eq!(
+        ev("cycles")["ok"],
+        kernel::hardware_pmu(),
+        "cycles against the CPU PMU in /sys/bus/event_source: {}",
+        ev("cycles")
+    );
     let item = |e: &str| {
         doc["items"]
             .as_array()
@@ -145,14 +176,15 @@ fn check_reports_what_this_machine_offers() {
             .cloned()
             .unwrap()
     };
-    assert_eq!(item("kernel BTF")["ok"], true);
-    assert_eq!(item("pseries DTL")["ok"], false);
+    assert_eq!(item("kernel BTF")["ok"], kernel::has_btf());
+    assert_eq!(item("pseries DTL")["ok"], kernel::pseries());
     // check itself leaves nothing attached.
     let left = wait_unloaded(&held);
     assert!(left.is_empty(), "left loaded: {left:?}");
 }
 
 #[test]
+#[ignore = "needs root"]
 fn kill_9_leaves_no_program_attached() {
     require_root();
     let mut child = Command::new(tracer_bin())
@@ -171,6 +203,7 @@ fn kill_9_leaves_no_program_attached() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn sigint_and_sigterm_print_the_final_report() {
     require_root();
     for sig in [libc::SIGINT, libc::SIGTERM] {
@@ -192,6 +225,7 @@ fn sigint_and_sigterm_print_the_final_report() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn thread_churn_keeps_maps_bounded_and_values_possible() {
     require_root();
     // 3000 short threads per second for a minute, reported every 5 s. Each document lists
@@ -281,6 +315,7 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn recycled_pids_never_inherit_a_dead_threads_numbers() {
     require_root();
     // Global PIDs recycle only through the global pid_max (minimum 301).
@@ -318,6 +353,7 @@ fn recycled_pids_never_inherit_a_dead_threads_numbers() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_input_is_a_clear_error_never_a_panic() {
     require_root();
     let cases: &[(&[&str], &str)] = &[
@@ -340,6 +376,7 @@ fn bad_input_is_a_clear_error_never_a_panic() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn command_runs_as_the_sudo_user_unless_as_root() {
     require_root();
     for (extra, want) in [(None, "65534"), (Some("--as-root"), "0")] {
@@ -367,6 +404,7 @@ fn command_runs_as_the_sudo_user_unless_as_root() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn capabilities_are_dropped_once_attached() {
     require_root();
     let mut child = Command::new(tracer_bin())

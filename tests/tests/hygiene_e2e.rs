@@ -163,6 +163,7 @@ fn bit(sig: i32) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_command_inherits_what_a_plain_spawn_gives() {
     require_root();
     let traced = observed(true, nothing, "inherit-plain-t");
@@ -188,6 +189,7 @@ fn the_command_inherits_what_a_plain_spawn_gives() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_pipeline_in_the_command_ends_without_broken_pipe() {
     require_root();
     let out = run_tracer(&["run", "--", "sh", "-c", "yes | head -1"]);
@@ -198,6 +200,7 @@ fn a_pipeline_in_the_command_ends_without_broken_pipe() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
     require_root();
     // Interval mode: the reader takes one line and goes away (`| head -1`).
@@ -276,6 +279,7 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_failed_write_is_a_one_line_error() {
     require_root();
     for args in [
@@ -309,6 +313,7 @@ fn a_failed_write_is_a_one_line_error() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn numeric_options_are_validated_never_a_panic() {
     require_root();
     let cases: &[(&[&str], &str)] = &[
@@ -387,6 +392,7 @@ fn short_workload_to(ms: u64, out: &Path) -> (Child, u32) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_run_ends_when_its_targets_exit() {
     require_root();
     for by in ["-p", "-t"] {
@@ -432,6 +438,7 @@ fn the_run_ends_when_its_targets_exit() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_target_already_exited_is_refused_at_once() {
     require_root();
     let mut zombie = Command::new("true").spawn().unwrap();
@@ -476,6 +483,7 @@ fn last_doc(out: &str) -> Value {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn the_commands_state_is_told_right() {
     require_root();
     // The window ends first: still running, not "killed".
@@ -541,6 +549,7 @@ fn the_commands_state_is_told_right() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn sighup_prints_the_final_report_like_sigterm() {
     require_root();
     let (st, out) = run_to_file(&["run", "--json", "-d", "60s"], "hup", Some(libc::SIGHUP));
@@ -550,6 +559,7 @@ fn sighup_prints_the_final_report_like_sigterm() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_huge_command_line_is_cut_in_the_text_header() {
     require_root();
     let big = "x".repeat(60_000);
@@ -576,6 +586,7 @@ fn a_huge_command_line_is_cut_in_the_text_header() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn each_cause_of_an_error_is_said_once() {
     require_root();
     let out = run_tracer(&["run", "--", "/nonexistent/prog"]);
@@ -595,6 +606,7 @@ fn each_cause_of_an_error_is_said_once() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn a_small_max_threads_names_the_capacity() {
     require_root();
     let bg = Background::start(WORKLOAD); // 3 threads
@@ -640,6 +652,7 @@ fn cgroup2_base() -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
     require_root();
     let cg = Path::new(&cgroup2_base()).join(format!("tracer-hygiene-{}", std::process::id()));
@@ -723,6 +736,7 @@ fn pty() -> (std::fs::File, std::fs::File) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn an_open_ended_run_on_a_terminal_says_what_it_traces() {
     require_root();
     let (mut master, slave) = pty();

@@ -2,7 +2,8 @@
 //! against the kernel's own accounting (schedstat, CLOCK_THREAD_CPUTIME_ID).
 use serde_json::Value;
 use tracer_tests::{
-    final_report, json_docs, require_root, run_tracer, thread, traced_workload, Background, Truth,
+    final_report, json_docs, require_root, run_tracer, thread, traced_workload, within, Background,
+    Truth,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -13,12 +14,8 @@ fn traced(extra: &[&str], workload: &[&str], name: &str) -> (Vec<Value>, Vec<Tru
     traced_workload(WORKLOAD, extra, &[], workload, name)
 }
 
-fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
-    let d = a.abs_diff(b);
-    d <= abs_ns || (d as f64) <= rel * b as f64
-}
-
 #[test]
+#[ignore = "needs root"]
 fn on_cpu_time_matches_schedstat_per_thread() {
     let (docs, truth) = traced(
         &[],
@@ -47,11 +44,11 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         assert_eq!(th["pid"].as_u64(), Some(t.pid));
         // The thread read its schedstat a moment before it ended: allow 1% or 1 ms.
         assert!(
-            within(ours, t.run_ns, 0.01, 1_000_000),
+            within(ours, t.run_ns, 0.01, 1e6),
             "tid {}: ours {ours} ns, schedstat {} ns, thread clock {} ns",
             t.tid,
             t.run_ns,
-            t.cpu_ns
+            t.cpu_ns.unwrap_or_default()
         );
         assert!(th["slices"].as_u64().unwrap() > 0);
         assert!(
@@ -85,6 +82,7 @@ fn on_cpu_time_matches_schedstat_per_thread() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn runq_latency_matches_schedstat_run_delay() {
     runq_against_run_delay(&[], "wakeup", 0.03);
 }
@@ -92,6 +90,7 @@ fn runq_latency_matches_schedstat_run_delay() {
 /// `--runq-from schedstat` takes the waits from `sched_info.run_delay` itself: the same
 /// figure as schedstat, up to the wait of a slice still running when the thread read it.
 #[test]
+#[ignore = "needs root"]
 fn runq_from_schedstat_is_the_kernels_run_delay() {
     runq_against_run_delay(&["--runq-from", "schedstat"], "run_delay", 0.01);
 }
@@ -123,7 +122,7 @@ fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
             "spinners on one CPU must wait: {t:?}"
         );
         assert!(
-            within(ours, t.wait_ns, rel, 0),
+            within(ours, t.wait_ns, rel, 0.0),
             "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
             t.tid,
             t.wait_ns
@@ -137,6 +136,7 @@ fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn histograms_find_the_work_and_sleep_times() {
     // One worker: 4 ms of CPU, then 10 ms asleep, about 100 times. SCHED_FIFO keeps
     // other work on a busy machine (CI, parallel builds) from cutting the bursts.
@@ -200,6 +200,7 @@ fn histograms_find_the_work_and_sleep_times() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn interval_deltas_add_up_to_the_totals() {
     let (docs, _truth) = traced(
         &["-i", "300ms"],
@@ -269,6 +270,7 @@ fn interval_deltas_add_up_to_the_totals() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn pid_target_traces_only_that_process() {
     require_root();
     let target = Background::start(WORKLOAD);
@@ -293,6 +295,7 @@ fn pid_target_traces_only_that_process() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn system_wide_reports_many_threads() {
     require_root();
     let out = run_tracer(&["run", "--json", "-d", "500ms"]);
@@ -312,6 +315,7 @@ fn system_wide_reports_many_threads() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn command_exit_status_is_propagated() {
     require_root();
     let out = run_tracer(&["run", "--", "sh", "-c", "exit 3"]);
@@ -324,6 +328,7 @@ fn command_exit_status_is_propagated() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_targets_fail_fast_with_a_clear_error() {
     require_root();
     let t = std::time::Instant::now();
@@ -340,6 +345,7 @@ fn bad_targets_fail_fast_with_a_clear_error() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn unprivileged_run_names_the_capabilities() {
     require_root();
     let out = std::process::Command::new("setpriv")
@@ -363,6 +369,7 @@ fn unprivileged_run_names_the_capabilities() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     require_root();
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
@@ -402,6 +409,7 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn duration_ends_the_run_even_while_the_command_goes_on() {
     require_root();
     let t = std::time::Instant::now();
@@ -437,6 +445,7 @@ fn duration_ends_the_run_even_while_the_command_goes_on() {
 
 /// The benchmark's floor (`tracer floor`) loads the same object and counts real switches.
 #[test]
+#[ignore = "needs root"]
 fn floor_counts_switches() {
     require_root();
     let out = run_tracer(&["floor", "-d", "300ms"]);

@@ -225,15 +225,25 @@ fn test(unit_only: bool) -> Result<()> {
              (or `cargo xtask test --unit` for the unit tests alone)"
         );
     }
+    let mut failed = Vec::new();
+    // Formatting first: it takes a second and needs no build.
+    if !lint_fmt()? {
+        failed.push("`cargo fmt --all --check`");
+    }
     let built = build(false)?;
     let target = target_dir()?;
     let with_artifacts = |cmd: &mut Command| {
         cmd.env("TRACER_BIN", &built.bin)
             .env("TRACER_EBPF_OBJ", &built.ebpf_obj);
     };
+    if !lint_clippy(&target, &with_artifacts)? {
+        failed.push("clippy");
+    }
 
-    let mut failed = Vec::new();
     // tracer-ebpf only builds for the BPF target; tracer-tests is the end-to-end suite.
+    // Tests that need root or a kernel feature are `#[ignore = "needs root"]`, so a plain
+    // `cargo test` as a user passes; as root they all run here, and one that cannot run
+    // fails.
     let mut unit = cargo(None, "test", &target);
     unit.args([
         "--workspace",
@@ -242,6 +252,9 @@ fn test(unit_only: bool) -> Result<()> {
         "--exclude",
         "tracer-ebpf",
     ]);
+    if !unit_only {
+        unit.args(["--", "--include-ignored"]);
+    }
     with_artifacts(&mut unit);
     if !cmd::status(&mut unit)?.success() {
         failed.push("unit tests");
@@ -249,7 +262,13 @@ fn test(unit_only: bool) -> Result<()> {
     if !unit_only {
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
-        e2e.args(["--package", "tracer-tests", "--", "--test-threads=1"]);
+        e2e.args([
+            "--package",
+            "tracer-tests",
+            "--",
+            "--include-ignored",
+            "--test-threads=1",
+        ]);
         with_artifacts(&mut e2e);
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
@@ -262,9 +281,35 @@ fn test(unit_only: bool) -> Result<()> {
     }
     ensure!(
         failed.is_empty(),
-        "{} failed: see the test output above",
+        "{} failed: see the output above",
         failed.join(" and ")
     );
     println!("xtask: all tests passed");
     Ok(())
+}
+
+/// `cargo fmt --all --check`: a formatting diff fails the tests.
+fn lint_fmt() -> Result<bool> {
+    setup::ensure_component("rustfmt")?;
+    let mut fmt = Command::new("cargo");
+    fmt.current_dir(workspace_root())
+        .args(["fmt", "--all", "--check"]);
+    Ok(cmd::status(&mut fmt)?.success())
+}
+
+/// Clippy over every host crate and target (tests, benches, bins), warnings as errors.
+fn lint_clippy(target: &Path, with_artifacts: &dyn Fn(&mut Command)) -> Result<bool> {
+    setup::ensure_component("clippy")?;
+    let mut clippy = cargo(None, "clippy", target);
+    clippy.args([
+        "--workspace",
+        "--exclude",
+        "tracer-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    with_artifacts(&mut clippy);
+    Ok(cmd::status(&mut clippy)?.success())
 }

@@ -120,6 +120,27 @@ fn ensure_rust_src() -> Result<()> {
     Ok(())
 }
 
+/// Adds rustup component `name` (rustfmt, clippy) to the toolchain that builds the
+/// workspace when it lacks it, so the lint gates of `cargo xtask test` run on a machine
+/// with only rustup's toolchains.
+pub fn ensure_component(name: &str) -> Result<()> {
+    let installed = cmd::output(rustup().current_dir(crate::workspace_root()).args([
+        "component",
+        "list",
+        "--installed",
+    ]))?;
+    if installed.lines().any(|l| l.starts_with(name)) {
+        return Ok(());
+    }
+    println!("setup: {name} is missing: installing it");
+    cmd::run(
+        rustup()
+            .current_dir(crate::workspace_root())
+            .args(["component", "add", name]),
+    )
+    .with_context(|| format!("could not add {name}: check network access to rustup's server"))
+}
+
 fn cargo_home() -> Result<PathBuf> {
     if let Some(home) = env::var_os("CARGO_HOME") {
         return std::path::absolute(home).context("cannot resolve CARGO_HOME");

@@ -16,7 +16,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::json::{self, Json};
+use crate::json::{self, Items, Json};
 
 /// On-CPU: within 1% or 1 ms (whichever is larger) of the thread's own schedstat.
 const ON_REL: f64 = 0.01;
@@ -865,7 +865,7 @@ struct Stat {
 
 impl Stat {
     fn of(l: &Json) -> Stat {
-        let g = |k: &str| l.get(k).as_f64().unwrap_or(0.0);
+        let g = |k: &str| l[k].as_f64().unwrap_or(0.0);
         Stat {
             run: g("run_ns"),
             wait: g("wait_ns"),
@@ -914,14 +914,14 @@ fn build_entities(
     let mut out = Vec::new();
     let key = |l: &Json| {
         (
-            l.get("tid").as_u64().unwrap_or(0),
-            l.get("pid").as_u64().unwrap_or(0),
+            l["tid"].as_u64().unwrap_or(0),
+            l["pid"].as_u64().unwrap_or(0),
         )
     };
-    let ev = |l: &Json| l.get("ev").as_str().unwrap_or("").to_string();
-    let role = |l: &Json| l.get("role").as_str().unwrap_or("").to_string();
-    let t = |l: &Json| l.get("t_ns").as_u64().unwrap_or(0);
-    let born = |l: &Json| l.get("born_ns").as_u64().unwrap_or(0);
+    let ev = |l: &Json| l["ev"].as_str().unwrap_or("").to_string();
+    let role = |l: &Json| l["role"].as_str().unwrap_or("").to_string();
+    let t = |l: &Json| l["t_ns"].as_u64().unwrap_or(0);
+    let born = |l: &Json| l["born_ns"].as_u64().unwrap_or(0);
     let cmd = target == Target::Cmd;
 
     // Exec histories.
@@ -930,7 +930,7 @@ fn build_entities(
     for l in lines {
         match ev(l).as_str() {
             "start" | "done" => {}
-            _ => match l.get("grp").as_str() {
+            _ => match l["grp"].as_str() {
                 Some(g) if !g.is_empty() => groups.entry(g.to_string()).or_default().push(l),
                 _ => plain.entry(key(l)).or_default().push(l),
             },
@@ -1043,11 +1043,11 @@ fn show(ls: &[&Json]) -> String {
         .map(|l| {
             format!(
                 "{} tid {} run {} wait {} slices {}",
-                l.get("ev").as_str().unwrap_or(""),
-                l.get("tid").as_u64().unwrap_or(0),
-                ms(l.get("run_ns").as_f64().unwrap_or(0.0)),
-                ms(l.get("wait_ns").as_f64().unwrap_or(0.0)),
-                l.get("slices").as_u64().unwrap_or(0)
+                l["ev"].as_str().unwrap_or(""),
+                l["tid"].as_u64().unwrap_or(0),
+                ms(l["run_ns"].as_f64().unwrap_or(0.0)),
+                ms(l["wait_ns"].as_f64().unwrap_or(0.0)),
+                l["slices"].as_u64().unwrap_or(0)
             )
         })
         .collect::<Vec<_>>()
@@ -1059,7 +1059,7 @@ fn ms(ns: f64) -> String {
 }
 
 fn num(v: &Json, k: &str) -> f64 {
-    v.get(k).as_f64().unwrap_or(0.0)
+    v[k].as_f64().unwrap_or(0.0)
 }
 
 /// Row fields that interval documents split and the total sums.
@@ -1080,7 +1080,7 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
     let Some(total) = docs
         .iter()
         .rev()
-        .find(|d| d.get("kind").as_str() == Some("total"))
+        .find(|d| d["kind"].as_str() == Some("total"))
     else {
         o.violate(format!(
             "no total document in the tracer's output ({} documents)",
@@ -1090,7 +1090,7 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
     };
     let intervals: Vec<&Json> = docs
         .iter()
-        .filter(|d| d.get("kind").as_str() == Some("interval"))
+        .filter(|d| d["kind"].as_str() == Some("interval"))
         .collect();
     if o.scenario.interval_ms.is_some() && intervals.is_empty() {
         o.notes
@@ -1099,7 +1099,7 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
 
     // Each document on its own.
     for d in std::iter::once(total).chain(intervals.iter().copied()) {
-        doc_checks(o, d, d.get("kind").as_str() == Some("total"));
+        doc_checks(o, d, d["kind"].as_str() == Some("total"));
     }
     // Against the workload's truth.
     let (entities, problems) = build_entities(lines, o.scenario.target, ready);
@@ -1126,18 +1126,18 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
     let dur = num(total, "duration_ns");
     let close_min = w.open.saturating_add(dur as u64);
     let mut rows: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
-    for r in total.get("threads").items() {
+    for r in total["threads"].items() {
         rows.entry((
-            r.get("tid").as_u64().unwrap_or(0),
-            r.get("pid").as_u64().unwrap_or(0),
+            r["tid"].as_u64().unwrap_or(0),
+            r["pid"].as_u64().unwrap_or(0),
         ))
         .or_default()
         .push(r);
     }
-    let workload_pids: BTreeSet<u64> = lines.iter().filter_map(|l| l.get("pid").as_u64()).collect();
+    let workload_pids: BTreeSet<u64> = lines.iter().filter_map(|l| l["pid"].as_u64()).collect();
     let mut matched: BTreeSet<(u64, u64)> = BTreeSet::new();
-    let drops: f64 = match total.get("drops") {
-        Json::Obj(m) => m.iter().filter_map(|(_, v)| v.as_f64()).sum(),
+    let drops: f64 = match &total["drops"] {
+        Json::Object(m) => m.iter().filter_map(|(_, v)| v.as_f64()).sum(),
         _ => 0.0,
     };
     let mut missing = Vec::new();
@@ -1174,9 +1174,7 @@ fn check(o: &mut Outcome, docs: &[Json], lines: &[Json], w: WindowBounds, ready:
         let lo_run = e.lo.run - out_start - out_end;
         let tol = (ON_REL * e.lo.run).max(ON_ABS);
         let (lo_b, hi_b) = (lo_run - tol, e.hi.run + tol + e.slack_ns);
-        let alive = mine
-            .iter()
-            .any(|r| r.get("exited").as_bool() == Some(false));
+        let alive = mine.iter().any(|r| r["exited"].as_bool() == Some(false));
         let where_ = if inside && alive {
             "its last record is inside the window, yet its row says it had not exited \
              (its exit may follow the close; the recorded time is inside all the same)"
@@ -1318,14 +1316,14 @@ fn rows_text(rows: &[&Json]) -> String {
         .map(|r| {
             format!(
                 "[tid {} pid {} comm {:?} on {} slices {} runq {} ({} waits) exited {}]",
-                r.get("tid").as_u64().unwrap_or(0),
-                r.get("pid").as_u64().unwrap_or(0),
-                r.get("comm").as_str().unwrap_or(""),
+                r["tid"].as_u64().unwrap_or(0),
+                r["pid"].as_u64().unwrap_or(0),
+                r["comm"].as_str().unwrap_or(""),
                 ms(num(r, "on_cpu_ns")),
                 num(r, "slices"),
                 ms(num(r, "runq_wait_ns")),
                 num(r, "runq_waits"),
-                r.get("exited").as_bool().unwrap_or(false)
+                r["exited"].as_bool().unwrap_or(false)
             )
         })
         .collect::<Vec<_>>()
@@ -1336,13 +1334,13 @@ fn rows_text(rows: &[&Json]) -> String {
 /// per-CPU sums and the histograms agree. Interval documents read the thread table and
 /// the histograms at slightly different moments, so there their agreement is a note.
 fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
-    let label = match d.get("interval").as_u64() {
+    let label = match d["interval"].as_u64() {
         Some(i) => format!("interval {i}"),
         None => "total".into(),
     };
     let dur = num(d, "duration_ns");
     let on = num(d, "on_cpu_ns");
-    let threads = d.get("threads").items();
+    let threads = d["threads"].items();
     // A slice is accounted where it ends, so an interval may hold more than its length
     // (a slice that began in the previous one): above-the-window is a note there.
     let above = |o: &mut Outcome, ok: bool, msg: String| {
@@ -1396,7 +1394,7 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
         });
     }
     let mut per_cpu_sum = 0.0;
-    for c in d.get("per_cpu").items() {
+    for c in d["per_cpu"].items() {
         let v = num(c, "on_cpu_ns");
         per_cpu_sum += v;
         above(
@@ -1433,13 +1431,13 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     // Every slice and every off-CPU period lasts a while: a count without a sum is wrong
     // whenever it was read.
     for name in ["on_cpu", "off_cpu"] {
-        let hh = d.get("histograms").get(name);
+        let hh = &d["histograms"][name];
         let (c, s) = (num(hh, "count"), num(hh, "sum_ns"));
         o.expect(c == 0.0 || s > 0.0, || {
             format!("{label}: histograms.{name} counts {c} periods that sum to {s} ns")
         });
     }
-    let complete = d.get("threads_total").as_f64() == Some(threads.len() as f64);
+    let complete = d["threads_total"].as_f64() == Some(threads.len() as f64);
     if !complete {
         o.notes.push(format!(
             "{label}: {} of {} threads listed: whole-table sums not checked",
@@ -1449,10 +1447,9 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
         return;
     }
     let sum = |k: &str| threads.iter().map(|r| num(r, k)).sum::<f64>();
-    let h = d.get("histograms");
+    let h = &d["histograms"];
     let bucket_sum = |name: &str| {
-        h.get(name)
-            .get("buckets")
+        h[name]["buckets"]
             .items()
             .iter()
             .map(|b| num(b, "count"))
@@ -1466,38 +1463,38 @@ fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
         ),
         (
             "histograms.on_cpu.count vs Σ slices".into(),
-            num(h.get("on_cpu"), "count"),
+            num(&h["on_cpu"], "count"),
             sum("slices"),
         ),
         (
             "histograms.on_cpu.sum_ns vs on_cpu_ns".into(),
-            num(h.get("on_cpu"), "sum_ns"),
+            num(&h["on_cpu"], "sum_ns"),
             on,
         ),
         (
             "histograms.runq.count vs Σ runq_waits".into(),
-            num(h.get("runq"), "count"),
+            num(&h["runq"], "count"),
             sum("runq_waits"),
         ),
         (
             "histograms.runq.sum_ns vs Σ runq_wait_ns".into(),
-            num(h.get("runq"), "sum_ns"),
+            num(&h["runq"], "sum_ns"),
             sum("runq_wait_ns"),
         ),
         (
             "histograms.off_cpu.sum_ns vs Σ off_cpu_ns".into(),
-            num(h.get("off_cpu"), "sum_ns"),
+            num(&h["off_cpu"], "sum_ns"),
             sum("off_cpu_ns"),
         ),
         (
             "Σ on_cpu buckets vs histograms.on_cpu.count".into(),
             bucket_sum("on_cpu"),
-            num(h.get("on_cpu"), "count"),
+            num(&h["on_cpu"], "count"),
         ),
         (
             "Σ runq buckets vs histograms.runq.count".into(),
             bucket_sum("runq"),
-            num(h.get("runq"), "count"),
+            num(&h["runq"], "count"),
         ),
     ];
     for (what, a, b) in pairs {
@@ -1536,33 +1533,33 @@ fn interval_checks(
         ),
         (
             "histograms.on_cpu.count",
-            sum_docs(&|d| num(d.get("histograms").get("on_cpu"), "count")),
-            num(total.get("histograms").get("on_cpu"), "count"),
+            sum_docs(&|d| num(&d["histograms"]["on_cpu"], "count")),
+            num(&total["histograms"]["on_cpu"], "count"),
         ),
         (
             "histograms.runq.count",
-            sum_docs(&|d| num(d.get("histograms").get("runq"), "count")),
-            num(total.get("histograms").get("runq"), "count"),
+            sum_docs(&|d| num(&d["histograms"]["runq"], "count")),
+            num(&total["histograms"]["runq"], "count"),
         ),
         (
             "histograms.off_cpu.count",
-            sum_docs(&|d| num(d.get("histograms").get("off_cpu"), "count")),
-            num(total.get("histograms").get("off_cpu"), "count"),
+            sum_docs(&|d| num(&d["histograms"]["off_cpu"], "count")),
+            num(&total["histograms"]["off_cpu"], "count"),
         ),
         (
             "histograms.on_cpu.sum_ns",
-            sum_docs(&|d| num(d.get("histograms").get("on_cpu"), "sum_ns")),
-            num(total.get("histograms").get("on_cpu"), "sum_ns"),
+            sum_docs(&|d| num(&d["histograms"]["on_cpu"], "sum_ns")),
+            num(&total["histograms"]["on_cpu"], "sum_ns"),
         ),
         (
             "histograms.runq.sum_ns",
-            sum_docs(&|d| num(d.get("histograms").get("runq"), "sum_ns")),
-            num(total.get("histograms").get("runq"), "sum_ns"),
+            sum_docs(&|d| num(&d["histograms"]["runq"], "sum_ns")),
+            num(&total["histograms"]["runq"], "sum_ns"),
         ),
         (
             "histograms.off_cpu.sum_ns",
-            sum_docs(&|d| num(d.get("histograms").get("off_cpu"), "sum_ns")),
-            num(total.get("histograms").get("off_cpu"), "sum_ns"),
+            sum_docs(&|d| num(&d["histograms"]["off_cpu"], "sum_ns")),
+            num(&total["histograms"]["off_cpu"], "sum_ns"),
         ),
     ];
     for (what, a, b) in overall {
@@ -1579,18 +1576,18 @@ fn interval_checks(
     // TID's row with its PID.
     let mut pid_of: BTreeMap<u64, u64> = BTreeMap::new();
     for d in intervals.iter().copied().chain(std::iter::once(total)) {
-        for r in d.get("threads").items() {
-            let pid = r.get("pid").as_u64().unwrap_or(0);
+        for r in d["threads"].items() {
+            let pid = r["pid"].as_u64().unwrap_or(0);
             if pid != 0 {
-                pid_of.insert(r.get("tid").as_u64().unwrap_or(0), pid);
+                pid_of.insert(r["tid"].as_u64().unwrap_or(0), pid);
             }
         }
     }
     let per_thread = |d: &Json| {
         let mut m: BTreeMap<(u64, u64), Vec<f64>> = BTreeMap::new();
-        for r in d.get("threads").items() {
-            let tid = r.get("tid").as_u64().unwrap_or(0);
-            let pid = match r.get("pid").as_u64().unwrap_or(0) {
+        for r in d["threads"].items() {
+            let tid = r["tid"].as_u64().unwrap_or(0);
+            let pid = match r["pid"].as_u64().unwrap_or(0) {
                 0 => pid_of.get(&tid).copied().unwrap_or(0),
                 p => p,
             };

@@ -39,14 +39,17 @@ fn main() {
         let v: Vec<u64> = ss.split_whitespace().map(|x| x.parse().unwrap()).collect();
         std::fs::write(
             &out,
-            format!(
-                "{{\"tid\":{tid},\"pid\":{},\"cpu_ns\":{},\"run_ns\":{},\"wait_ns\":{},\"slices\":{}}}\n",
-                std::process::id(),
-                thread_cpu_ns(),
-                v[0],
-                v[1],
-                v[2]
-            ),
+            serde_json::to_string(&tracer_truth::Truth {
+                tid: tid as u64,
+                pid: std::process::id().into(),
+                run_ns: v[0],
+                wait_ns: v[1],
+                slices: Some(v[2]),
+                cpu_ns: Some(thread_cpu_ns()),
+                ..Default::default()
+            })
+            .expect("numbers only")
+                + "\n",
         )
         .unwrap();
         return;

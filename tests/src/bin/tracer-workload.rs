@@ -32,10 +32,18 @@ fn record(out: &Mutex<Vec<String>>) {
     let tid = gettid();
     let cpu = thread_cpu_ns();
     let (run, wait, slices) = schedstat(tid);
-    out.lock().unwrap().push(format!(
-        "{{\"tid\":{tid},\"pid\":{},\"cpu_ns\":{cpu},\"run_ns\":{run},\"wait_ns\":{wait},\"slices\":{slices}}}",
-        std::process::id()
-    ));
+    let truth = tracer_truth::Truth {
+        tid: tid.into(),
+        pid: std::process::id().into(),
+        run_ns: run,
+        wait_ns: wait,
+        slices: Some(slices),
+        cpu_ns: Some(cpu),
+        ..Default::default()
+    };
+    out.lock()
+        .unwrap()
+        .push(serde_json::to_string(&truth).expect("numbers only"));
 }
 
 fn spin_for(ns: u64) {

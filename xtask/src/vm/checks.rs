@@ -4,7 +4,9 @@
 //! guest kernel's schedstat as each workload thread recorded it at its end.
 
 use super::protocol::{GuestOutput, Step};
-use crate::json::{self, Json};
+use tracer_truth::Truth;
+
+use crate::json::{self, Items, Json};
 
 /// Relative tolerance against schedstat.
 const TOLERANCE: f64 = 0.02;
@@ -259,17 +261,8 @@ fn report(step: &Step, c: &mut Check) -> Option<Json> {
     doc
 }
 
-/// A workload thread's ground truth.
-#[derive(Clone, Debug)]
-struct Truth {
-    tid: u64,
-    pid: u64,
-    run_ns: u64,
-    wait_ns: u64,
-    /// Which workload wrote it (busy, spin, ...).
-    kind: String,
-}
-
+/// The workload threads' ground truth: the guest's `truth*` parts, one line per thread.
+/// A line without `kind` takes the part's name (`truth-spin`: spin).
 fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
     let mut out = Vec::new();
     for (name, text) in &step.parts {
@@ -278,44 +271,30 @@ fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
         };
         let kind = kind.trim_start_matches('-');
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let v = match json::parse(line) {
-                Ok(v) => v,
+            let mut t = match Truth::parse(line) {
+                Ok(t) => t,
                 Err(e) => {
                     c.fail(format!("bad ground-truth line in {name} ({e}): {line}"));
                     continue;
                 }
             };
-            let g = |k: &str| v.get(k).as_u64();
             // steps.sh reads stopped threads (state T): their schedstat is final.
-            if let Some(state) = v.get("state").as_str() {
+            if let Some(state) = &t.state {
                 c.expect(state == "T", || {
                     format!(
                         "thread {} was in state {state}, not stopped, when its schedstat was read",
-                        v.get("tid")
+                        t.tid
                     )
                 });
             }
-            let kind = v
-                .get("kind")
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| {
-                    if kind.is_empty() {
-                        "workload".into()
-                    } else {
-                        kind.into()
-                    }
-                });
-            match (g("tid"), g("pid"), g("run_ns"), g("wait_ns")) {
-                (Some(tid), Some(pid), Some(run_ns), Some(wait_ns)) => out.push(Truth {
-                    tid,
-                    pid,
-                    run_ns,
-                    wait_ns,
-                    kind,
-                }),
-                _ => c.fail(format!("incomplete ground-truth line in {name}: {line}")),
-            }
+            t.kind.get_or_insert_with(|| {
+                if kind.is_empty() {
+                    "workload".into()
+                } else {
+                    kind.into()
+                }
+            });
+            out.push(t);
         }
     }
     if out.is_empty() {
@@ -324,21 +303,26 @@ fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
     out
 }
 
+/// Which workload a truth line came from (filled in by [`truths`]).
+fn kind(t: &Truth) -> &str {
+    t.kind.as_deref().unwrap_or("workload")
+}
+
 fn thread(doc: &Json, tid: u64) -> Option<&Json> {
-    doc.get("threads")
+    doc["threads"]
         .items()
         .iter()
-        .find(|t| t.get("tid").as_u64() == Some(tid))
+        .find(|t| t["tid"].as_u64() == Some(tid))
 }
 
 fn within(ours: u64, truth: u64) -> bool {
-    within_events(ours, truth, 0, 0.0)
+    tracer_truth::within(ours, truth, TOLERANCE, FLOOR_NS)
 }
 
 /// Within TOLERANCE (or FLOOR_NS), plus `per_event` for each of `events`.
 fn within_events(ours: u64, truth: u64, events: u64, per_event: f64) -> bool {
     let d = ours.abs_diff(truth) as f64;
-    d <= FLOOR_NS.max(TOLERANCE * truth as f64) + events as f64 * per_event
+    d <= tracer_truth::tolerance(truth, TOLERANCE, FLOOR_NS) + events as f64 * per_event
 }
 
 fn pct(ours: u64, truth: u64) -> f64 {
@@ -362,17 +346,17 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
         let Some(th) = thread(doc, t.tid) else {
             c.fail(format!(
                 "{} thread {} (pid {}) is missing from the report",
-                t.kind, t.tid, t.pid
+                kind(t),
+                t.tid,
+                t.pid
             ));
             continue;
         };
-        let num = |k: &str| th.get(k).as_u64();
+        let num = |k: &str| th[k].as_u64();
         c.expect(num("pid") == Some(t.pid), || {
             format!(
                 "tid {}: pid {} reported, the thread's pid is {}",
-                t.tid,
-                th.get("pid"),
-                t.pid
+                t.tid, th["pid"], t.pid
             )
         });
         let on = num("on_cpu_ns").unwrap_or(0);
@@ -381,7 +365,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!(
                 "tid {} ({}): on_cpu_ns {on} vs schedstat {} ({:+.2}%, over {}%)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.run_ns,
                 pct(on, t.run_ns),
                 TOLERANCE * 100.0
@@ -392,7 +376,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             c.note(format!(
                 "not gated without BTF: tid {} ({}): runq_wait_ns {rq} vs run_delay {} ({:+.2}%)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.wait_ns,
                 pct(rq, t.wait_ns)
             ));
@@ -401,7 +385,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!(
                 "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits)",
                 t.tid,
-                t.kind,
+                kind(t),
                 t.wait_ns,
                 pct(rq, t.wait_ns),
                 TOLERANCE * 100.0,
@@ -423,7 +407,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
             format!("tid {}: 0 slices", t.tid)
         });
         let worker = t.tid != t.pid;
-        if worker && t.kind == "spin" {
+        if worker && kind(t) == "spin" {
             c.expect(num("runq_waits").unwrap_or(0) > 0, || {
                 format!("tid {} (spin, shares CPU 0): runq_waits 0", t.tid)
             });
@@ -431,7 +415,7 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
                 format!("tid {} (spin, shares CPU 0): involuntary_switches 0", t.tid)
             });
         }
-        if worker && t.kind == "busy" {
+        if worker && kind(t) == "busy" {
             c.expect(num("voluntary_switches").unwrap_or(0) > 0, || {
                 format!("tid {} (busy-sleep): voluntary_switches 0", t.tid)
             });
@@ -445,19 +429,14 @@ fn compare_threads(doc: &Json, truth: &[Truth], c: &mut Check, btf: bool) {
         worst_rq.0,
         worst_rq.1
     ));
-    if let Json::Obj(drops) = doc.get("drops") {
+    if let Json::Object(drops) = &doc["drops"] {
         for (k, v) in drops {
             c.expect(v.as_u64() == Some(0), || format!("drops.{k} = {v}"));
         }
     }
     for h in ["on_cpu", "runq", "off_cpu"] {
         c.expect(
-            doc.get("histograms")
-                .get(h)
-                .get("count")
-                .as_u64()
-                .unwrap_or(0)
-                > 0,
+            doc["histograms"][h]["count"].as_u64().unwrap_or(0) > 0,
             || format!("histograms.{h}.count is 0"),
         );
     }
@@ -562,16 +541,16 @@ fn check_check(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         }
     };
     let item = |list: &str, name: &str| {
-        doc.get(list)
+        doc[list]
             .items()
             .iter()
-            .find(|i| i.get("name").as_str() == Some(name))
+            .find(|i| i["name"].as_str() == Some(name))
             .cloned()
     };
-    let ok_of = |i: &Option<Json>| i.as_ref().and_then(|i| i.get("ok").as_bool());
+    let ok_of = |i: &Option<Json>| i.as_ref().and_then(|i| i["ok"].as_bool());
     let detail_of = |i: &Option<Json>| {
         i.as_ref()
-            .and_then(|i| i.get("detail").as_str().map(str::to_string))
+            .and_then(|i| i["detail"].as_str().map(str::to_string))
             .unwrap_or_default()
     };
     let btf = item("items", "kernel BTF");
@@ -630,29 +609,29 @@ fn check_check(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
             works.push(mode.probe());
         }
     }
-    let events = doc.get("events").items();
+    let events = doc["events"].items();
     let unsupported: Vec<&str> = events
         .iter()
-        .filter(|e| e.get("ok").as_bool() == Some(false))
-        .filter_map(|e| e.get("name").as_str())
+        .filter(|e| e["ok"].as_bool() == Some(false))
+        .filter_map(|e| e["name"].as_str())
         .collect();
     for e in events {
         let (name, detail) = (
-            e.get("name").as_str().unwrap_or("?"),
-            e.get("detail").as_str().unwrap_or(""),
+            e["name"].as_str().unwrap_or("?"),
+            e["detail"].as_str().unwrap_or(""),
         );
-        if e.get("ok").as_bool() == Some(false) {
+        if e["ok"].as_bool() == Some(false) {
             c.expect(!detail.trim().is_empty(), || {
                 format!("event {name} not ok without a reason")
             });
         }
         if ["task-clock", "context-switches", "cpu-clock"].contains(&name) {
-            c.expect(e.get("ok").as_bool() == Some(true), || {
+            c.expect(e["ok"].as_bool() == Some(true), || {
                 format!("software event {name} not ok: {detail}")
             });
         }
     }
-    let run_ok = doc.get("run_ok").as_bool();
+    let run_ok = doc["run_ok"].as_bool();
     c.expect(run_ok == Some(true), || format!("run_ok is {run_ok:?}"));
     c.expect(
         step.rc == Some(if run_ok == Some(true) { 0 } else { 1 }),
@@ -716,12 +695,8 @@ fn check_mode(g: &GuestOutput, mode: Mode, o: &Offers) -> Verdict {
     let Some(doc) = report(step, &mut c) else {
         return c.done(Some(step));
     };
-    c.expect(doc.get("probe").as_str() == Some(mode.probe()), || {
-        format!(
-            "reports probe {} instead of {}",
-            doc.get("probe"),
-            mode.probe()
-        )
+    c.expect(doc["probe"].as_str() == Some(mode.probe()), || {
+        format!("reports probe {} instead of {}", doc["probe"], mode.probe())
     });
     if matches!(mode, Mode::PerfSched | Mode::PerfSchedKprobe) {
         let want = if mode == Mode::PerfSched && o.fentry {
@@ -772,11 +747,11 @@ fn check_thread_entries(g: &GuestOutput, doc: &Json, c: &mut Check) {
         ));
         return;
     };
-    let Json::Obj(maps) = doc.get("maps") else {
+    let Json::Object(maps) = &doc["maps"] else {
         c.fail("the report has no maps object");
         return;
     };
-    let Some((_, capacity)) = maps.iter().find(|(k, _)| k == "threads_capacity") else {
+    let Some((_, capacity)) = maps.iter().find(|(k, _)| *k == "threads_capacity") else {
         c.fail("the report has no maps.threads_capacity");
         return;
     };
@@ -834,11 +809,11 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     };
     // auto: the first of tp-btf, raw-tp, tracepoint the kernel offers, and why not the others.
     let best = best_mode(o);
-    let probe = doc.get("probe").as_str().unwrap_or("");
+    let probe = doc["probe"].as_str().unwrap_or("");
     a.expect(probe == best.probe(), || {
         format!("picked {probe}, expected {}", best.probe())
     });
-    let refused = doc.get("probe_refused").items();
+    let refused = doc["probe_refused"].items();
     for m in [Mode::TpBtf, Mode::RawTp, Mode::Tracepoint] {
         if m == best {
             break;
@@ -846,8 +821,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         let missing = m.needs(o).err().unwrap_or("?");
         let why = refused
             .iter()
-            .find(|r| r.get("mode").as_str() == Some(m.probe()))
-            .and_then(|r| r.get("reason").as_str());
+            .find(|r| r["mode"].as_str() == Some(m.probe()))
+            .and_then(|r| r["reason"].as_str());
         match why {
             Some(w) => {
                 a.expect(w.to_lowercase().contains(&missing.to_lowercase()), || {
@@ -872,7 +847,7 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         || {
             format!(
                 "probe_refused lists more than the better modes: {}",
-                doc.get("probe_refused")
+                doc["probe_refused"]
             )
         },
     );
@@ -887,8 +862,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
                     .iter()
                     .map(|r| format!(
                         "{} ({})",
-                        r.get("mode").as_str().unwrap_or("?"),
-                        r.get("reason").as_str().unwrap_or("?")
+                        r["mode"].as_str().unwrap_or("?"),
+                        r["reason"].as_str().unwrap_or("?")
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -909,28 +884,26 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
 
     // Counters: every event counted, or said to be unsupported with a reason; never a 0
     // standing in for "cannot count".
-    let counters = doc.get("counters").get("counters").items();
+    let counters = doc["counters"]["counters"].items();
     k.expect(!counters.is_empty(), || "the report has no counters".into());
     let mut unsupported = Vec::new();
     for e in counters {
-        let name = e.get("event").as_str().unwrap_or("?");
-        match e.get("supported").as_bool() {
+        let name = e["event"].as_str().unwrap_or("?");
+        match e["supported"].as_bool() {
             Some(true) => {
-                k.expect(e.get("value").as_f64().is_some(), || {
+                k.expect(e["value"].as_f64().is_some(), || {
                     format!("{name}: supported but no value")
                 });
-                k.expect(e.get("running_pct").as_f64().is_some(), || {
+                k.expect(e["running_pct"].as_f64().is_some(), || {
                     format!("{name}: no running_pct")
                 });
             }
             Some(false) => {
-                k.expect(e.get("value").is_null(), || {
-                    format!("{name}: unsupported but value {}", e.get("value"))
+                k.expect(e["value"].is_null(), || {
+                    format!("{name}: unsupported but value {}", e["value"])
                 });
                 k.expect(
-                    e.get("reason")
-                        .as_str()
-                        .is_some_and(|r| !r.trim().is_empty()),
+                    e["reason"].as_str().is_some_and(|r| !r.trim().is_empty()),
                     || format!("{name}: unsupported without a reason"),
                 );
                 unsupported.push(name);
@@ -941,20 +914,14 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     let value = |n: &str| {
         counters
             .iter()
-            .find(|e| e.get("event").as_str() == Some(n))
-            .and_then(|e| e.get("value").as_f64())
+            .find(|e| e["event"].as_str() == Some(n))
+            .and_then(|e| e["value"].as_f64())
     };
     match value("task-clock") {
         Some(ms) => {
-            let threads = doc.get("threads").items();
-            let on: u64 = threads
-                .iter()
-                .filter_map(|t| t.get("on_cpu_ns").as_u64())
-                .sum();
-            let slices: u64 = threads
-                .iter()
-                .filter_map(|t| t.get("slices").as_u64())
-                .sum();
+            let threads = doc["threads"].items();
+            let on: u64 = threads.iter().filter_map(|t| t["on_cpu_ns"].as_u64()).sum();
+            let slices: u64 = threads.iter().filter_map(|t| t["slices"].as_u64()).sum();
             let tc = (ms * 1e6) as u64;
             if k.expect_timing(within_events(on, tc, slices, PER_SLICE_NS), || {
                 format!(
@@ -977,9 +944,9 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     // and instructions only) reads 0 over half a second of busy CPU: that zero stands in
     // for "not counted" and must be said as such, not shown as a count.
     let cpu_ms = value("task-clock").unwrap_or(0.0);
-    let notices = doc.get("notices").items();
+    let notices = doc["notices"].items();
     for e in counters {
-        let name = e.get("event").as_str().unwrap_or("?");
+        let name = e["event"].as_str().unwrap_or("?");
         let hardware = [
             "cycles",
             "instructions",
@@ -990,8 +957,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
         ]
         .contains(&name.split(':').next().unwrap_or(name));
         if hardware
-            && e.get("supported").as_bool() == Some(true)
-            && e.get("value").as_f64() == Some(0.0)
+            && e["supported"].as_bool() == Some(true)
+            && e["value"].as_f64() == Some(0.0)
             && cpu_ms > 100.0
         {
             let explained = notices
@@ -1017,8 +984,8 @@ fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
 }
 
 fn check_histograms(th: &Json, c: &mut Check) {
-    let hs = th.get("histograms");
-    let p50 = |k: &str| hs.get(k).get("p50_ns").as_f64().unwrap_or(0.0);
+    let hs = &th["histograms"];
+    let p50 = |k: &str| hs[k]["p50_ns"].as_f64().unwrap_or(0.0);
     let (on, off) = (p50("on_cpu"), p50("off_cpu"));
     // A slice is the 4 ms of spinning plus the way out of and into nanosleep, as the
     // scheduler accounts it (se.sum_exec_runtime, or sched_stat_runtime without BTF):
@@ -1032,44 +999,37 @@ fn check_histograms(th: &Json, c: &mut Check) {
         format!("off-CPU p50 {off} ns, expected ~10 ms (9.8-10.4 ms)")
     });
     for k in ["on_cpu", "runq", "off_cpu"] {
-        let s = hs.get(k);
-        let g = |f: &str| s.get(f).as_u64().unwrap_or(0);
+        let s = &hs[k];
+        let g = |f: &str| s[f].as_u64().unwrap_or(0);
         c.expect(
             g("p50_ns") <= g("p99_ns") && g("p99_ns") <= g("max_ns"),
             || format!("{k}: percentiles out of order: {s}"),
         );
-        let n: u64 = s
-            .get("buckets")
+        let n: u64 = s["buckets"]
             .items()
             .iter()
-            .filter_map(|b| b.get("count").as_u64())
+            .filter_map(|b| b["count"].as_u64())
             .sum();
         c.expect(n == g("count"), || {
             format!("{k}: buckets add up to {n}, count is {}", g("count"))
         });
     }
-    let num = |k: &str| th.get(k).as_u64();
-    c.expect(
-        hs.get("on_cpu").get("count").as_u64() == num("slices"),
-        || {
-            format!(
-                "on_cpu count {} != slices {:?}",
-                hs.get("on_cpu").get("count"),
-                num("slices")
-            )
-        },
-    );
-    c.expect(
-        hs.get("runq").get("count").as_u64() == num("runq_waits"),
-        || {
-            format!(
-                "runq count {} != runq_waits {:?}",
-                hs.get("runq").get("count"),
-                num("runq_waits")
-            )
-        },
-    );
-    c.expect(th.get("exited").as_bool() == Some(true), || {
+    let num = |k: &str| th[k].as_u64();
+    c.expect(hs["on_cpu"]["count"].as_u64() == num("slices"), || {
+        format!(
+            "on_cpu count {} != slices {:?}",
+            hs["on_cpu"]["count"],
+            num("slices")
+        )
+    });
+    c.expect(hs["runq"]["count"].as_u64() == num("runq_waits"), || {
+        format!(
+            "runq count {} != runq_waits {:?}",
+            hs["runq"]["count"],
+            num("runq_waits")
+        )
+    });
+    c.expect(th["exited"].as_bool() == Some(true), || {
         "the worker is not marked exited".into()
     });
     // No comparison with the worker's own schedstat line here: the thread ran its exit
@@ -1080,7 +1040,7 @@ fn check_histograms(th: &Json, c: &mut Check) {
         on / 1e6,
         off / 1e6,
         p50("runq") / 1e3,
-        hs.get("runq").get("count")
+        hs["runq"]["count"]
     ));
 }
 
@@ -1122,8 +1082,8 @@ fn check_dtl(g: &GuestOutput, o: &Offers, cpus: usize) -> Vec<Verdict> {
         });
         match json::parse(step.stdout()) {
             Ok(doc) => {
-                let vcpus = doc.get("vcpus").items();
-                c.expect(doc.get("stats_enabled").as_bool() == Some(true), || {
+                let vcpus = doc["vcpus"].items();
+                c.expect(doc["stats_enabled"].as_bool() == Some(true), || {
                     "stats_enabled is not true".into()
                 });
                 c.expect(vcpus.len() == cpus, || {
@@ -1132,16 +1092,16 @@ fn check_dtl(g: &GuestOutput, o: &Offers, cpus: usize) -> Vec<Verdict> {
                 c.expect(
                     vcpus
                         .iter()
-                        .all(|v| v.get("delta").get("total_disp").as_u64().is_some()),
+                        .all(|v| v["delta"]["total_disp"].as_u64().is_some()),
                     || "a vCPU has no window delta".into(),
                 );
-                let w = doc.get("window_ns").as_f64().unwrap_or(0.0);
+                let w = doc["window_ns"].as_f64().unwrap_or(0.0);
                 c.expect((0.9e9..3e9).contains(&w), || {
                     format!("window_ns {w}, asked for 1 s")
                 });
                 let total: f64 = vcpus
                     .iter()
-                    .filter_map(|v| v.get("delta").get("total_disp").as_f64())
+                    .filter_map(|v| v["delta"]["total_disp"].as_f64())
                     .sum();
                 c.note(format!(
                     "{} vCPUs, {total} dispatches counted in the window (emulation reports zeros)",
