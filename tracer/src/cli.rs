@@ -292,7 +292,7 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
     }
 }
 
-impl From<DtlArgs> for crate::pseries::dtl::DtlConfig {
+impl From<DtlArgs> for crate::cmd::dtl::DtlConfig {
     fn from(a: DtlArgs) -> Self {
         Self {
             duration: a.duration,

@@ -4,6 +4,8 @@
 //! and off-CPU time with their histograms at every context switch; this crate loads and
 //! attaches them, reads the aggregates, joins them with perf counters, procfs and the
 //! pseries hypervisor's dispatch statistics, and prints reports.
+// Every unsafe block says why it is sound (CI's clippy runs with -D warnings).
+#![warn(clippy::undocumented_unsafe_blocks)]
 // Floors, top to bottom; a module imports only from floors below it (tests/layers.rs
 // in this crate's tests keeps it so).
 pub mod bpf;

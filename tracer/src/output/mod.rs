@@ -1,6 +1,9 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
-//! counter text, the exporter's OpenMetrics, and standard output that never panics.
+//! counter text, the DTL and hypervisor views, the exporter's OpenMetrics, and standard
+//! output that never panics.
 pub mod counters;
+pub mod dtl;
+pub mod hypervisor;
 pub mod json;
 pub mod openmetrics;
 pub mod report;

@@ -10,7 +10,6 @@ use crate::model::{
 };
 use crate::output::report::Report;
 use crate::perf;
-use crate::pseries::hypervisor;
 use crate::sys::launch;
 
 fn fmt_secs(ns: u64) -> String {
@@ -103,7 +102,10 @@ pub fn format_text(r: &Report) -> String {
             .counters
             .as_ref()
             .map(|c| crate::output::counters::format_text_opts(c, unsupported)),
-        r.sections.hypervisor.as_ref().map(hypervisor::format_text),
+        r.sections
+            .hypervisor
+            .as_ref()
+            .map(crate::output::hypervisor::format_text),
     ];
     for text in sections.iter().flatten().filter(|t| !t.is_empty()) {
         out += "\n";

@@ -12,7 +12,6 @@ use serde::Serialize;
 
 use crate::{
     error::TracerError,
-    model::hist,
     pseries::vcpudispatch::{self, StatsState, VcpuCounters, VcpuReport},
     sys::root::Root,
 };
@@ -84,11 +83,12 @@ pub fn parse_proc_stat(text: &str, path: &Path) -> Result<Vec<CpuSteal>, TracerE
     Ok(out)
 }
 
-/// Ticks of /proc/stat per second (sysconf(_SC_CLK_TCK); 100 if unknown).
+/// Ticks of /proc/stat per second (the kernel's AT_CLKTCK, what sysconf(_SC_CLK_TCK)
+/// returns; 100 if unknown).
 pub fn user_hz() -> u64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(v).ok().filter(|&v| v > 0).unwrap_or(100)
+    Some(rustix::param::clock_ticks_per_second())
+        .filter(|&v| v > 0)
+        .unwrap_or(100)
 }
 
 /// The hypervisor's counters at one moment.
@@ -233,61 +233,6 @@ pub fn report(
     }
 }
 
-fn pct(p: Option<f64>) -> String {
-    p.map_or_else(|| "-".into(), |p| format!("{p:.1}"))
-}
-
-fn cpus_word(n: usize) -> &'static str {
-    crate::model::words::plural(n, "CPU", "CPUs")
-}
-
-/// The text section.
-pub fn format_text(r: &HypervisorReport) -> String {
-    let mut out = String::new();
-    let window = hist::human_ns(r.elapsed_ns);
-    if r.cpus.is_empty() {
-        out += "hypervisor: no steal data\n";
-    } else if r.total_steal_ns == 0 {
-        let n = r.cpus.len();
-        out += &format!(
-            "hypervisor: no steal time on {n} {} over {window} (the host did not delay {})\n",
-            cpus_word(n),
-            if n == 1 { "it" } else { "them" }
-        );
-    } else {
-        out += &format!(
-            "hypervisor: steal time over {window} (/proc/stat; time runnable vCPUs waited for the host)\n"
-        );
-        out += &format!("{:>6} {:>10} {:>7}\n", "CPU", "steal", "steal%");
-        for c in r.cpus.iter().filter(|c| c.steal_ns > 0) {
-            out += &format!(
-                "{:>6} {:>10} {:>7}\n",
-                format!("cpu{}", c.cpu),
-                hist::human_ns(c.steal_ns),
-                pct(c.steal_percent)
-            );
-        }
-        let idle = r.cpus.iter().filter(|c| c.steal_ns == 0).count();
-        if idle > 0 {
-            out += &format!("  ({idle} {} without steal not shown)\n", cpus_word(idle));
-        }
-        out += &format!(
-            "{:>6} {:>10} {:>7}\n",
-            "all",
-            hist::human_ns(r.total_steal_ns),
-            pct(r.total_steal_percent)
-        );
-    }
-    if let Some(d) = &r.dispatch {
-        out += &format!("hypervisor dispatches over {window} (vcpudispatch_stats):\n");
-        out += &vcpudispatch::format_table(d, Some(r.elapsed_ns));
-    }
-    for n in &r.notes {
-        out += &format!("note: {n}\n");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,25 +296,9 @@ intr 12345 0 0\nctxt 999\nbtime 1700000000\n";
         let t = r.total_steal_percent.unwrap();
         assert!((t - 50.0 / 3.0).abs() < 1e-9);
         assert_eq!(r.source, "steal");
-        let text = format_text(&r);
-        assert!(
-            text.contains("cpu0") && text.contains("500ms") && text.contains("50.0"),
-            "{text}"
-        );
 
         let only1 = report(&b, &a, Some(&[1, 7]), 1_000_000_000);
         assert_eq!(only1.cpus.len(), 1);
-        assert!(
-            format_text(&only1)
-                .contains("no steal time on 1 CPU over 1.00s (the host did not delay it)"),
-            "{}",
-            format_text(&only1)
-        );
-        // One CPU with steal, one without: singular.
-        let b2 = snap(&[(0, 100), (1, 100)], 100);
-        let a2 = snap(&[(0, 150), (1, 100)], 100);
-        let t2 = format_text(&report(&b2, &a2, None, 1_000_000_000));
-        assert!(t2.contains("  (1 CPU without steal not shown)\n"), "{t2}");
         assert!(only1.notes.iter().any(|n| n.contains("CPU 7")));
         assert_eq!(report(&b, &a, None, 0).cpus[0].steal_percent, None);
     }
@@ -392,6 +321,5 @@ intr 12345 0 0\nctxt 999\nbtime 1700000000\n";
         assert_eq!(d.delta.unwrap().total_disp, 20);
         assert_eq!(d.rates.unwrap().total_disp, 10.0);
         assert_eq!(d.delta_home_ratio, Some(0.75));
-        assert!(format_text(&r).contains("vcpudispatch_stats"));
     }
 }

@@ -2,8 +2,7 @@
 //! adds it to the traced set and opens inheriting counters on it, then lets it exec, so
 //! not one instruction of the command runs untraced.
 use std::{
-    ffi::CString,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    os::{fd::OwnedFd, unix::process::CommandExt as _},
     path::Path,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -27,8 +26,9 @@ const LAST_SIGNAL: i32 = 64;
 /// Records the signal dispositions and mask the tracer was started with; call first in
 /// `main`, before any handler is installed.
 pub fn note_inherited_state() {
-    // SAFETY: an all-zero sigset_t is valid; querying only (null new set).
+    // SAFETY: an all-zero sigset_t is valid plain data.
     let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: querying only (null new set), valid out pointer.
     if unsafe { libc::sigprocmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) } == 0 {
         let _ = MASK_AT_START.set(mask);
     }
@@ -37,8 +37,9 @@ pub fn note_inherited_state() {
         if sig == libc::SIGPIPE {
             continue;
         }
-        // SAFETY: querying only (null new action), valid out pointer.
+        // SAFETY: an all-zero sigaction is valid plain data.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: querying only (null new action), valid out pointer.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
             && old.sa_sigaction == libc::SIG_IGN
         {
@@ -73,26 +74,22 @@ unsafe fn reset_signals(ignored: u64, mask: &libc::sigset_t) {
             libc::SIG_DFL
         };
         // Signals glibc reserves (32, 33) refuse a change: nothing to restore there.
-        libc::signal(sig, action);
+        // SAFETY: SIG_IGN/SIG_DFL are valid dispositions; signal(2) is async-signal-safe.
+        unsafe { libc::signal(sig, action) };
     }
-    libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+    // SAFETY: `mask` is a valid sigset_t; no old set is asked for.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
-/// A forked child blocked before exec.
+/// A started child blocked before exec, in `Command`'s pre-exec hook.
 pub struct Held {
     pub pid: u32,
+    /// Write end of the go pipe: one byte (or its closing, if the tracer dies) ends
+    /// the hold.
     go: OwnedFd,
-    exec_err: OwnedFd,
-}
-
-fn pipe_cloexec() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: valid array of two ints.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fresh fds we own.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    /// The thread blocked in `Command::spawn`, which returns once the child has exec'd
+    /// (or failed to).
+    spawned: std::thread::JoinHandle<std::io::Result<std::process::Child>>,
 }
 
 /// Whether `prog` can be executed: a path, or found in PATH.
@@ -105,7 +102,40 @@ fn resolvable(prog: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Forks `argv`, blocked until [`Held::release`]. `as_user` = (uid, gid) to run it as.
+/// Reads exactly `buf.len()` bytes, retrying on EINTR; false on EOF or an error.
+/// Async-signal-safe (a raw syscall, no allocation), so usable before exec.
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(fd, &mut buf[got..]) {
+            Ok(0) => return false,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Writes all of `buf`, retrying on EINTR. Async-signal-safe, as [`read_full`].
+fn write_full(fd: &OwnedFd, buf: &[u8]) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match rustix::io::write(fd, &buf[done..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Starts `argv` blocked before exec until [`Held::release`]. `as_user` = (uid, gid) to
+/// run it as (`Command` also drops the supplementary groups, as `setgroups(0)` did).
+///
+/// `Command::spawn` returns only after exec, so it runs on a thread of its own while the
+/// child, in its pre-exec hook, sends its PID on one pipe and waits for a byte on another.
 pub fn spawn_held(argv: &[String], as_user: Option<(u32, u32)>) -> Result<Held, TracerError> {
     let command = argv.join(" ");
     let start_err = |source| TracerError::CommandStart {
@@ -124,89 +154,105 @@ pub fn spawn_held(argv: &[String], as_user: Option<(u32, u32)>) -> Result<Held, 
             "command not found",
         )));
     }
-    let cargs: Vec<CString> = argv
-        .iter()
-        .map(|a| CString::new(a.as_str()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| start_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
-    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    let (go_r, go_w) = pipe_cloexec().map_err(start_err)?;
-    let (err_r, err_w) = pipe_cloexec().map_err(start_err)?;
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(start_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "an argument contains a NUL byte",
+        )));
+    }
+    let cloexec = rustix::pipe::PipeFlags::CLOEXEC;
+    let (go_r, go_w) = rustix::pipe::pipe_with(cloexec).map_err(|e| start_err(e.into()))?;
+    let (pid_r, pid_w) = rustix::pipe::pipe_with(cloexec).map_err(|e| start_err(e.into()))?;
     let ignored = IGNORED_AT_START.load(Ordering::Relaxed);
     let mask = MASK_AT_START.get().copied().unwrap_or_else(|| {
         // SAFETY: an all-zero sigset_t is valid; sigemptyset makes it the empty set.
         let mut m: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `m` is a valid, writable sigset_t.
         unsafe { libc::sigemptyset(&mut m) };
         m
     });
 
-    // SAFETY: the child only calls async-signal-safe functions before exec or _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(start_err(std::io::Error::last_os_error()));
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(&argv[1..]);
+    if let Some((uid, gid)) = as_user {
+        cmd.uid(uid).gid(gid);
     }
-    if pid == 0 {
-        unsafe {
-            let mut b = 0u8;
-            // Wait for the go byte; EOF means the tracer died first.
-            if libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut _, 1) != 1 {
-                libc::_exit(126);
-            }
-            reset_signals(ignored, &mask);
-            if let Some((uid, gid)) = as_user {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    let e = *libc::__errno_location();
-                    libc::write(err_w.as_raw_fd(), &e as *const i32 as *const _, 4);
-                    libc::_exit(127);
-                }
-            }
-            libc::execvp(ptrs[0], ptrs.as_ptr());
-            let e = *libc::__errno_location();
-            libc::write(err_w.as_raw_fd(), &e as *const i32 as *const _, 4);
-            libc::_exit(127);
+    let hold = move || -> std::io::Result<()> {
+        // SAFETY: we are in the child between fork and exec; reset_signals makes only
+        // async-signal-safe calls.
+        unsafe { reset_signals(ignored, &mask) };
+        let pid = rustix::process::getpid().as_raw_nonzero().get();
+        write_full(&pid_w, &pid.to_ne_bytes())?;
+        let mut b = [0u8; 1];
+        if !read_full(&go_r, &mut b) {
+            // EOF: the tracer died (or gave up) before releasing the command.
+            return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
         }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec and makes only
+    // async-signal-safe calls (signal, sigprocmask, getpid, read, write); it allocates
+    // nothing and takes no lock (the io::Errors it builds are plain OS codes).
+    unsafe { cmd.pre_exec(hold) };
+    let spawned = std::thread::Builder::new()
+        .name("tracer-launch".into())
+        .spawn(move || cmd.spawn())
+        .map_err(start_err)?;
+
+    let mut pid = [0u8; 4];
+    if !read_full(&pid_r, &mut pid) {
+        // The child ended before its hook ran (setgid/setuid refused): `spawn` says why,
+        // and its thread has dropped the hook with its pipe ends, hence the EOF here.
+        let source = match spawned.join() {
+            Ok(Err(e)) => e,
+            Ok(Ok(mut child)) => {
+                let _ = child.wait();
+                std::io::Error::other("the command ended before it could be held")
+            }
+            Err(_) => std::io::Error::other("the launch thread panicked"),
+        };
+        return Err(start_err(source));
     }
-    drop(go_r);
-    drop(err_w);
     Ok(Held {
-        pid: pid as u32,
+        pid: u32::from_ne_bytes(pid),
         go: go_w,
-        exec_err: err_r,
+        spawned,
     })
 }
 
 impl Held {
     /// Lets the child exec; returns once exec succeeded, or the reason it failed.
     pub fn release(self, argv: &[String]) -> Result<u32, TracerError> {
-        let b = 1u8;
-        // SAFETY: valid fds and buffers.
-        unsafe {
-            libc::write(self.go.as_raw_fd(), &b as *const u8 as *const _, 1);
-        }
+        let start_err = |source| TracerError::CommandStart {
+            command: argv.join(" "),
+            source,
+        };
+        let sent = write_full(&self.go, &[1]);
         drop(self.go);
-        let mut e = 0i32;
-        let n = unsafe { libc::read(self.exec_err.as_raw_fd(), &mut e as *mut i32 as *mut _, 4) };
-        if n == 4 {
-            wait_exit(self.pid);
-            return Err(TracerError::CommandStart {
-                command: argv.join(" "),
-                source: std::io::Error::from_raw_os_error(e),
-            });
-        }
+        let spawned = match self.spawned.join() {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::other("the launch thread panicked")),
+        };
+        // `Command` reaps a child whose exec failed before it returns the error.
+        spawned.map_err(start_err)?;
+        // A failed write means the child is already gone: its status tells the rest.
+        sent.map_err(start_err)?;
         Ok(self.pid)
     }
 
     /// Kills a child that will never be released (setup failed).
     pub fn abort(self) {
-        // SAFETY: our own child.
-        unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        if let Some(pid) = pid_of(self.pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
         drop(self.go);
+        let _ = self.spawned.join();
         wait_exit(self.pid);
     }
+}
+
+fn pid_of(pid: u32) -> Option<rustix::process::Pid> {
+    rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
 }
 
 /// What became of `-- COMMAND` by the end of the report.
@@ -221,11 +267,11 @@ pub enum ChildState {
 }
 
 impl ChildState {
-    fn from_status(status: i32) -> ChildState {
-        if libc::WIFSIGNALED(status) {
-            ChildState::Killed(libc::WTERMSIG(status))
-        } else if libc::WIFEXITED(status) {
-            ChildState::Exited(libc::WEXITSTATUS(status))
+    fn from_status(status: rustix::process::WaitStatus) -> ChildState {
+        if let Some(sig) = status.terminating_signal() {
+            ChildState::Killed(sig)
+        } else if let Some(code) = status.exit_status() {
+            ChildState::Exited(code)
         } else {
             ChildState::Exited(255)
         }
@@ -306,30 +352,31 @@ pub fn short_command(argv: &[String], max: usize) -> String {
 
 /// Reaps the child if it has ended (never blocks).
 pub fn try_wait_exit(pid: u32) -> Option<ChildState> {
-    let mut status = 0;
-    // SAFETY: valid status pointer.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
-    (r == pid as i32).then(|| ChildState::from_status(status))
-}
-
-fn exit_code(status: i32) -> i32 {
-    ChildState::from_status(status).exit_code().unwrap_or(255)
-}
-
-/// Waits for the child and turns its end into a shell-style exit code (128+signal).
-pub fn wait_exit(pid: u32) -> i32 {
-    let mut status = 0;
+    let p = pid_of(pid)?;
     loop {
-        // SAFETY: valid status pointer.
-        let r = unsafe { libc::waitpid(pid as i32, &mut status, 0) };
-        if r == pid as i32 {
-            break;
-        }
-        if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return 255;
+        match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG) {
+            Ok(Some((_, status))) => return Some(ChildState::from_status(status)),
+            Err(rustix::io::Errno::INTR) => {}
+            Ok(None) | Err(_) => return None,
         }
     }
-    exit_code(status)
+}
+
+/// Waits for the child and turns its end into a shell-style exit code (128+signal);
+/// 255 if it cannot be waited for.
+pub fn wait_exit(pid: u32) -> i32 {
+    let Some(p) = pid_of(pid) else {
+        return 255;
+    };
+    loop {
+        match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                return ChildState::from_status(status).exit_code().unwrap_or(255)
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Ok(None) | Err(_) => return 255,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -343,6 +390,60 @@ mod tests {
         assert!(s.len() < 220, "{s}");
         assert!(s.ends_with("… (206 more bytes)"), "{s}");
         assert_eq!(short_command(&argv[..1], 200), "prog");
+    }
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn comm(pid: u32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_command_execs_only_when_released_and_its_status_comes_back() {
+        let a = argv(&["sh", "-c", "exit 7"]);
+        let held = spawn_held(&a, None).expect("spawn");
+        let pid = held.pid;
+        // Held: still the fork of the launching thread (it has that thread's name), not sh.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(comm(pid).trim(), "tracer-launch");
+        assert_eq!(try_wait_exit(pid), None, "held, not exited");
+        assert_eq!(held.release(&a).expect("exec"), pid);
+        assert_eq!(wait_exit(pid), 7);
+    }
+
+    #[test]
+    fn a_signal_ends_the_command_as_a_shell_reports_it() {
+        let a = argv(&["sh", "-c", "kill -TERM $$"]);
+        let pid = spawn_held(&a, None).unwrap().release(&a).unwrap();
+        assert_eq!(wait_exit(pid), 128 + libc::SIGTERM);
+    }
+
+    #[test]
+    fn exec_failures_and_aborts_are_told_and_reaped() {
+        let dir = std::env::temp_dir().join(format!("tracer-launch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("not-executable");
+        std::fs::write(&file, "x").unwrap();
+        let a = vec![file.to_string_lossy().into_owned()];
+        let e = spawn_held(&a, None).unwrap().release(&a).unwrap_err();
+        assert!(e.to_string().contains("Permission denied"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+
+        let e = spawn_held(&argv(&["no-such-command-here"]), None)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("command not found"), "{e}");
+
+        let a = argv(&["sleep", "100"]);
+        let held = spawn_held(&a, None).unwrap();
+        let pid = held.pid;
+        held.abort();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "aborted child reaped"
+        );
     }
 
     #[test]

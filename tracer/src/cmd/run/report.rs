@@ -291,8 +291,9 @@ fn cross_check_input(
 /// Wall-clock time of day (local time zone) as HH:MM:SS, as runqlat -T prints it.
 fn local_hms(unix_secs: u64) -> String {
     let t = libc::time_t::try_from(unix_secs).unwrap_or(0);
-    // SAFETY: localtime_r writes the zeroed tm it is given and reads only `t`.
+    // SAFETY: tm is plain data (integers and a pointer), so all-zero is valid.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: localtime_r writes the tm it is given and reads only `t`.
     let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
     if !ok {
         return String::new();
