@@ -5,8 +5,15 @@
 //! default build output in the workspace's target directory. Without one, an empty file
 //! is embedded so the crate still builds (e.g. cross-compiled unit tests); the loader
 //! reports the empty object as an error at run time.
+//!
+//! It also sets what `tracer --version` prints, so a bug report names exactly what ran:
+//! `TRACER_GIT_COMMIT` (git's HEAD at build time; the variable itself when set, e.g. by a
+//! build from a tarball; else "unknown") and `TRACER_BPF_SHA256` (the first 12 hex digits
+//! of the embedded object's SHA-256, what `sha256sum` prints for the file).
 
-use std::{env, fs, path::PathBuf};
+use std::{env, fs, path::PathBuf, process::Command};
+
+use sha2::{Digest, Sha256};
 
 fn main() {
     println!("cargo:rerun-if-env-changed=TRACER_EBPF_OBJ");
@@ -49,6 +56,62 @@ fn main() {
             );
             fs::write(&out, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
         }
+    }
+
+    let embedded = fs::read(&out).unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
+    let bpf = if embedded.is_empty() {
+        "none".to_string()
+    } else {
+        let hex: String = Sha256::digest(&embedded)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        hex[..12].to_string()
+    };
+    println!("cargo:rustc-env=TRACER_BPF_SHA256={bpf}");
+    println!("cargo:rustc-env=TRACER_GIT_COMMIT={}", git_commit());
+}
+
+/// HEAD's commit (12 hex digits, `-dirty` when tracked files differ from it), or
+/// `TRACER_GIT_COMMIT` when set, or "unknown" outside a git checkout.
+fn git_commit() -> String {
+    println!("cargo:rerun-if-env-changed=TRACER_GIT_COMMIT");
+    if let Some(commit) = env::var("TRACER_GIT_COMMIT").ok().filter(|c| !c.is_empty()) {
+        return commit;
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(env::var_os("CARGO_MANIFEST_DIR")?)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let Some(commit) = git(&["rev-parse", "--short=12", "HEAD"]) else {
+        return "unknown".to_string();
+    };
+    // Re-run after a commit or checkout: HEAD's reflog changes with both (in a worktree
+    // too, whose HEAD lives in its own git dir).
+    for path in ["HEAD", "logs/HEAD"] {
+        if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    // -dirty: tracked files differ from HEAD. Watching the user-space sources re-runs
+    // this script at every edit, so the mark does not lag (the eBPF sources change the
+    // object, watched above).
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    for dir in ["src", "../tracer-common/src"] {
+        println!("cargo:rerun-if-changed={}", manifest.join(dir).display());
+    }
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{commit}-dirty")
+    } else {
+        commit
     }
 }
 

@@ -5,6 +5,7 @@
 #![no_std]
 
 pub mod hist;
+pub mod offcpu;
 
 /// Length of `task_struct::comm` (TASK_COMM_LEN).
 pub const COMM_LEN: usize = 16;

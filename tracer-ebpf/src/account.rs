@@ -33,7 +33,7 @@ use crate::{
 
 /// Whether a thread is in the traced set, and its TGID when the set knows it.
 #[inline(always)]
-fn traced(t: &Task) -> Option<u32> {
+pub(crate) fn traced(t: &Task) -> Option<u32> {
     if t.tid == 0 {
         return None; // the idle task of every CPU
     }
@@ -47,7 +47,7 @@ fn traced(t: &Task) -> Option<u32> {
 /// cgroup mode: a thread found running in the target cgroup joins the traced set at its
 /// first switch-out (it is `current` there, so the cgroup id is one helper call away).
 #[inline(always)]
-fn join_cgroup(prev: &Task) -> bool {
+pub(crate) fn join_cgroup(prev: &Task) -> bool {
     let c = config();
     if c.filter != filter::CGROUP || prev.tid == 0 {
         return false;

@@ -10,6 +10,7 @@
 
 mod account;
 mod maps;
+mod offcpu;
 
 use aya_ebpf::{
     helpers::{
@@ -169,7 +170,7 @@ impl CommSrc {
 /// Decodes a `task_struct *` with the BTF offsets from `CONFIG`: one field read (the
 /// TID) per event; the TGID and comm only when needed.
 #[inline(always)]
-fn task_from_btf(p: *const u8, trusted: bool) -> Task {
+pub(crate) fn task_from_btf(p: *const u8, trusted: bool) -> Task {
     let c = config();
     let mut t = Task {
         tid: 0,
@@ -198,7 +199,7 @@ fn current_task() -> Task {
 /// `current` as a trusted BTF pointer (tp_btf, fentry): ids from the helper, fields by
 /// plain loads.
 #[inline(always)]
-fn current_task_btf() -> Task {
+pub(crate) fn current_task_btf() -> Task {
     let mut t = current_task();
     t.ptr = unsafe { bpf_get_current_task_btf() } as *const u8;
     t.trusted = true;
@@ -219,7 +220,7 @@ pub enum Leave {
 /// tp_btf / raw_tp: `sched_switch(bool preempt, prev, next, unsigned int prev_state)`.
 /// `prev_state` became an argument in 5.18 (see `compat` in user space).
 #[inline(always)]
-fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
+pub(crate) fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
     if prev_state & config().task_dead_mask != 0 {
         Leave::Dead
     } else if preempt != 0 || prev_state == 0 {

@@ -6,6 +6,7 @@ mod cmd;
 mod cross;
 mod elf;
 mod json;
+mod package;
 mod setup;
 mod torture;
 mod vm;
@@ -37,7 +38,17 @@ enum Task {
         /// Build the tracer binary in release mode
         #[arg(long)]
         release: bool,
+        /// Build a statically linked binary (musl) that runs on any Linux distribution;
+        /// as root, also check that it runs in an empty chroot
+        #[arg(long = "static")]
+        static_bin: bool,
     },
+    /// Install the release binary, man pages and bash/zsh/fish completions (and a manifest)
+    Install(package::InstallArgs),
+    /// Remove exactly what `cargo xtask install` wrote (from its manifest)
+    Uninstall(package::UninstallArgs),
+    /// Build a Debian package (target/deb/tracer_VERSION_ARCH.deb) with dpkg-deb
+    Deb(package::DebArgs),
     /// Build, then run the tracer as root (through sudo when needed): `cargo xtask run -- ARGS`
     Run {
         /// Build the tracer binary in release mode
@@ -66,7 +77,14 @@ enum Task {
 fn main() -> ExitCode {
     let result = match Cli::parse().task {
         Task::Setup => setup::setup().map(|_| ExitCode::SUCCESS),
-        Task::Build { release } => build(release).map(|_| ExitCode::SUCCESS),
+        Task::Build {
+            release,
+            static_bin: true,
+        } => package::build_static(release).map(|_| ExitCode::SUCCESS),
+        Task::Build { release, .. } => build(release).map(|_| ExitCode::SUCCESS),
+        Task::Install(args) => package::install(&args).map(|_| ExitCode::SUCCESS),
+        Task::Uninstall(args) => package::uninstall(&args).map(|_| ExitCode::SUCCESS),
+        Task::Deb(args) => package::deb(&args).map(|_| ExitCode::SUCCESS),
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
         Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
@@ -260,6 +278,28 @@ fn test(unit_only: bool) -> Result<()> {
         failed.push("unit tests");
     }
     if !unit_only {
+        // offcpu_e2e compares with libbpf-tools' offcputime and checks its SVG with xmllint.
+        let on_path = |b: &str| {
+            std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(b).is_file()))
+                || Path::new("/usr/sbin").join(b).is_file()
+        };
+        let missing: Vec<&str> = [("offcputime", "libbpf-tools"), ("xmllint", "libxml2-utils")]
+            .into_iter()
+            .filter(|(bin, _)| !on_path(bin))
+            .map(|(_, pkg)| pkg)
+            .collect();
+        apt::Apt::new().install(&missing)?;
+        // install_e2e installs the package with dpkg and reads its pages with man: the
+        // package is built (and checked by lintian) once here, and the tests get its path.
+        let deb = match package::prepare_e2e() {
+            Ok(deb) => Some(deb),
+            Err(e) => {
+                println!("xtask: the Debian package: {e:#}");
+                failed.push("the Debian package");
+                None
+            }
+        };
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args([
@@ -270,6 +310,13 @@ fn test(unit_only: bool) -> Result<()> {
             "--test-threads=1",
         ]);
         with_artifacts(&mut e2e);
+        e2e.env(
+            "TRACER_XTASK",
+            env::current_exe().context("cannot find the xtask binary")?,
+        );
+        if let Some(deb) = &deb {
+            e2e.env("TRACER_DEB", deb);
+        }
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }

@@ -148,6 +148,10 @@ pub struct VmTestArgs {
     /// shifts some timing comparisons, so it is not the default.
     #[arg(long)]
     pub single_thread_tcg: bool,
+    /// The x86_64 guests run the static (musl, release) tracer of `cargo xtask build
+    /// --static` instead of the glibc one: every check then runs on it.
+    #[arg(long = "static")]
+    pub static_bin: bool,
 }
 
 /// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
@@ -202,7 +206,7 @@ struct GuestBins {
     workload: PathBuf,
 }
 
-fn ensure_rust_target(target: &str) -> Result<()> {
+pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
     let installed = crate::cmd::output(
         Command::new("rustup")
             .args(["target", "list", "--installed"])
@@ -221,8 +225,16 @@ fn ensure_rust_target(target: &str) -> Result<()> {
 /// Builds the tracer (embedding the eBPF object) and the workload for every architecture
 /// asked for: the host's through `cargo xtask build`'s own path, ppc64le cross-compiled
 /// with the environment `cargo xtask cross-test` uses, so the two share their artifacts.
-fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>> {
+fn build_bins(
+    arches: &[&'static Arch],
+    static_bin: bool,
+) -> Result<Vec<(&'static str, GuestBins)>> {
     let built = crate::build(false)?;
+    let static_tracer = if static_bin {
+        Some(crate::package::build_static(true)?)
+    } else {
+        None
+    };
     let target = crate::target_dir()?;
     let mut out = Vec::new();
     for arch in arches {
@@ -250,7 +262,7 @@ fn build_bins(arches: &[&'static Arch]) -> Result<Vec<(&'static str, GuestBins)>
             .with_context(|| format!("building the {} guest's binaries failed", arch.name))?;
         let bins = GuestBins {
             tracer: if arch.rust_target.is_none() {
-                built.bin.clone()
+                static_tracer.clone().unwrap_or_else(|| built.bin.clone())
             } else {
                 dir.join("tracer")
             },
@@ -557,7 +569,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
     apt.install_missing(&wanted)?;
     let t_provision = start.elapsed().as_secs_f64();
 
-    let bins = build_bins(&arches)?;
+    let bins = build_bins(&arches, args.static_bin)?;
     let t_build = start.elapsed().as_secs_f64() - t_provision;
 
     let mut results = Vec::new();

@@ -25,7 +25,7 @@
 //! `artifacts/<target>/` and `cargo +nightly fuzz run <target> <that file>` replays it.
 use std::path::Path;
 
-use tracer::{
+use tracer::pseries::{
     dtl::{self, DtlAnalyzer, DtlEntry},
     hypervisor::{self, CpuSteal, Snapshot},
     vcpudispatch::{self, SavedSettings, StatsState},
@@ -162,14 +162,14 @@ pub fn proc_stat(data: &[u8]) {
 /// user's typo must be an error, never a panic.
 pub fn cli_parsers(data: &[u8]) {
     let s = String::from_utf8_lossy(data);
-    if let Ok(d) = tracer::cli::parse_duration(&s) {
+    if let Ok(d) = tracer::sys::parse::parse_duration(&s) {
         assert!(d.as_secs() <= 366 * 86400);
     }
-    let _ = tracer::cli::parse_u32_any_base(&s);
-    match tracer::counters::parse_event(&s) {
+    let _ = tracer::sys::parse::parse_u32_any_base(&s);
+    match tracer::perf::parse_event(&s) {
         Ok(e) => assert_eq!(e.name, s.trim()),
         Err(e) => assert!(!e.to_string().is_empty()),
     }
     let list: Vec<String> = s.split(',').map(str::to_string).collect();
-    let _ = tracer::counters::parse_events(&list);
+    let _ = tracer::perf::parse_events(&list);
 }

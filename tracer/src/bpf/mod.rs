@@ -3,3 +3,4 @@
 pub mod collect;
 pub mod compat;
 pub mod loader;
+pub mod stacks;

@@ -2,5 +2,6 @@
 pub mod check;
 pub mod dtl;
 pub mod floor;
+pub mod offcpu;
 pub mod run;
 pub mod serve;

@@ -6,4 +6,5 @@ pub mod options;
 pub mod report;
 pub mod series;
 pub mod snapshot;
+pub mod stacks;
 pub mod words;

@@ -1,12 +1,15 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
-//! counter text, the DTL and hypervisor views, the exporter's OpenMetrics, and standard
-//! output that never panics.
+//! counter text, the DTL and hypervisor views, off-CPU stacks (text, JSON, folded, flame
+//! graph), the exporter's OpenMetrics, and standard output that never panics.
 pub mod counters;
 pub mod dtl;
+pub mod flamegraph;
+pub mod folded;
 pub mod hypervisor;
 pub mod json;
 pub mod openmetrics;
 pub mod report;
 pub mod sink;
+pub mod stacks;
 pub mod stdout;
 pub mod text;

@@ -8,5 +8,6 @@ pub mod privileges;
 pub mod procfs;
 pub mod root;
 pub mod selfstat;
+pub mod symbolize;
 pub mod tracefs;
 pub mod webconfig;

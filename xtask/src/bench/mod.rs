@@ -117,6 +117,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let cpudist = binary("libbpf-tools", "cpudist")?;
     let runqlat = binary("libbpf-tools", "runqlat")?;
     let bpftrace = binary("bpftrace", "bpftrace")?;
+    let offcputime = binary("libbpf-tools", "offcputime")?;
     let tracer = match args.tracer {
         Some(t) => std::path::absolute(t)?,
         None => crate::build(true)?.bin,
@@ -218,6 +219,23 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 ),
             ],
             versus: "libbpf-p",
+        },
+        // Off-CPU stacks (`tracer offcpu`) beside libbpf-tools offcputime: stack walks
+        // dominate both.
+        Tool {
+            key: "offcpu",
+            label: "tracer offcpu",
+            procs: vec![(
+                "tracer".into(),
+                vec![s(&tracer), "offcpu".into(), "-d".into(), "24h".into()],
+            )],
+            versus: "offcputime",
+        },
+        Tool {
+            key: "offcputime",
+            label: "offcputime",
+            procs: vec![("offcputime".into(), vec![s(&offcputime)])],
+            versus: "offcputime",
         },
         Tool {
             key: "bpftrace",

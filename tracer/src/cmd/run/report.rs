@@ -290,7 +290,8 @@ fn cross_check_input(
 
 /// Wall-clock time of day (local time zone) as HH:MM:SS, as runqlat -T prints it.
 fn local_hms(unix_secs: u64) -> String {
-    let t = libc::time_t::try_from(unix_secs).unwrap_or(0);
+    // time_t named by inference: musl deprecates the alias.
+    let t = unix_secs.try_into().unwrap_or(0);
     // SAFETY: tm is plain data (integers and a pointer), so all-zero is valid.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: localtime_r writes the tm it is given and reads only `t`.

@@ -5,6 +5,7 @@ use clap::{builder::PossibleValue, Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
     model::options::{ProbeMode, RunqFrom, SortKey},
+    model::stacks::StateFilter,
     output::stdout::EXIT_OUTPUT_CLOSED,
     sys::parse::{
         parse_count, parse_duration, parse_interval, parse_max_threads, parse_u32_any_base,
@@ -12,10 +13,22 @@ use crate::{
     sys::root::Root,
 };
 
+/// `--version`: what a bug report needs to name the build, on one line as rustc's
+/// (values from build.rs; the hash is the first 12 hex digits of `sha256sum OBJECT`).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TRACER_GIT_COMMIT"),
+    ", bpf object sha256:",
+    env!("TRACER_BPF_SHA256"),
+    ")"
+);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tracer",
     version,
+    long_version = LONG_VERSION,
     about = "Per-thread scheduling tracer: on-CPU time, run-queue latency and off-CPU histograms computed in the kernel"
 )]
 pub struct Cli {
@@ -35,6 +48,8 @@ pub enum Command {
     Dtl(DtlArgs),
     /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
     Check(CheckArgs),
+    /// Off-CPU stacks: where threads blocked or were preempted, and for how long.
+    Offcpu(OffcpuArgs),
     /// Export scheduling metrics for Prometheus, continuously (OpenMetrics on /metrics).
     Serve(ServeArgs),
     /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
@@ -43,6 +58,12 @@ pub enum Command {
         /// How long to stay attached.
         #[arg(short = 'd', long, value_parser = parse_duration, default_value = "10s")]
         duration: Duration,
+    },
+    /// Man pages and shell completions from these definitions (for `cargo xtask install`).
+    #[command(name = "__generate", hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: crate::cli::generate::What,
     },
 }
 
@@ -265,6 +286,95 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct OffcpuArgs {
+    /// Trace this process and its threads (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    #[arg(short = 't', long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long; default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Which off-CPU periods: blocked (asleep), preempted (runnable, waiting for a CPU), or all.
+    #[arg(long, value_enum, default_value_t = StateFilter::All)]
+    pub state: StateFilter,
+    /// Leave out periods shorter than this (e.g. 1ms, 100us).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1us")]
+    pub min: Duration,
+    /// Kernel stacks only (no user stacks taken).
+    #[arg(long, conflicts_with = "user_only")]
+    pub kernel_only: bool,
+    /// User stacks only (no kernel stacks taken).
+    #[arg(long)]
+    pub user_only: bool,
+    /// Folded stacks on standard output (`comm;user;kernel us`), for flamegraph.pl/inferno.
+    #[arg(long, conflicts_with = "json")]
+    pub folded: bool,
+    /// Also write a flame graph SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// One JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Stacks in the text report (0: all).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+    /// Capacity of the traced set and of the map of threads off-CPU now.
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
+    pub max_threads: u32,
+    /// Slots of the stack map (distinct user and kernel stacks).
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_max_threads)]
+    pub stack_entries: u32,
+    /// Run COMMAND as root even when started through sudo.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl ValueEnum for StateFilter {
+    fn value_variants<'a>() -> &'a [Self] {
+        &StateFilter::ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let help = match self {
+            StateFilter::Blocked => "Asleep: a lock, I/O, a futex, a sleep",
+            StateFilter::Preempted => "Preempted: runnable, waiting for a CPU",
+            StateFilter::All => "Both",
+        };
+        Some(PossibleValue::new(self.name()).help(help))
+    }
+}
+
+impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
+    fn from(a: OffcpuArgs) -> Self {
+        Self {
+            pids: a.pids,
+            tids: a.tids,
+            cgroup: a.cgroup,
+            duration: a.duration,
+            states: a.state,
+            min: a.min,
+            kernel_only: a.kernel_only,
+            user_only: a.user_only,
+            folded: a.folded,
+            svg: a.svg,
+            json: a.json,
+            top: a.top,
+            max_threads: a.max_threads,
+            stack_entries: a.stack_entries,
+            as_root: a.as_root,
+            command: a.command,
+        }
+    }
+}
+
 impl From<RunArgs> for crate::cmd::run::RunConfig {
     fn from(a: RunArgs) -> Self {
         Self {
@@ -312,6 +422,8 @@ impl From<CheckArgs> for crate::cmd::check::CheckConfig {
 
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
+pub mod generate;
+
 pub fn main() -> i32 {
     crate::sys::launch::note_inherited_state();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
@@ -323,11 +435,13 @@ pub fn main() -> i32 {
         Command::Run(args) => crate::cmd::run::run(args.into(), root),
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
+        Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),
         Command::Serve(args) => match crate::cmd::serve::ServeConfig::try_from(args) {
             Ok(c) => crate::cmd::serve::run(c, root),
             Err(e) => Err(anyhow::anyhow!(e)),
         },
         Command::Floor { duration } => crate::cmd::floor::run_floor(duration),
+        Command::Generate { what } => crate::cli::generate::run(what),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,265 @@
+//! `run`: the plan from the seed, its parts each run by its own thread(s) or process.
+
+use std::{
+    io::{BufRead, Write},
+    sync::{
+        atomic::{AtomicBool, AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use tracer_tests::gettid;
+
+use crate::truth::{emit, now_ns, pid, record};
+use crate::work::{futex_wait, futex_wake, move_to, solo, spin_ns, Rng};
+use crate::{arg, num};
+
+/// The plan's parts, each run by its own thread(s) or process.
+pub(crate) fn run(args: &[String], out: &str) {
+    let start = now_ns();
+    let seed = num(args, "--seed", 1);
+    let ms = num(args, "--ms", 1000);
+    let edge = args.iter().any(|a| a == "--edge");
+    let go = args.iter().any(|a| a == "--go");
+    let cg_in = arg(args, "--cg-in");
+    let cg_out = arg(args, "--cg-out");
+    let mut rng = Rng::new(seed);
+    emit(
+        out,
+        &format!(
+            "{{\"ev\":\"start\",\"pid\":{},\"tid\":{},\"t_ns\":{start}}}",
+            pid(),
+            gettid()
+        ),
+    );
+    let exe = std::fs::read_link("/proc/self/exe").expect("/proc/self/exe");
+
+    // Joiners start outside the target cgroup, before this process moves into it.
+    let mut joiners = Vec::new();
+    if let Some(cg) = &cg_in {
+        for _ in 0..rng.range(0, 2) {
+            let mut c = std::process::Command::new(&exe);
+            c.args(["joiner", "--out", out, "--cg-in", cg])
+                .args(["--seed", &rng.next().to_string()])
+                .args(["--ms", &(ms * 3 / 4).to_string()])
+                .stdin(std::process::Stdio::piped());
+            if !go {
+                c.arg("--no-go");
+            }
+            joiners.push(c.spawn().expect("cannot start a joiner"));
+        }
+        move_to(cg);
+    }
+
+    // The resident thread exists before the window opens (a `-t` target with the main).
+    let gate = Arc::new(AtomicU32::new(0));
+    let (gate2, out2) = (gate.clone(), out.to_string());
+    let mut rrng = Rng::new(rng.next());
+    let until_all = |start: u64| start + ms * 1_000_000;
+    let resident = std::thread::spawn(move || {
+        let born = now_ns();
+        while gate2.load(Ordering::Acquire) == 0 {
+            futex_wait(&gate2, 0, 1_000_000_000);
+        }
+        record(&out2, "base", "resident", "", born);
+        solo(&mut rrng, now_ns() + ms * 1_000_000);
+        record(&out2, "end", "resident", "", born);
+    });
+    let resident_tid = {
+        // The resident's TID: the only other task of this process.
+        let mut tid = 0;
+        for _ in 0..1000 {
+            if let Ok(d) = std::fs::read_dir("/proc/self/task") {
+                let others: Vec<u32> = d
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                    .filter(|t| *t != gettid())
+                    .collect();
+                if let Some(t) = others.first() {
+                    tid = *t;
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tid
+    };
+    if go {
+        println!("ready {} {} {}", pid(), gettid(), resident_tid);
+        let _ = std::io::stdout().flush();
+        let mut line = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut line);
+    }
+    for j in &mut joiners {
+        if let Some(mut s) = j.stdin.take() {
+            let _ = s.write_all(b"go\n");
+        }
+    }
+    let t_go = now_ns();
+    record(out, "base", "main", "", start);
+    gate.store(1, Ordering::Release);
+    futex_wake(&gate);
+
+    let end_at = until_all(t_go);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    let mut children = Vec::new();
+
+    // Solo threads: start at a random offset, end at a random time (or at the end).
+    for i in 0..rng.range(2, 6) {
+        let mut trng = Rng::new(rng.next());
+        let begin = t_go + trng.range(0, ms / 2) * 1_000_000;
+        let end = if edge && i % 2 == 0 {
+            end_at + trng.range(0, 80) * 1_000_000 - 40_000_000
+        } else if trng.chance(30) {
+            end_at
+        } else {
+            begin + trng.range(ms / 10, ms) * 1_000_000
+        }
+        .min(end_at + 40_000_000);
+        let out = out.to_string();
+        handles.push(std::thread::spawn(move || {
+            let born = now_ns();
+            if let Some(d) = begin.checked_sub(now_ns()) {
+                std::thread::sleep(Duration::from_nanos(d));
+            }
+            solo(&mut trng, end);
+            record(&out, "end", "solo", "", born);
+        }));
+    }
+
+    // Pipe and futex ping-pong pairs.
+    for _ in 0..rng.range(0, 2) {
+        let rounds = rng.range(20, 400);
+        let work = rng.range(10_000, 300_000);
+        let mut a = [0; 2];
+        let mut b = [0; 2];
+        // SAFETY: room for two descriptors each.
+        unsafe {
+            libc::pipe(a.as_mut_ptr());
+            libc::pipe(b.as_mut_ptr());
+        }
+        let (o1, o2) = (out.to_string(), out.to_string());
+        handles.push(std::thread::spawn(move || {
+            let born = now_ns();
+            let mut byte = 1u8;
+            for _ in 0..rounds {
+                spin_ns(work);
+                // SAFETY: valid pipe descriptors owned by this pair.
+                unsafe {
+                    libc::write(a[1], (&byte as *const u8).cast(), 1);
+                    libc::read(b[0], (&mut byte as *mut u8).cast(), 1);
+                }
+            }
+            byte = 0;
+            // SAFETY: as above.
+            unsafe { libc::write(a[1], (&byte as *const u8).cast(), 1) };
+            record(&o1, "end", "pipe-a", "", born);
+        }));
+        handles.push(std::thread::spawn(move || {
+            let born = now_ns();
+            let mut byte = 1u8;
+            loop {
+                // SAFETY: valid pipe descriptors owned by this pair.
+                unsafe { libc::read(a[0], (&mut byte as *mut u8).cast(), 1) };
+                if byte == 0 {
+                    break;
+                }
+                spin_ns(work / 2);
+                // SAFETY: as above.
+                unsafe { libc::write(b[1], (&byte as *const u8).cast(), 1) };
+            }
+            record(&o2, "end", "pipe-b", "", born);
+        }));
+    }
+    for _ in 0..rng.range(0, 2) {
+        let rounds = rng.range(20, 400) as u32;
+        let work = rng.range(10_000, 300_000);
+        let turn = Arc::new(AtomicU32::new(0));
+        for side in 0..2u32 {
+            let (turn, o) = (turn.clone(), out.to_string());
+            handles.push(std::thread::spawn(move || {
+                let born = now_ns();
+                // Turn n is side n % 2's; the one who takes the last turn ends both.
+                loop {
+                    let t = turn.load(Ordering::Acquire);
+                    if t >= 2 * rounds {
+                        break;
+                    }
+                    if t % 2 != side {
+                        futex_wait(&turn, t, 50_000_000);
+                        continue;
+                    }
+                    spin_ns(work);
+                    turn.store(t + 1, Ordering::Release);
+                    futex_wake(&turn);
+                }
+                record(&o, "end", "futex", "", born);
+            }));
+        }
+    }
+
+    // A burst of short threads (exits in quick succession).
+    if rng.chance(60) {
+        let n = rng.range(10, 300);
+        let delay = rng.range(0, ms / 2);
+        let (o, stop2) = (out.to_string(), stop.clone());
+        let mut brng = Rng::new(rng.next());
+        handles.push(std::thread::spawn(move || {
+            let born = now_ns();
+            std::thread::sleep(Duration::from_millis(delay));
+            for _ in 0..n {
+                if stop2.load(Ordering::Relaxed) {
+                    break;
+                }
+                let spin = brng.range(10_000, 500_000);
+                let o2 = o.clone();
+                let h = std::thread::spawn(move || {
+                    let b = now_ns();
+                    spin_ns(spin);
+                    record(&o2, "end", "burst", "", b);
+                });
+                let _ = h.join();
+            }
+            record(&o, "end", "burst-parent", "", born);
+        }));
+    }
+
+    // Child processes: plain (with a fork(2)ed grandchild), exec from the main thread,
+    // exec from a second thread, and one that leaves the target cgroup midway.
+    let kinds = ["plain", "exec-main", "exec-thread", "leave"];
+    for _ in 0..rng.range(0, 3) {
+        let kind = kinds[rng.range(0, if cg_out.is_some() { 3 } else { 2 }) as usize];
+        let delay = rng.range(0, ms / 2);
+        let cms = rng.range(ms / 10, ms / 2).max(10);
+        let mut c = std::process::Command::new(&exe);
+        c.args(["child", "--out", out, "--kind", kind])
+            .args(["--seed", &rng.next().to_string()])
+            .args(["--ms", &cms.to_string()]);
+        if let Some(cg) = &cg_out {
+            c.args(["--cg-out", cg]);
+        }
+        children.push((delay, c));
+    }
+    children.sort_by_key(|(d, _)| *d);
+    let mut procs = Vec::new();
+    for (delay, mut c) in children {
+        if let Some(d) = (t_go + delay * 1_000_000).checked_sub(now_ns()) {
+            std::thread::sleep(Duration::from_nanos(d));
+        }
+        procs.push(c.spawn().expect("cannot start a child"));
+    }
+
+    // The main thread works too until the end.
+    solo(&mut rng, end_at);
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    let _ = resident.join();
+    for mut p in procs.into_iter().chain(joiners) {
+        let _ = p.wait();
+    }
+    record(out, "end", "main", "", start);
+    emit(out, "{\"ev\":\"done\"}");
+}

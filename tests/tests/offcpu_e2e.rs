@@ -1,0 +1,428 @@
+//! `tracer offcpu` end to end: a workload that waits in named functions for times it
+//! measures itself (futex, pipe read, nanosleep) and two threads preempting each other
+//! on one CPU (their run-queue wait from schedstat). The folded stacks must name those
+//! functions with their time within 5%; the SVG must be a flame graph holding the names;
+//! libbpf-tools' offcputime on the same workload at the same time must find the same top
+//! kernel stacks and totals within 5%.
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+use tracer_tests::{require_root, run_tracer, scratch, tracer_bin};
+
+/// Compiles the workload with plain rustc (cargo cannot give one binary its own codegen
+/// flags): with frame pointers, or optimized without them.
+fn workload(frame_pointers: bool) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/bin/offcpu-workload.rs");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/offcpu-workload");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(if frame_pointers { "fp" } else { "nofp" });
+    let fresh = |o: &Path| {
+        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        matches!((m(o), m(&src)), (Some(a), Some(b)) if a > b)
+    };
+    if !fresh(&out) {
+        let fp = if frame_pointers { "yes" } else { "no" };
+        let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+            .args(["--edition", "2021", "-g", "-C", "opt-level=1"])
+            .arg(format!("-Cforce-frame-pointers={fp}"))
+            .arg(&src)
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .expect("rustc");
+        assert!(st.success(), "compiling the offcpu workload failed");
+    }
+    out
+}
+
+fn truth(path: &Path) -> Value {
+    let s = std::fs::read_to_string(path).expect("workload wrote no truth");
+    serde_json::from_str(s.trim()).expect("truth JSON")
+}
+
+fn run_json(args: &[&str]) -> Value {
+    let out = run_tracer(args);
+    assert!(
+        out.status.success(),
+        "tracer offcpu failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// Time of the stacks of thread `tid` in `state` whose user frames name `func`.
+fn time_in(doc: &Value, tid: u64, state: &str, func: &str) -> u64 {
+    doc["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["tid"] == tid && s["state"] == state)
+        .filter(|s| {
+            s["user"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f["name"] == func))
+        })
+        .map(|s| s["total_ns"].as_u64().unwrap())
+        .sum()
+}
+
+fn within(what: &str, got: u64, want: u64, pct: f64) {
+    let d = (got as f64 - want as f64).abs() / want as f64 * 100.0;
+    eprintln!("{what}: tracer {got} ns, reference {want} ns ({d:.2}% off)");
+    assert!(
+        d <= pct,
+        "{what}: tracer {got} ns, reference {want} ns ({d:.1}% off, at most {pct}%)"
+    );
+}
+
+#[test]
+fn named_waits_with_their_time() {
+    require_root();
+    let w = workload(true);
+    let t = scratch("offcpu-truth");
+    let svg = scratch("offcpu.svg");
+    let doc = run_json(&[
+        "offcpu",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+        "--",
+        w.to_str().unwrap(),
+        "--ms",
+        "20",
+        "--rounds",
+        "40",
+        "--out",
+        t.to_str().unwrap(),
+    ]);
+    let tr = truth(&t);
+    for (tid, func, key) in [
+        ("futex_tid", "offcpu_futex_wait_here", "futex_ns"),
+        ("pipe_tid", "offcpu_pipe_read_here", "pipe_ns"),
+        ("sleep_tid", "offcpu_nanosleep_here", "sleep_ns"),
+    ] {
+        let got = time_in(&doc, tr[tid].as_u64().unwrap(), "blocked", func);
+        within(func, got, tr[key].as_u64().unwrap(), 5.0);
+    }
+    // Preempted time of the spinners is their run-queue wait, as the scheduler counts it.
+    for i in 0..2 {
+        let tid = tr["spin_tids"][i].as_u64().unwrap();
+        let got = time_in(&doc, tid, "preempted", "offcpu_spin_here");
+        within(
+            "offcpu_spin_here (preempted)",
+            got,
+            tr["spin_run_delay_ns"][i].as_u64().unwrap(),
+            5.0,
+        );
+    }
+    // Built with frame pointers: the workload's own stacks are whole.
+    for s in doc["stacks"].as_array().unwrap() {
+        let names: Vec<&str> = s["user"]
+            .as_array()
+            .map(|f| f.iter().filter_map(|f| f["name"].as_str()).collect())
+            .unwrap_or_default();
+        if names
+            .iter()
+            .any(|n| n.starts_with("offcpu_") && n.ends_with("_here"))
+        {
+            assert!(s.get("user_truncated").is_none(), "flagged: {s}");
+            assert_eq!(names.last(), Some(&"start_thread"), "{s}");
+        }
+    }
+    let text = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(text.starts_with("<?xml") && text.trim_end().ends_with("</svg>"));
+    for f in [
+        "offcpu_futex_wait_here",
+        "offcpu_pipe_read_here",
+        "offcpu_nanosleep_here",
+        "offcpu_spin_here",
+    ] {
+        assert!(text.contains(f), "{f} missing from the SVG");
+    }
+    // Well-formed XML, by a real parser.
+    let st = Command::new("xmllint")
+        .arg("--noout")
+        .arg(&svg)
+        .status()
+        .expect("xmllint (apt package libxml2-utils; cargo xtask test installs it)");
+    assert!(st.success(), "xmllint rejects the SVG");
+    let _ = std::fs::remove_file(&svg);
+    let _ = std::fs::remove_file(&t);
+}
+
+#[test]
+fn folded_and_kernel_only() {
+    require_root();
+    let w = workload(true);
+    let t = scratch("offcpu-folded");
+    let out = run_tracer(&[
+        "offcpu",
+        "--folded",
+        "--kernel-only",
+        "--state",
+        "blocked",
+        "--",
+        w.to_str().unwrap(),
+        "--ms",
+        "10",
+        "--rounds",
+        "10",
+        "--out",
+        t.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut saw = false;
+    for l in s.lines() {
+        let (stack, v) = l.rsplit_once(' ').expect("folded line");
+        v.parse::<u64>().expect("a value");
+        assert!(
+            !stack.contains("offcpu_"),
+            "a user frame with --kernel-only: {l}"
+        );
+        saw |= stack.starts_with("w-futex;") && stack.contains("futex_wait");
+    }
+    assert!(saw, "no kernel futex stack of w-futex:\n{s}");
+    let _ = std::fs::remove_file(&t);
+}
+
+#[test]
+fn frame_pointerless_binaries_are_flagged() {
+    require_root();
+    let w = workload(false);
+    let t = scratch("offcpu-nofp");
+    let doc = run_json(&[
+        "offcpu",
+        "--json",
+        "--",
+        w.to_str().unwrap(),
+        "--ms",
+        "10",
+        "--rounds",
+        "10",
+        "--out",
+        t.to_str().unwrap(),
+    ]);
+    let notes = doc["notes"].to_string();
+    assert!(
+        notes.contains("user stacks of nofp are likely truncated: no frame pointers"),
+        "{notes}"
+    );
+    let tr = truth(&t);
+    let tid = tr["futex_tid"].as_u64().unwrap();
+    let s = doc["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["tid"] == tid && s["state"] == "blocked")
+        .expect("a futex stack");
+    assert_eq!(s["user_truncated"], "nofp", "{s}");
+    let _ = std::fs::remove_file(&t);
+}
+
+/// The workload is a grandchild that exits a second before the run ends: its stacks are
+/// still named (its mappings were read while it lived).
+#[test]
+fn a_process_that_exits_mid_run_is_symbolized() {
+    require_root();
+    let w = workload(true);
+    let t = scratch("offcpu-exit");
+    let cmd = format!(
+        "{} --ms 10 --rounds 10 --out {}; sleep 1",
+        w.display(),
+        t.display()
+    );
+    let out = run_tracer(&["offcpu", "--folded", "--", "sh", "-c", &cmd]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.lines()
+            .any(|l| l.starts_with("w-pipe;") && l.contains(";offcpu_pipe_read_here;")),
+        "{s}"
+    );
+    let _ = std::fs::remove_file(&t);
+}
+
+#[test]
+fn bad_options_say_what_is_wrong() {
+    require_root();
+    let out = run_tracer(&["offcpu", "-d", "1", "--svg", "/nonexistent/dir/x.svg"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("/nonexistent/dir/x.svg") && e.lines().count() == 1,
+        "{e}"
+    );
+    let out = run_tracer(&["offcpu", "--state", "sleepy"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("sleepy") && e.contains("blocked"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+}
+
+/// offcputime's output: blocks of kernel frames (leaf first), `-  comm (tid)`, the time
+/// in microseconds.
+fn parse_offcputime(s: &str) -> Vec<(String, Vec<String>, u64)> {
+    let mut v = Vec::new();
+    for block in s.split("\n\n") {
+        let lines: Vec<&str> = block
+            .lines()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        let Some(i) = lines.iter().position(|l| l.starts_with("- ")) else {
+            continue;
+        };
+        let comm = lines[i][1..]
+            .trim()
+            .rsplit_once(" (")
+            .map(|(c, _)| c.trim().to_string());
+        let Some(us) = lines.get(i + 1).and_then(|l| l.parse::<u64>().ok()) else {
+            continue;
+        };
+        let frames = lines[..i]
+            .iter()
+            .filter(|f| {
+                !f.starts_with('[') && !f.starts_with("bpf_") && !f.starts_with("__traceiter")
+            })
+            .map(|f| f.to_string())
+            .collect();
+        v.push((comm.unwrap_or_default(), frames, us));
+    }
+    v
+}
+
+#[test]
+fn agrees_with_offcputime() {
+    require_root();
+    let w = workload(true);
+    let t = scratch("offcpu-vs");
+    // The waits begin after both tools have attached (start-up takes up to a second or
+    // two on a loaded 2-CPU machine) and end before they stop.
+    let mut child = Command::new(&w)
+        .args([
+            "--ms",
+            "20",
+            "--rounds",
+            "40",
+            "--delay-ms",
+            "2500",
+            "--out",
+        ])
+        .arg(&t)
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let oc = Command::new("offcputime")
+        .args(["-p", &pid, "7"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("offcputime (apt package libbpf-tools; cargo xtask test installs it)");
+    let ours = Command::new(tracer_bin())
+        .args(["offcpu", "--json", "-d", "7", "-p", &pid])
+        .output()
+        .unwrap();
+    let oc = oc.wait_with_output().unwrap();
+    child.wait().unwrap();
+    assert!(
+        ours.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ours.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&ours.stdout).unwrap();
+    let theirs = parse_offcputime(&String::from_utf8_lossy(&oc.stdout));
+    for comm in ["w-futex", "w-pipe", "w-sleep", "w-spin0", "w-spin1"] {
+        let mut mine: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+        for s in doc["stacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["comm"] == comm)
+        {
+            let k: Vec<String> = s["kernel"]
+                .as_array()
+                .map(|f| {
+                    f.iter()
+                        .map(|f| f["name"].as_str().unwrap().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            *mine.entry(k).or_default() += s["total_ns"].as_u64().unwrap() / 1000;
+        }
+        let mut their: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+        for (c, f, us) in &theirs {
+            if c == comm {
+                *their.entry(f.clone()).or_default() += us;
+            }
+        }
+        let top = |m: &BTreeMap<Vec<String>, u64>| {
+            m.iter().max_by_key(|(_, v)| **v).map(|(k, _)| k.clone())
+        };
+        assert_eq!(top(&mine), top(&their), "{comm}: top kernel stacks differ");
+        let (a, b) = (mine.values().sum::<u64>(), their.values().sum::<u64>());
+        within(
+            &format!("{comm} total vs offcputime"),
+            a * 1000,
+            b * 1000,
+            5.0,
+        );
+    }
+    let _ = std::fs::remove_file(&t);
+}
+
+/// Kernel threads have no user stack: their stacks are the kernel's alone, without a
+/// marker of loss.
+#[test]
+fn kernel_threads_have_kernel_stacks_only() {
+    require_root();
+    let doc = run_json(&["offcpu", "--json", "-d", "1"]);
+    let kthreads: Vec<&Value> = doc["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            let c = s["comm"].as_str().unwrap_or("");
+            c.starts_with("kworker/") || c.starts_with("rcu_") || c.starts_with("ksoftirqd/")
+        })
+        .collect();
+    assert!(!kthreads.is_empty(), "no kernel thread went off-CPU in 1 s");
+    for s in kthreads {
+        assert_eq!(s["user"]["missing"], "empty", "{s}");
+        assert!(s["kernel"].as_array().is_some_and(|f| !f.is_empty()), "{s}");
+    }
+}
+
+/// `tracer run` neither loads nor attaches the off-CPU program: it costs run nothing.
+#[test]
+fn run_does_not_load_the_offcpu_program() {
+    require_root();
+    let child = Command::new(tracer_bin())
+        .args(["run", "-d", "2", "--json"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let held = tracer_tests::wait_held(child.id());
+    let names = tracer_tests::our_loaded_programs();
+    let held: Vec<&String> = held.iter().filter_map(|id| names.get(id)).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        held.iter().any(|n| n.starts_with("sched_switch")),
+        "{held:?}"
+    );
+    assert!(!held.iter().any(|n| n.starts_with("offcpu")), "{held:?}");
+}

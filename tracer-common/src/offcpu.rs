@@ -1,0 +1,103 @@
+//! Off-CPU stacks (`tracer offcpu`): the kernel takes the stack ids of a traced thread
+//! when it leaves a CPU and, when it comes back, adds the time it was away to an entry
+//! keyed by (process, thread, user stack, kernel stack, state). Nothing per event goes
+//! to user space; it reads the sums and the stack map at the end.
+
+use crate::COMM_LEN;
+
+/// A stack id that was not taken (`--kernel-only` / `--user-only`).
+pub const STACK_NOT_TAKEN: i32 = i32::MIN;
+/// `bpf_get_stackid` error: the stack was empty (a kernel thread has no user stack).
+pub const STACK_EMPTY: i32 = -14; // -EFAULT
+/// `bpf_get_stackid` error: another stack hashed to the same bucket (a collision).
+pub const STACK_COLLISION: i32 = -17; // -EEXIST
+/// `bpf_get_stackid` error: the stack map had no free slot.
+pub const STACK_FULL: i32 = -12; // -ENOMEM
+
+/// Leaving states kept (`OffcpuConfig::states`).
+pub const STATE_BLOCKED: u32 = 1;
+pub const STATE_PREEMPTED: u32 = 2;
+
+/// Where a traced thread left the CPU: value of `OFFCPU_START`, keyed by TID.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffStart {
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    /// [`STATE_BLOCKED`] or [`STATE_PREEMPTED`].
+    pub state: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Key of the `OFFCPU` sums.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffKey {
+    pub tgid: u32,
+    pub tid: u32,
+    /// Id in `OFFCPU_STACKS`, or one of the `STACK_*` values.
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub state: u32,
+    pub _pad: u32,
+}
+
+/// Value of the `OFFCPU` sums.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffVal {
+    /// Off-CPU time, ns.
+    pub total_ns: u64,
+    /// Off-CPU periods.
+    pub count: u64,
+    /// The thread's name when it left the CPU (the latest one seen).
+    pub comm: [u8; COMM_LEN],
+}
+
+/// Load-time settings of the off-CPU program (`OFFCPU_CONFIG` in `.rodata`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffcpuConfig {
+    /// Periods shorter than this are not added.
+    pub min_ns: u64,
+    /// Bits of [`STATE_BLOCKED`] and [`STATE_PREEMPTED`].
+    pub states: u32,
+    /// 1: take kernel stacks.
+    pub kernel_stacks: u32,
+    /// 1: take user stacks.
+    pub user_stacks: u32,
+    pub _pad: u32,
+}
+
+/// Indices into the per-CPU `OFFCPU_DROPS` array.
+pub mod offdrop {
+    /// A kernel stack hashed to a bucket holding another stack (-EEXIST).
+    pub const KSTACK_COLLISION: u32 = 0;
+    /// A user stack hashed to a bucket holding another stack (-EEXIST).
+    pub const USTACK_COLLISION: u32 = 1;
+    /// The stack map was full (-ENOMEM).
+    pub const STACK_MAP_FULL: u32 = 2;
+    /// `OFFCPU_START` was full: a switch-out was not recorded, its period not timed.
+    pub const START_FULL: u32 = 3;
+    /// `OFFCPU` was full: a period was timed but could not be added.
+    pub const SUMS_FULL: u32 = 4;
+    /// The time of the periods lost to [`SUMS_FULL`], ns.
+    pub const SUMS_FULL_NS: u32 = 5;
+    pub const COUNT: u32 = 6;
+}
+
+const _: () = assert!(core::mem::size_of::<OffStart>() == 40);
+const _: () = assert!(core::mem::size_of::<OffKey>() == 24);
+const _: () = assert!(core::mem::size_of::<OffVal>() == 32);
+const _: () = assert!(core::mem::size_of::<OffcpuConfig>() == 24);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] plain data without implicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::OffStart {}
+    unsafe impl aya::Pod for super::OffKey {}
+    unsafe impl aya::Pod for super::OffVal {}
+    unsafe impl aya::Pod for super::OffcpuConfig {}
+}

@@ -1,0 +1,174 @@
+//! `tracer offcpu`: where traced threads wait, as stacks with the time spent off-CPU.
+//!
+//! A program of its own on sched_switch (tp_btf), loaded and attached only by `tracer
+//! offcpu`: `tracer run` does not load it, so it costs `run` nothing. At switch-out the
+//! leaving thread is `current`, so `bpf_get_stackid` takes its kernel and user stacks
+//! as they are while it sleeps (or was preempted); at its switch-in the time away is
+//! added to `OFFCPU` under (process, thread, user stack, kernel stack, state), as
+//! libbpf-tools' offcputime does, with the state kept apart.
+use aya_ebpf::{
+    bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    macros::{btf_tracepoint, map},
+    maps::{HashMap, PerCpuArray, StackTrace},
+    programs::{tracing::StackIdContext as _, BtfTracePointContext},
+};
+use tracer_common::{
+    offcpu::{
+        offdrop, OffKey, OffStart, OffVal, OffcpuConfig, STACK_COLLISION, STACK_FULL,
+        STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
+    },
+    COMM_LEN,
+};
+
+use crate::{account, current_task_btf, leave_from_args, task_from_btf, Leave};
+
+/// Settings of this program; user space overwrites them in `.rodata` before load.
+#[no_mangle]
+static OFFCPU_CONFIG: OffcpuConfig = OffcpuConfig {
+    min_ns: 0,
+    states: 0,
+    kernel_stacks: 0,
+    user_stacks: 0,
+    _pad: 0,
+};
+
+#[inline(always)]
+fn offcpu_config() -> &'static OffcpuConfig {
+    // SAFETY: volatile read, as `config()`: the verifier sees the frozen `.rodata`.
+    unsafe { core::ptr::read_volatile(&&OFFCPU_CONFIG) }
+}
+
+// Created with one entry each; `tracer offcpu` sizes them at load.
+#[map]
+pub static OFFCPU_STACKS: StackTrace = StackTrace::with_max_entries(1, 0);
+#[map]
+pub static OFFCPU_START: HashMap<u32, OffStart> = HashMap::with_max_entries(1, 0);
+#[map]
+pub static OFFCPU: HashMap<OffKey, OffVal> = HashMap::with_max_entries(1, 0);
+#[map]
+pub static OFFCPU_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(offdrop::COUNT, 0);
+
+#[inline(always)]
+fn add_drop(idx: u32, n: u64) {
+    if let Some(p) = OFFCPU_DROPS.get_ptr_mut(idx) {
+        // SAFETY: per-CPU slot.
+        unsafe { *p += n };
+    }
+}
+
+/// A stack id, or the error as a negative number (collisions and a full map counted).
+#[inline(always)]
+fn stack_id(ctx: &BtfTracePointContext, user: bool) -> i32 {
+    let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
+    match ctx.get_stackid(&OFFCPU_STACKS, flags) {
+        Ok(id) => id as i32,
+        Err(e) => {
+            if e == STACK_COLLISION {
+                add_drop(
+                    if user {
+                        offdrop::USTACK_COLLISION
+                    } else {
+                        offdrop::KSTACK_COLLISION
+                    },
+                    1,
+                );
+            } else if e == STACK_FULL {
+                add_drop(offdrop::STACK_MAP_FULL, 1);
+            }
+            e
+        }
+    }
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
+    let preempt: u64 = ctx.arg(0);
+    let next: *const u8 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    let oc = offcpu_config();
+    let now = unsafe { bpf_ktime_get_ns() };
+
+    // Switch-out: `prev` is `current`, its stacks are the ones it leaves with.
+    let prev = current_task_btf();
+    let leave = leave_from_args(preempt & 0xff, prev_state as u32);
+    let state = match leave {
+        Leave::Blocked => STATE_BLOCKED,
+        Leave::Preempted => STATE_PREEMPTED,
+        Leave::Dead => 0,
+    };
+    if state & oc.states != 0 && prev.tid != 0 {
+        if let Some(tgid) =
+            account::traced(&prev).or_else(|| account::join_cgroup(&prev).then_some(prev.tgid))
+        {
+            let start = OffStart {
+                ts_ns: now,
+                tgid: if tgid != 0 { tgid } else { prev.tgid },
+                user_stack: if oc.user_stacks != 0 {
+                    stack_id(&ctx, true)
+                } else {
+                    STACK_NOT_TAKEN
+                },
+                kernel_stack: if oc.kernel_stacks != 0 {
+                    stack_id(&ctx, false)
+                } else {
+                    STACK_NOT_TAKEN
+                },
+                state,
+                comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+            };
+            if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
+                add_drop(offdrop::START_FULL, 1);
+            }
+        }
+    }
+
+    // Switch-in: a thread coming back adds the time it was away.
+    let tid = task_from_btf(next, true).tid;
+    if tid == 0 {
+        return 0;
+    }
+    // SAFETY: copied out at once.
+    let Some(s) = (unsafe { OFFCPU_START.get(tid) }).copied() else {
+        return 0;
+    };
+    let _ = OFFCPU_START.remove(tid);
+    if now <= s.ts_ns {
+        return 0;
+    }
+    let d = now - s.ts_ns;
+    if d < oc.min_ns {
+        return 0;
+    }
+    let key = OffKey {
+        tgid: s.tgid,
+        tid,
+        user_stack: s.user_stack,
+        kernel_stack: s.kernel_stack,
+        state: s.state,
+        _pad: 0,
+    };
+    match OFFCPU.get_ptr_mut(key) {
+        Some(v) => {
+            // SAFETY: map value; a thread switches in on one CPU at a time, but two
+            // threads may share a key only if they share a TID: never.
+            unsafe {
+                (*v).total_ns += d;
+                (*v).count += 1;
+                (*v).comm = s.comm;
+            }
+        }
+        None => {
+            let v = OffVal {
+                total_ns: d,
+                count: 1,
+                comm: s.comm,
+            };
+            if OFFCPU.insert(key, v, BPF_NOEXIST as u64).is_err() {
+                add_drop(offdrop::SUMS_FULL, 1);
+                add_drop(offdrop::SUMS_FULL_NS, d);
+            }
+        }
+    }
+    0
+}

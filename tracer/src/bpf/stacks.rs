@@ -1,0 +1,210 @@
+//! `tracer offcpu`'s kernel side from user space: load and attach the off-CPU program
+//! (only it and the traced set's fork/exec followers), then read its sums, stacks and
+//! drops. Nothing here interprets them; `model::stacks` does.
+use std::collections::{BTreeSet, HashMap};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{
+    maps::{HashMap as BpfHashMap, PerCpuArray, StackTraceMap},
+    programs::BtfTracePoint,
+    Btf, Ebpf,
+};
+use tracer_common::{
+    offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig},
+    Config,
+};
+
+use crate::{
+    bpf::{compat, loader},
+    sys::{btf::KernelBtf, root::Root},
+};
+
+/// What `tracer offcpu` decides before load.
+#[derive(Clone, Debug)]
+pub struct OffcpuLoad {
+    /// One of `tracer_common::filter`.
+    pub filter: u32,
+    pub cgroup_id: u64,
+    /// Capacity of the traced set.
+    pub max_threads: u32,
+    pub cfg: OffcpuConfig,
+    /// Stack map slots (distinct stacks, user and kernel together).
+    pub stack_entries: u32,
+    /// Distinct (thread, stacks, state) sums.
+    pub sum_entries: u32,
+}
+
+/// The off-CPU program loaded and attached, with its maps.
+pub struct OffcpuTracer {
+    pub ebpf: Ebpf,
+    attached: Vec<&'static str>,
+}
+
+/// (program, tracepoint): the off-CPU program and, with a target, the programs that
+/// keep the traced set (children join it, an exec'ing thread keeps its place).
+fn programs(with_fork: bool) -> Vec<(&'static str, &'static str)> {
+    let mut v = vec![("offcpu_switch", "sched_switch")];
+    if with_fork {
+        v.push(("sched_fork_btf", "sched_process_fork"));
+        v.push(("sched_exec_btf", "sched_process_exec"));
+    }
+    v
+}
+
+impl OffcpuTracer {
+    /// Loads (tp_btf only: stacks need `current` at a BTF tracepoint), lets `seed` fill
+    /// the traced set, attaches.
+    pub fn start(
+        opts: &OffcpuLoad,
+        root: &Root,
+        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+    ) -> Result<OffcpuTracer> {
+        let kbtf = KernelBtf::from_file(&root.path(loader::VMLINUX_BTF))
+            .context("off-CPU stacks need kernel BTF (tp_btf)")?;
+        if !compat::sched_switch_has_prev_state(&kbtf) {
+            return Err(anyhow!(
+                "this kernel's sched_switch tracepoint has no prev_state argument (before 5.18)"
+            ));
+        }
+        let cfg = Config {
+            cgroup_id: opts.cgroup_id,
+            filter: opts.filter,
+            task_pid_off: kbtf.member_offset("task_struct", "pid")?,
+            task_tgid_off: kbtf.member_offset("task_struct", "tgid")?,
+            task_comm_off: kbtf.member_offset("task_struct", "comm")?,
+            task_dead_mask: compat::TASK_DEAD,
+            ..Default::default()
+        };
+        drop(kbtf);
+        let with_fork = opts.filter != tracer_common::filter::ALL;
+        let mut ebpf = loader::new_loader()
+            .override_global("CONFIG", &cfg, true)
+            .override_global("OFFCPU_CONFIG", &opts.cfg, true)
+            .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
+            .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
+            .map_max_entries("OFFCPU_START", opts.max_threads)
+            .map_max_entries("OFFCPU", opts.sum_entries)
+            .load(loader::object()?)
+            .context("loading the eBPF object")?;
+        let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
+        let progs = programs(with_fork);
+        for (name, target) in &progs {
+            let p: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("program {name} missing"))?
+                .try_into()?;
+            p.load(target, &btf)
+                .with_context(|| format!("loading {name}"))?;
+        }
+        seed(&mut ebpf)?;
+        let mut attached = Vec::new();
+        for (name, _) in &progs {
+            let p: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("program {name} missing"))?
+                .try_into()?;
+            p.attach().with_context(|| format!("attaching {name}"))?;
+            attached.push(*name);
+        }
+        Ok(OffcpuTracer { ebpf, attached })
+    }
+
+    /// Detaches: the sums stop growing; the maps stay readable.
+    pub fn detach(&mut self) {
+        for name in std::mem::take(&mut self.attached) {
+            if let Some(aya::programs::Program::BtfTracePoint(p)) = self.ebpf.program_mut(name) {
+                if let Err(e) = p.unload() {
+                    log::warn!("detaching {name}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Every (key, sum) the kernel aggregated.
+    pub fn sums(&self) -> Result<Vec<(OffKey, OffVal)>> {
+        let m: BpfHashMap<_, OffKey, OffVal> =
+            BpfHashMap::try_from(self.ebpf.map("OFFCPU").context("OFFCPU missing")?)?;
+        let mut v = Vec::new();
+        for r in m.iter() {
+            match r {
+                Ok(kv) => v.push(kv),
+                // An entry removed between the key walk and its lookup: none are.
+                Err(e) => log::debug!("reading OFFCPU: {e}"),
+            }
+        }
+        Ok(v)
+    }
+
+    /// The processes seen so far: in the sums and among the threads off-CPU now. Their
+    /// mappings are read while they live, so stacks of those that exit still symbolize.
+    pub fn tgids_seen(&self) -> BTreeSet<u32> {
+        let mut s = BTreeSet::new();
+        if let Some(Ok(m)) = self
+            .ebpf
+            .map("OFFCPU")
+            .map(BpfHashMap::<_, OffKey, OffVal>::try_from)
+        {
+            s.extend(m.keys().filter_map(|k| k.ok()).map(|k| k.tgid));
+        }
+        if let Some(Ok(m)) = self
+            .ebpf
+            .map("OFFCPU_START")
+            .map(BpfHashMap::<_, u32, OffStart>::try_from)
+        {
+            s.extend(m.iter().filter_map(|kv| kv.ok()).map(|(_, v)| v.tgid));
+        }
+        s.remove(&0);
+        s
+    }
+
+    /// The instruction pointers of every stack id in use (leaf first).
+    pub fn stacks(&self, ids: &BTreeSet<u32>) -> Result<HashMap<u32, Vec<u64>>> {
+        let m = StackTraceMap::try_from(
+            self.ebpf
+                .map("OFFCPU_STACKS")
+                .context("OFFCPU_STACKS missing")?,
+        )?;
+        let mut out = HashMap::new();
+        for &id in ids {
+            match m.get(&id, 0) {
+                Ok(st) => {
+                    out.insert(id, st.frames().iter().map(|f| f.ip).collect());
+                }
+                Err(e) => log::debug!("stack {id}: {e}"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The drop counters summed over CPUs, indexed by `offdrop`.
+    pub fn drops(&self) -> Result<[u64; offdrop::COUNT as usize]> {
+        let m: PerCpuArray<_, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map("OFFCPU_DROPS")
+                .context("OFFCPU_DROPS missing")?,
+        )?;
+        let mut out = [0u64; offdrop::COUNT as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = m.get(&(i as u32), 0)?.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// The off-CPU program's kernel run-time statistics (`run_time_ns`, `run_cnt` in its
+    /// fdinfo; counted only while `kernel.bpf_stats_enabled` is 1).
+    pub fn run_stats(&self) -> Option<(u64, u64)> {
+        use std::os::fd::{AsFd as _, AsRawFd as _};
+        let Some(aya::programs::Program::BtfTracePoint(p)) = self.ebpf.program("offcpu_switch")
+        else {
+            return None;
+        };
+        let fd = p.fd().ok()?.as_fd().as_raw_fd();
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        Some((field("run_time_ns:")?, field("run_cnt:")?))
+    }
+}

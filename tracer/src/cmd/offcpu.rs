@@ -1,0 +1,541 @@
+//! `tracer offcpu`: where the traced threads spent their time off-CPU, as stacks.
+//!
+//! The kernel sums off-CPU time per (thread, user stack, kernel stack, state); this
+//! command loads that program, keeps the traced processes' mappings while they live (so
+//! a process that exits still symbolizes), and at the end symbolizes every stack once and
+//! prints folded stacks, a flame graph, JSON or the top stacks.
+use std::{
+    collections::{BTreeSet, HashMap},
+    io::Write as _,
+    path::PathBuf,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, Context as _, Result};
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use tracer_common::{
+    filter,
+    offcpu::{
+        offdrop, OffcpuConfig, STACK_COLLISION, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN,
+        STATE_BLOCKED, STATE_PREEMPTED,
+    },
+    Tracked, TRACK_INHERIT,
+};
+
+use crate::{
+    bpf::{
+        loader,
+        stacks::{OffcpuLoad, OffcpuTracer},
+    },
+    model::stacks::{
+        Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
+    },
+    output::{flamegraph, folded, stacks as text},
+    sys::{
+        clock::monotonic_ns,
+        launch::{self, Held},
+        privileges, procfs,
+        root::Root,
+        symbolize::{base_name, SymFrame, Symbolizer},
+    },
+};
+
+/// What `tracer offcpu` was asked for.
+#[derive(Clone, Debug)]
+pub struct OffcpuOptions {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    pub cgroup: Option<PathBuf>,
+    pub duration: Option<Duration>,
+    pub states: StateFilter,
+    pub min: Duration,
+    pub kernel_only: bool,
+    pub user_only: bool,
+    pub folded: bool,
+    pub svg: Option<PathBuf>,
+    pub json: bool,
+    pub top: usize,
+    pub max_threads: u32,
+    pub stack_entries: u32,
+    pub as_root: bool,
+    pub command: Vec<String>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
+    if !o.command.is_empty() && (!o.pids.is_empty() || !o.tids.is_empty()) {
+        return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
+    }
+    for &pid in &o.pids {
+        procfs::threads_of(&root, pid)?;
+    }
+    for &tid in &o.tids {
+        procfs::tgid_of(&root, tid)?;
+    }
+    // Opened before anything is traced: a bad path fails at once, not after the run.
+    let svg = match &o.svg {
+        Some(p) => Some(flamegraph::create(p).context("--svg")?),
+        None => None,
+    };
+    privileges::check()?;
+    loader::object()?;
+    let held: Option<Held> = if o.command.is_empty() {
+        None
+    } else {
+        let as_user = if o.as_root {
+            None
+        } else {
+            privileges::sudo_user()
+        };
+        Some(launch::spawn_held(&o.command, as_user)?)
+    };
+    let child = held.as_ref().map(|h| h.pid);
+    let tracer = match start(&o, &root, child) {
+        Ok(t) => t,
+        Err(e) => {
+            if let Some(h) = held {
+                h.abort();
+            }
+            return Err(e);
+        }
+    };
+    let child = match held {
+        Some(h) => Some(h.release(&o.command)?),
+        None => None,
+    };
+    trace(o, &root, tracer, child, svg)
+}
+
+fn start(o: &OffcpuOptions, root: &Root, child: Option<u32>) -> Result<OffcpuTracer> {
+    let mut seed: Vec<(u32, Tracked)> = Vec::new();
+    for &pid in &o.pids {
+        for tid in procfs::threads_of(root, pid)? {
+            seed.push((
+                tid,
+                Tracked {
+                    tgid: pid,
+                    flags: TRACK_INHERIT,
+                },
+            ));
+        }
+    }
+    for &tid in &o.tids {
+        let tgid = procfs::tgid_of(root, tid)?;
+        seed.push((tid, Tracked { tgid, flags: 0 }));
+    }
+    let mut f = if seed.is_empty() && child.is_none() {
+        filter::ALL
+    } else {
+        filter::TRACKED
+    };
+    let mut cgroup_id = 0;
+    if let Some(cg) = &o.cgroup {
+        cgroup_id = procfs::cgroup_id(cg)?;
+        for tid in procfs::cgroup_threads(cg)? {
+            let tgid = procfs::tgid_of(root, tid).unwrap_or(0);
+            seed.push((
+                tid,
+                Tracked {
+                    tgid,
+                    flags: TRACK_INHERIT,
+                },
+            ));
+        }
+        f = filter::CGROUP;
+    }
+    if let Some(pid) = child {
+        seed.push((
+            pid,
+            Tracked {
+                tgid: pid,
+                flags: TRACK_INHERIT,
+            },
+        ));
+    }
+    if seed.len() > o.max_threads as usize {
+        return Err(anyhow!(
+            "the traced set has {} threads but --max-threads is {}",
+            seed.len(),
+            o.max_threads
+        ));
+    }
+    let states = match o.states {
+        StateFilter::Blocked => STATE_BLOCKED,
+        StateFilter::Preempted => STATE_PREEMPTED,
+        StateFilter::All => STATE_BLOCKED | STATE_PREEMPTED,
+    };
+    let load = OffcpuLoad {
+        filter: f,
+        cgroup_id,
+        max_threads: o.max_threads,
+        cfg: OffcpuConfig {
+            min_ns: o.min.as_nanos().min(u64::MAX as u128) as u64,
+            states,
+            kernel_stacks: (!o.user_only) as u32,
+            user_stacks: (!o.kernel_only) as u32,
+            _pad: 0,
+        },
+        stack_entries: o.stack_entries,
+        sum_entries: 65536,
+    };
+    let fill = |ebpf: &mut Ebpf| -> Result<()> {
+        if seed.is_empty() {
+            return Ok(());
+        }
+        let mut m: BpfHashMap<_, u32, Tracked> =
+            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
+        for (tid, t) in &seed {
+            m.insert(tid, t, 0)
+                .with_context(|| format!("adding TID {tid} to the traced set"))?;
+        }
+        Ok(())
+    };
+    OffcpuTracer::start(&load, root, &fill)
+}
+
+/// What was traced, for the report's title.
+fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
+    if let Some(cg) = &o.cgroup {
+        return format!("cgroup {}", cg.display());
+    }
+    if let Some(pid) = child {
+        return format!(
+            "command {} (PID {pid})",
+            launch::short_command(&o.command, 200)
+        );
+    }
+    let mut parts: Vec<String> = o.pids.iter().map(|p| format!("PID {p}")).collect();
+    parts.extend(o.tids.iter().map(|t| format!("TID {t}")));
+    if parts.is_empty() {
+        "all threads".to_string()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn trace(
+    o: OffcpuOptions,
+    root: &Root,
+    mut tracer: OffcpuTracer,
+    child: Option<u32>,
+    svg: Option<std::fs::File>,
+) -> Result<i32> {
+    let t0 = monotonic_ns();
+    let started = Instant::now();
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGHUP, on_sigint as *const () as libc::sighandler_t);
+    }
+    // -p/-t: the run ends with its targets (a cgroup can gain tasks later: never).
+    let watch: Vec<procfs::Watched> = if o.cgroup.is_none() {
+        o.pids
+            .iter()
+            .filter_map(|&p| procfs::watch_process(root, p))
+            .chain(o.tids.iter().filter_map(|&t| procfs::watch_thread(root, t)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut targets_exited = false;
+    let mut sym = Symbolizer::new();
+    let mut known: BTreeSet<u32> = o.pids.iter().copied().chain(child).collect();
+    // Mappings are read while processes live: every 50 ms for a target (a process that
+    // lives and dies between two reads is not symbolized), every 500 ms for everything.
+    let poll = if known.is_empty() && o.tids.is_empty() && o.cgroup.is_none() {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_millis(50)
+    };
+    let mut child_state = None;
+    loop {
+        known.extend(tracer.tgids_seen());
+        for &tgid in &known {
+            sym.remember(tgid);
+        }
+        if let Some(pid) = child {
+            if let Some(st) = launch::try_wait_exit(pid) {
+                child_state = Some(st);
+                break;
+            }
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+        if !watch.is_empty() && !watch.iter().any(|w| procfs::still_alive(root, w)) {
+            targets_exited = true;
+            break;
+        }
+        let left = match o.duration {
+            Some(d) if started.elapsed() >= d => break,
+            Some(d) => (d - started.elapsed()).min(poll),
+            None => poll,
+        };
+        std::thread::sleep(left);
+    }
+    let t1 = monotonic_ns();
+    tracer.detach();
+    known.extend(tracer.tgids_seen());
+    for &tgid in &known {
+        sym.remember(tgid);
+    }
+    let report = build_report(&o, &tracer, &sym, t1 - t0, target_text(&o, child))?;
+    if let Some(mut f) = svg {
+        let mut buf = Vec::new();
+        flamegraph::write_svg(&report, &mut buf).context("drawing the flame graph")?;
+        f.write_all(&buf)
+            .with_context(|| format!("writing {}", o.svg.as_ref().unwrap().display()))?;
+    }
+    let mut out = Vec::new();
+    if o.folded {
+        folded::write(&report, &mut out)?;
+    } else if o.json {
+        text::write_json(&report, &mut out)?;
+    } else {
+        text::write_text(&report, o.top, &mut out)?;
+        match (child_state, child) {
+            (Some(st), _) => writeln!(out, "\ncommand: {}", st.describe())?,
+            (None, Some(pid)) => writeln!(
+                out,
+                "\ncommand: still running (PID {pid}), no longer traced"
+            )?,
+            _ => {}
+        }
+        if targets_exited {
+            writeln!(out, "\nall targets exited: the run ended with them")?;
+        }
+    }
+    crate::output::stdout::emit_raw(&String::from_utf8_lossy(&out))?;
+    Ok(match child_state {
+        Some(st) => st.exit_code().unwrap_or(0),
+        None => 0,
+    })
+}
+
+fn missing(id: i32) -> Missing {
+    match id {
+        STACK_NOT_TAKEN => Missing::NotTaken,
+        STACK_EMPTY => Missing::Empty,
+        STACK_COLLISION => Missing::Collision,
+        STACK_FULL => Missing::MapFull,
+        _ => Missing::Unreadable,
+    }
+}
+
+fn frames(v: Vec<Vec<SymFrame>>) -> Vec<Frame> {
+    v.into_iter()
+        .flatten()
+        .map(|f| Frame {
+            name: f.name,
+            inlined: f.inlined,
+        })
+        .collect()
+}
+
+fn comm_of(c: &[u8]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    String::from_utf8_lossy(&c[..end]).into_owned()
+}
+
+fn build_report(
+    o: &OffcpuOptions,
+    tracer: &OffcpuTracer,
+    sym: &Symbolizer,
+    window_ns: u64,
+    target: String,
+) -> Result<OffcpuReport> {
+    let sums = tracer.sums()?;
+    let ids: BTreeSet<u32> = sums
+        .iter()
+        .flat_map(|(k, _)| [k.user_stack, k.kernel_stack])
+        .filter(|&id| id >= 0)
+        .map(|id| id as u32)
+        .collect();
+    let ips = tracer.stacks(&ids)?;
+    let mut kcache: HashMap<i32, StackPart> = HashMap::new();
+    let mut ucache: HashMap<(u32, i32), (StackPart, Option<String>)> = HashMap::new();
+    let mut unsymbolized: BTreeSet<(u32, String)> = BTreeSet::new();
+    let mut truncated: BTreeSet<String> = BTreeSet::new();
+    let mut stacks = Vec::new();
+    for (k, v) in &sums {
+        let comm = comm_of(&v.comm);
+        let kernel = kcache
+            .entry(k.kernel_stack)
+            .or_insert_with(|| match ips.get(&(k.kernel_stack as u32)) {
+                Some(a) if k.kernel_stack >= 0 => {
+                    StackPart::Frames(strip_tracing_frames(frames(sym.kernel(a))))
+                }
+                _ if k.kernel_stack >= 0 => StackPart::Missing {
+                    missing: Missing::Unreadable,
+                },
+                _ => StackPart::Missing {
+                    missing: missing(k.kernel_stack),
+                },
+            })
+            .clone();
+        let (user, cut) = ucache
+            .entry((k.tgid, k.user_stack))
+            .or_insert_with(|| match ips.get(&(k.user_stack as u32)) {
+                Some(a) if k.user_stack >= 0 => {
+                    if !sym.knows(k.tgid) {
+                        unsymbolized.insert((k.tgid, comm.clone()));
+                    }
+                    let per_ip = sym.user(k.tgid, a);
+                    let cut = truncated_at(sym, k.tgid, a, &per_ip);
+                    (StackPart::Frames(frames(per_ip)), cut)
+                }
+                _ if k.user_stack >= 0 => (
+                    StackPart::Missing {
+                        missing: Missing::Unreadable,
+                    },
+                    None,
+                ),
+                _ => (
+                    StackPart::Missing {
+                        missing: missing(k.user_stack),
+                    },
+                    None,
+                ),
+            })
+            .clone();
+        if let Some(b) = &cut {
+            truncated.insert(b.clone());
+        }
+        stacks.push(OffcpuStack {
+            pid: k.tgid,
+            tid: k.tid,
+            comm,
+            state: if k.state == STATE_PREEMPTED {
+                OffState::Preempted
+            } else {
+                OffState::Blocked
+            },
+            total_ns: v.total_ns,
+            count: v.count,
+            user,
+            kernel,
+            user_truncated: cut,
+        });
+    }
+    let d = tracer.drops()?;
+    let drops = OffcpuDrops {
+        kernel_stack_collisions: d[offdrop::KSTACK_COLLISION as usize],
+        user_stack_collisions: d[offdrop::USTACK_COLLISION as usize],
+        stack_map_full: d[offdrop::STACK_MAP_FULL as usize],
+        start_map_full: d[offdrop::START_FULL as usize],
+        sums_map_full: d[offdrop::SUMS_FULL as usize],
+        sums_map_full_ns: d[offdrop::SUMS_FULL_NS as usize],
+    };
+    let mut notes = Vec::new();
+    for b in &truncated {
+        notes.push(if b.starts_with('[') {
+            format!(
+                "some user stacks end in {b} code (no file: JIT, or a process that exec'd since): likely truncated"
+            )
+        } else {
+            format!(
+                "user stacks of {b} are likely truncated: no frame pointers (rebuild with -fno-omit-frame-pointer / -C force-frame-pointers=yes)"
+            )
+        });
+    }
+    for (pid, comm) in &unsymbolized {
+        notes.push(format!(
+            "user stacks of PID {pid} ({comm}) are not symbolized: it exited before its mappings could be read"
+        ));
+    }
+    if drops.kernel_stack_collisions + drops.user_stack_collisions + drops.stack_map_full > 0 {
+        notes.push(format!(
+            "some stacks were lost (shown as [.. stack lost ..]): raise --stack-entries (now {})",
+            o.stack_entries
+        ));
+    }
+    Ok(OffcpuReport::new(
+        window_ns,
+        target,
+        o.states,
+        o.min.as_nanos() as u64,
+        stacks,
+        drops,
+        notes,
+    ))
+}
+
+/// Where a complete user stack ends: the outermost call of a process's main thread or
+/// of a new thread (glibc and musl).
+const STACK_ROOTS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "__libc_start_main_impl",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "thread_start",
+    "start",
+];
+
+/// Whether a user stack was cut short, and the binary to blame. The kernel walks user
+/// stacks by frame pointer: a function that keeps none hides its caller (and may send
+/// the walk astray), and a walk that does not end in a thread's root call was lost.
+/// `per_ip` is the symbolizer's frames per address (leaf first); the binary blamed holds
+/// the first function without a frame pointer, else the outermost known frame.
+fn truncated_at(
+    sym: &Symbolizer,
+    tgid: u32,
+    ips: &[u64],
+    per_ip: &[Vec<SymFrame>],
+) -> Option<String> {
+    let last = per_ip.last()?.last()?;
+    let ends_at_root = STACK_ROOTS.contains(&last.name.as_str());
+    // The outermost frame's own prologue does not matter: nothing above it is missing.
+    let n = if ends_at_root {
+        per_ip.len() - 1
+    } else {
+        per_ip.len()
+    };
+    for (i, frames) in per_ip.iter().enumerate().take(n) {
+        if frames.last().and_then(|f| f.keeps_fp) == Some(false) {
+            let addr = if i == 0 {
+                ips[i]
+            } else {
+                ips[i].saturating_sub(1)
+            };
+            return Some(base_name(sym.file_of(tgid, addr).unwrap_or("[unknown]")).to_string());
+        }
+    }
+    if ends_at_root {
+        return None;
+    }
+    let file = ips
+        .iter()
+        .rev()
+        .find_map(|&ip| sym.file_of(tgid, ip))
+        .unwrap_or("[unknown]");
+    Some(base_name(file).to_string())
+}
+
+/// The kernel frames of the tracing itself (the program, the tracepoint's call into it)
+/// are not where the thread waited: everything up to the tracepoint's own frames is
+/// dropped from the leaf end. (The program's address may be named after any nearby
+/// kallsyms entry, so it is found through the frames that call it.)
+fn strip_tracing_frames(mut f: Vec<Frame>) -> Vec<Frame> {
+    let tracing = |n: &str| {
+        n.starts_with("bpf_trace_run")
+            || n.starts_with("__traceiter_")
+            || n.starts_with("__bpf_trace_")
+            || n.starts_with("perf_trace_")
+    };
+    if let Some(last) = f.iter().take(6).rposition(|fr| tracing(&fr.name)) {
+        f.drain(..=last);
+    }
+    f
+}

@@ -1,0 +1,125 @@
+//! `tracer offcpu`'s text report (totals, notes, the top stacks) and its JSON document.
+use std::io::Write;
+
+use crate::model::stacks::{Missing, OffcpuReport, StackPart};
+
+fn secs(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} us", ns as f64 / 1e3)
+    }
+}
+
+fn missing_text(m: Missing) -> &'static str {
+    match m {
+        Missing::NotTaken => "(not taken)",
+        Missing::Empty => "(none: a kernel thread, or not readable)",
+        Missing::Collision => "(lost: stack map collision)",
+        Missing::MapFull => "(lost: stack map full)",
+        Missing::Unreadable => "(unreadable)",
+    }
+}
+
+fn write_part(out: &mut dyn Write, part: &StackPart) -> std::io::Result<()> {
+    match part {
+        StackPart::Frames(f) => {
+            for fr in f {
+                let tag = if fr.inlined { " (inlined)" } else { "" };
+                writeln!(out, "      {}{tag}", fr.name)?;
+            }
+        }
+        StackPart::Missing { missing } => writeln!(out, "      {}", missing_text(*missing))?,
+    }
+    Ok(())
+}
+
+/// The text report: `top` stacks (0: all), each kernel frames first (leaf on top), then
+/// the user frames.
+pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "Off-CPU stacks: {}, {}, states {}, periods of at least {}",
+        r.target,
+        secs(r.window_ns),
+        r.states,
+        secs(r.min_ns)
+    )?;
+    writeln!(
+        out,
+        "off-CPU {} (blocked {}, preempted {}) in {} stacks",
+        secs(r.total_ns),
+        secs(r.blocked_ns),
+        secs(r.preempted_ns),
+        r.stacks.len()
+    )?;
+    let d = &r.drops;
+    if d.any() {
+        writeln!(
+            out,
+            "drops: stack collisions {} kernel / {} user, stack map full {}, switch-outs not recorded {}, periods not added {} ({})",
+            d.kernel_stack_collisions,
+            d.user_stack_collisions,
+            d.stack_map_full,
+            d.start_map_full,
+            d.sums_map_full,
+            secs(d.sums_map_full_ns)
+        )?;
+    } else {
+        writeln!(out, "drops: none")?;
+    }
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    let n = if top == 0 {
+        r.stacks.len()
+    } else {
+        top.min(r.stacks.len())
+    };
+    for (i, s) in r.stacks.iter().take(n).enumerate() {
+        let pct = if r.total_ns > 0 {
+            100.0 * s.total_ns as f64 / r.total_ns as f64
+        } else {
+            0.0
+        };
+        writeln!(out)?;
+        writeln!(
+            out,
+            "#{} {} ({pct:.1}%) {} {} PID {} TID {}, {} periods",
+            i + 1,
+            secs(s.total_ns),
+            s.state.name(),
+            s.comm,
+            s.pid,
+            s.tid,
+            s.count
+        )?;
+        writeln!(out, "    kernel:")?;
+        write_part(out, &s.kernel)?;
+        writeln!(out, "    user:")?;
+        write_part(out, &s.user)?;
+        if let Some(b) = &s.user_truncated {
+            writeln!(
+                out,
+                "      [likely truncated here: {b} has no frame pointers]"
+            )?;
+        }
+    }
+    if n < r.stacks.len() {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "({} more stacks: --top 0, --folded or --json for all)",
+            r.stacks.len() - n
+        )?;
+    }
+    Ok(())
+}
+
+/// The JSON document.
+pub fn write_json(r: &OffcpuReport, out: &mut dyn Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, r)?;
+    writeln!(out)
+}

@@ -1,0 +1,318 @@
+//! The tracer's total against the workload's truth, thread by thread, and the bounds that
+//! allow for what the kernel's own accounting does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::consistency::{doc_checks, interval_checks};
+use super::report::Outcome;
+use super::scenario::Target;
+use super::truth::build_entities;
+use crate::json::{Items, Json};
+
+/// On-CPU: within 1% or 1 ms (whichever is larger) of the thread's own schedstat.
+pub(super) const ON_REL: f64 = 0.01;
+pub(super) const ON_ABS: f64 = 1e6;
+/// Slices: schedstat's pcount ± (2 + 0.5%): a slice cut at the window's edges or at the
+/// baseline read.
+pub(super) const SLICES_ABS: f64 = 2.0;
+pub(super) const SLICES_REL: f64 = 0.005;
+/// After its last record a thread still exits: waking its joiner can get it preempted,
+/// so the tracer may see up to two more slices and one more wait than the record holds
+/// (on this 2-CPU VM, busy with other builds, such a wait took up to ~170 ms).
+pub(super) const EXIT_SLICES: f64 = 2.0;
+pub(super) const EXIT_WAIT_NS: f64 = 250e6;
+/// Run-queue waits timed from wakeups exceed run_delay by at most one tick (CONFIG_HZ=250
+/// here) per wait: see the clock-update skip in README "How it works".
+pub(super) const TICK_NS: f64 = 4e6;
+/// The wakeup tracepoint fires after the enqueue that starts run_delay (by ~10 µs here
+/// with pipe ping-pong): that much per wait may be missing from a wakeup-timed wait.
+pub(super) const WAKEUP_AFTER_ENQUEUE_NS: f64 = 25e3;
+
+/// The window's opening (CLOCK_MONOTONIC ns, from the tracer's WINDOW map); it closes
+/// `duration_ns` later (the tracer takes that end after detaching its programs).
+#[derive(Clone, Copy)]
+pub(super) struct WindowBounds {
+    pub(super) open: u64,
+}
+
+pub(super) fn ms(ns: f64) -> String {
+    format!("{:.3} ms", ns / 1e6)
+}
+
+pub(super) fn num(v: &Json, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(0.0)
+}
+
+/// Row fields that interval documents split and the total sums.
+pub(super) const ROW_FIELDS: &[&str] = &[
+    "on_cpu_ns",
+    "slices",
+    "voluntary_switches",
+    "involuntary_switches",
+    "runq_wait_ns",
+    "runq_waits",
+    "off_cpu_ns",
+    "blocked_ns",
+    "preempted_ns",
+    "migrations",
+];
+
+pub(super) fn check(
+    o: &mut Outcome,
+    docs: &[Json],
+    lines: &[Json],
+    w: WindowBounds,
+    ready: (u64, u64, u64),
+) {
+    let Some(total) = docs
+        .iter()
+        .rev()
+        .find(|d| d["kind"].as_str() == Some("total"))
+    else {
+        o.violate(format!(
+            "no total document in the tracer's output ({} documents)",
+            docs.len()
+        ));
+        return;
+    };
+    let intervals: Vec<&Json> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("interval"))
+        .collect();
+    if o.scenario.interval_ms.is_some() && intervals.is_empty() {
+        o.notes
+            .push("no interval document (the run was shorter than one interval)".into());
+    }
+
+    // Each document on its own.
+    for d in std::iter::once(total).chain(intervals.iter().copied()) {
+        doc_checks(o, d, d["kind"].as_str() == Some("total"));
+    }
+    // Against the workload's truth.
+    let (entities, problems) = build_entities(lines, o.scenario.target, ready);
+    // Intervals add up to the total, overall and per thread.
+    if !intervals.is_empty() {
+        let names: BTreeMap<(u64, u64), &str> = entities
+            .iter()
+            .flat_map(|e| e.keys.iter().map(|k| (*k, e.name.as_str())))
+            .collect();
+        // An exec from a non-main thread moves the thread to its leader's TID: interval
+        // rows before the exec carry the old TID, the total only the new one (README).
+        let aliases: BTreeMap<(u64, u64), (u64, u64)> = entities
+            .iter()
+            .filter(|e| e.keys.len() > 1)
+            .flat_map(|e| e.keys[1..].iter().map(move |k| (*k, e.keys[0])))
+            .collect();
+        interval_checks(o, total, &intervals, &names, &aliases);
+    }
+
+    for p in problems {
+        o.violate(format!("workload truth: {p}"));
+    }
+    o.threads = entities.len();
+    let dur = num(total, "duration_ns");
+    let close_min = w.open.saturating_add(dur as u64);
+    let mut rows: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
+    for r in total["threads"].items() {
+        rows.entry((
+            r["tid"].as_u64().unwrap_or(0),
+            r["pid"].as_u64().unwrap_or(0),
+        ))
+        .or_default()
+        .push(r);
+    }
+    let workload_pids: BTreeSet<u64> = lines.iter().filter_map(|l| l["pid"].as_u64()).collect();
+    let mut matched: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let drops: f64 = match &total["drops"] {
+        Json::Object(m) => m.iter().filter_map(|(_, v)| v.as_f64()).sum(),
+        _ => 0.0,
+    };
+    let mut missing = Vec::new();
+    let schedstat = o.scenario.runq_schedstat;
+    for e in &entities {
+        let mine: Vec<&Json> = e
+            .keys
+            .iter()
+            .flat_map(|k| rows.get(k).cloned().unwrap_or_default())
+            .collect();
+        matched.extend(e.keys.iter().copied());
+        if !e.expected {
+            o.expect(mine.is_empty(), || {
+                format!(
+                    "{}: not a target, yet reported: {}",
+                    e.name,
+                    rows_text(&mine)
+                )
+            });
+            continue;
+        }
+        let out_start = w.open.saturating_sub(e.b_ns) as f64;
+        let out_end = e.e_ns.saturating_sub(close_min) as f64;
+        let inside = out_start == 0.0 && out_end == 0.0;
+        if mine.is_empty() {
+            // Without the opening's time, presence is only required of -t targets.
+            if e.b_ns < close_min && (w.open < u64::MAX / 2 || o.scenario.target == Target::Tid) {
+                missing.push(format!("{} (truth: {})", e.name, e.truth_text));
+            }
+            continue;
+        }
+        let sum = |k: &str| mine.iter().map(|r| num(r, k)).sum::<f64>();
+        let (on, wait, slices) = (sum("on_cpu_ns"), sum("runq_wait_ns"), sum("slices"));
+        let lo_run = e.lo.run - out_start - out_end;
+        let tol = (ON_REL * e.lo.run).max(ON_ABS);
+        let (lo_b, hi_b) = (lo_run - tol, e.hi.run + tol + e.slack_ns);
+        let alive = mine.iter().any(|r| r["exited"].as_bool() == Some(false));
+        let where_ = if inside && alive {
+            "its last record is inside the window, yet its row says it had not exited \
+             (its exit may follow the close; the recorded time is inside all the same)"
+                .to_string()
+        } else if inside {
+            "lived inside the window".to_string()
+        } else {
+            format!(
+                "{} before the window's latest opening, {} after its earliest close",
+                ms(out_start),
+                ms(out_end)
+            )
+        };
+        o.expect(on >= lo_b && on <= hi_b, || {
+            format!(
+                "{}: on-CPU {} outside [{}, {}] (schedstat {} .. {}; {}); rows: {}; truth: {}",
+                e.name,
+                ms(on),
+                ms(lo_b.max(0.0)),
+                ms(hi_b),
+                ms(e.lo.run),
+                ms(e.hi.run),
+                where_,
+                rows_text(&mine),
+                e.truth_text
+            )
+        });
+        if inside {
+            let st = SLICES_ABS + e.slack_slices;
+            let (lo_s, hi_s) = (
+                e.lo.slices * (1.0 - SLICES_REL) - st,
+                e.hi.slices * (1.0 + SLICES_REL) + st + EXIT_SLICES,
+            );
+            o.expect(slices >= lo_s && slices <= hi_s, || {
+                format!(
+                    "{}: slices {slices} outside [{lo_s:.0}, {hi_s:.0}] (schedstat pcount {} .. {}); rows: {}; truth: {}",
+                    e.name,
+                    e.lo.slices,
+                    e.hi.slices,
+                    rows_text(&mine),
+                    e.truth_text
+                )
+            });
+        }
+        if schedstat {
+            // run_delay's growth is taken at switch-out: a thread still in its slice when
+            // the window closes has its last wait unread, so the lower bound holds only
+            // for threads inside the window.
+            let lo_w = if inside {
+                e.lo.wait * (1.0 - ON_REL) - ON_ABS
+            } else {
+                0.0
+            };
+            let (lo_w, hi_w) = (
+                lo_w,
+                e.hi.wait * (1.0 + ON_REL) + ON_ABS + e.slack_ns + EXIT_WAIT_NS,
+            );
+            o.expect(wait >= lo_w && wait <= hi_w, || {
+                format!(
+                    "{}: run-queue wait {} (--runq-from schedstat) outside [{}, {}] (run_delay {} .. {}); rows: {}; truth: {}",
+                    e.name, ms(wait), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(e.hi.wait), rows_text(&mine), e.truth_text
+                )
+            });
+        } else if inside {
+            // From the wakeup: at least 90% of run_delay less 25 µs a wait (the wakeup
+            // tracepoint fires after the enqueue that starts run_delay), and at most run_delay
+            // plus one tick per wait (the clock update `__schedule` skips after a
+            // wakeup preemption leaves run_delay short by up to the time since the run
+            // queue's clock was last updated).
+            let lo_w = e.lo.wait * 0.9 - e.lo.slices * WAKEUP_AFTER_ENQUEUE_NS - ON_ABS;
+            let hi_w = e.hi.wait * (1.0 + ON_REL)
+                + e.hi.slices.max(slices) * TICK_NS
+                + ON_ABS
+                + EXIT_WAIT_NS;
+            o.expect(wait >= lo_w && wait <= hi_w, || {
+                format!(
+                    "{}: run-queue wait {} (from wakeups) outside [{}, {}] (run_delay {} .. {}, {} slices; 90% of run_delay less 25 us a wait; {} per wait allowed for the clock skip, {} for the exit); rows: {}; truth: {}",
+                    e.name, ms(wait), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(e.hi.wait), e.hi.slices, ms(TICK_NS), ms(EXIT_WAIT_NS), rows_text(&mine), e.truth_text
+                )
+            });
+        }
+    }
+    if !missing.is_empty() {
+        let msg = format!(
+            "{} workload thread(s) that ran inside the window are not reported ({} drops counted): {}",
+            missing.len(),
+            drops,
+            missing.join(" | ")
+        );
+        if (missing.len() as f64) <= drops {
+            o.notes.push(msg);
+        } else {
+            o.violate(msg);
+        }
+    }
+    // Rows of the workload's processes that match no thread of it; rows of anything
+    // else in a targeted run.
+    for (k, rs) in &rows {
+        if matched.contains(k) {
+            continue;
+        }
+        if workload_pids.contains(&k.1) {
+            o.violate(format!(
+                "a row for TID {} PID {} that no workload thread recorded: {}",
+                k.0,
+                k.1,
+                rows_text(rs)
+            ));
+        } else if let Some(e) = entities
+            .iter()
+            .find(|e| e.keys.iter().any(|x| x.0 == k.0))
+            .filter(|_| k.1 == 0 || o.scenario.target != Target::System)
+        {
+            // The TID of a workload thread under another PID (e.g. 0): a row that lost
+            // its identity.
+            o.violate(format!(
+                "a row with the TID of {} but PID {}: {}",
+                e.name,
+                k.1,
+                rows_text(rs)
+            ));
+        } else if o.scenario.target != Target::System {
+            o.violate(format!(
+                "{} run reports TID {} PID {} outside the target: {}",
+                o.scenario.target.name(),
+                k.0,
+                k.1,
+                rows_text(rs)
+            ));
+        }
+    }
+}
+
+pub(super) fn rows_text(rows: &[&Json]) -> String {
+    if rows.is_empty() {
+        return "none".into();
+    }
+    rows.iter()
+        .map(|r| {
+            format!(
+                "[tid {} pid {} comm {:?} on {} slices {} runq {} ({} waits) exited {}]",
+                r["tid"].as_u64().unwrap_or(0),
+                r["pid"].as_u64().unwrap_or(0),
+                r["comm"].as_str().unwrap_or(""),
+                ms(num(r, "on_cpu_ns")),
+                num(r, "slices"),
+                ms(num(r, "runq_wait_ns")),
+                num(r, "runq_waits"),
+                r["exited"].as_bool().unwrap_or(false)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

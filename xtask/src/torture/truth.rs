@@ -1,0 +1,242 @@
+//! Reading the workload's truth: its file, and the entities (threads, exec histories)
+//! with the least and the most the tracer may have seen of each.
+
+use std::{
+    collections::BTreeMap,
+    io::Read,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use super::check::ms;
+use super::scenario::Target;
+use crate::json::Json;
+
+/// A leader reaped by a non-main thread's exec runs its exit path after its last record.
+pub(super) const REAPED_LEADER_NS: f64 = 3e6;
+
+/// The workload's truth file as text: the lines after its 64-byte header (its first 8
+/// bytes count the bytes used), up to the unused zeros.
+pub(super) fn read_truth(truth: &Path) -> String {
+    let Ok(mut f) = std::fs::File::open(truth) else {
+        return String::new();
+    };
+    let mut head = [0u8; 64];
+    if f.read_exact(&mut head).is_err() {
+        return String::new();
+    }
+    let used = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+    let mut body = Vec::new();
+    let _ = f.take(used).read_to_end(&mut body);
+    String::from_utf8_lossy(&body).replace('\0', "\n")
+}
+
+pub(super) fn wait_for_done(truth: &Path, limit: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if read_truth(truth).contains("\"ev\":\"done\"") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+/// Per-thread numbers: schedstat on-CPU, run_delay, slices.
+#[derive(Clone, Copy, Default, Debug)]
+pub(super) struct Stat {
+    pub(super) run: f64,
+    pub(super) wait: f64,
+    pub(super) slices: f64,
+}
+
+impl Stat {
+    pub(super) fn of(l: &Json) -> Stat {
+        let g = |k: &str| l[k].as_f64().unwrap_or(0.0);
+        Stat {
+            run: g("run_ns"),
+            wait: g("wait_ns"),
+            slices: g("slices"),
+        }
+    }
+    pub(super) fn minus(self, o: Stat) -> Stat {
+        Stat {
+            run: self.run - o.run,
+            wait: self.wait - o.wait,
+            slices: self.slices - o.slices,
+        }
+    }
+    pub(super) fn plus(self, o: Stat) -> Stat {
+        Stat {
+            run: self.run + o.run,
+            wait: self.wait + o.wait,
+            slices: self.slices + o.slices,
+        }
+    }
+}
+
+/// One thread of the workload, or the threads an exec joins into one task history.
+pub(super) struct Entity {
+    pub(super) name: String,
+    pub(super) keys: Vec<(u64, u64)>,
+    /// What the tracer must have seen (before subtracting wall time outside the window).
+    pub(super) lo: Stat,
+    /// The most it may have seen.
+    pub(super) hi: Stat,
+    /// Wall time of the start of `lo` (birth or baseline) and of the last record.
+    pub(super) b_ns: u64,
+    pub(super) e_ns: u64,
+    pub(super) slack_ns: f64,
+    pub(super) slack_slices: f64,
+    pub(super) expected: bool,
+    pub(super) truth_text: String,
+}
+
+pub(super) fn build_entities(
+    lines: &[Json],
+    target: Target,
+    ready: (u64, u64, u64),
+) -> (Vec<Entity>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut out = Vec::new();
+    let key = |l: &Json| {
+        (
+            l["tid"].as_u64().unwrap_or(0),
+            l["pid"].as_u64().unwrap_or(0),
+        )
+    };
+    let ev = |l: &Json| l["ev"].as_str().unwrap_or("").to_string();
+    let role = |l: &Json| l["role"].as_str().unwrap_or("").to_string();
+    let t = |l: &Json| l["t_ns"].as_u64().unwrap_or(0);
+    let born = |l: &Json| l["born_ns"].as_u64().unwrap_or(0);
+    let cmd = target == Target::Cmd;
+
+    // Exec histories.
+    let mut groups: BTreeMap<String, Vec<&Json>> = BTreeMap::new();
+    let mut plain: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
+    for l in lines {
+        match ev(l).as_str() {
+            "start" | "done" => {}
+            _ => match l["grp"].as_str() {
+                Some(g) if !g.is_empty() => groups.entry(g.to_string()).or_default().push(l),
+                _ => plain.entry(key(l)).or_default().push(l),
+            },
+        }
+    }
+    let expected_for = |role: &str| match target {
+        Target::Tid => role == "main" || role == "resident",
+        Target::Pid => role != "joiner",
+        _ => true,
+    };
+    for (g, ls) in &groups {
+        let find = |e: &str| ls.iter().find(|l| ev(l) == e).copied();
+        let Some(fin) = find("end") else {
+            problems.push(format!(
+                "exec history {g}: no record after the exec: {}",
+                show(ls)
+            ));
+            continue;
+        };
+        let pre = find("pre-exec");
+        let leader = find("leader");
+        let mut keys = vec![key(fin)];
+        let mut total = Stat::of(fin);
+        let mut slack_ns = 0.0;
+        let mut slack_slices = 0.0;
+        let name;
+        if let Some(ld) = leader {
+            if let Some(p) = pre {
+                keys.push(key(p));
+            }
+            total = total.plus(Stat::of(ld));
+            slack_ns = REAPED_LEADER_NS;
+            slack_slices = 2.0;
+            name = format!(
+                "exec from a non-main thread (TID {} became {}, leader reaped)",
+                pre.map_or(0, |p| key(p).0),
+                key(fin).0
+            );
+        } else {
+            name = format!("exec from the main thread (TID {})", key(fin).0);
+        }
+        out.push(Entity {
+            name,
+            keys,
+            lo: total,
+            hi: total,
+            b_ns: born(fin),
+            e_ns: t(fin),
+            slack_ns,
+            slack_slices,
+            expected: expected_for("exec"),
+            truth_text: show(ls),
+        });
+    }
+    for (k, ls) in &plain {
+        let find = |e: &str| ls.iter().find(|l| ev(l) == e).copied();
+        let Some(fin) = find("end") else {
+            problems.push(format!(
+                "TID {} (PID {}): no final record: {}",
+                k.0,
+                k.1,
+                show(ls)
+            ));
+            continue;
+        };
+        let r = role(fin);
+        let f = Stat::of(fin);
+        let mut lo = f;
+        let mut hi = f;
+        let mut b_ns = born(fin);
+        if let Some(base) = find("base") {
+            lo = f.minus(Stat::of(base));
+            // Under -- CMD the time before the baseline is inside the window too.
+            if !cmd {
+                hi = lo;
+            }
+            b_ns = t(base);
+        }
+        if target == Target::Cgroup {
+            if let Some(j) = find("join") {
+                lo = f.minus(Stat::of(j));
+                hi = lo;
+                b_ns = t(j);
+            }
+            if let Some(lv) = find("leave") {
+                // Traced while in the cgroup; whether it stays traced after leaving is
+                // the tracer's choice (it keeps it, as the traced set inherits).
+                lo = Stat::of(lv);
+            }
+        }
+        let is_t = k.0 == ready.1 || k.0 == ready.2;
+        out.push(Entity {
+            name: format!("{r} TID {} (PID {})", k.0, k.1),
+            keys: vec![*k],
+            lo,
+            hi,
+            b_ns,
+            e_ns: t(fin),
+            slack_ns: 0.0,
+            slack_slices: 0.0,
+            expected: expected_for(&r) && (target != Target::Tid || is_t),
+            truth_text: show(ls),
+        });
+    }
+    (out, problems)
+}
+
+pub(super) fn show(ls: &[&Json]) -> String {
+    ls.iter()
+        .map(|l| {
+            format!(
+                "{} tid {} run {} wait {} slices {}",
+                l["ev"].as_str().unwrap_or(""),
+                l["tid"].as_u64().unwrap_or(0),
+                ms(l["run_ns"].as_f64().unwrap_or(0.0)),
+                ms(l["wait_ns"].as_f64().unwrap_or(0.0)),
+                l["slices"].as_u64().unwrap_or(0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
