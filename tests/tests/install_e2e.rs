@@ -127,6 +127,7 @@ fn man_pages() -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn install_into_destdir_then_uninstall_removes_exactly_what_it_wrote() {
     let dest = temp_dir("install");
     let out = stdout(
@@ -261,6 +262,7 @@ fn dpkg_status() -> String {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn deb_installs_with_dpkg_runs_from_path_and_removes_cleanly() {
     require_root();
     let deb = deb();

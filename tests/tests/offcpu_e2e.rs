@@ -81,6 +81,7 @@ fn within(what: &str, got: u64, want: u64, pct: f64) {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn named_waits_with_their_time() {
     require_root();
     let w = workload(true);
@@ -156,6 +157,7 @@ fn named_waits_with_their_time() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn folded_and_kernel_only() {
     require_root();
     let w = workload(true);
@@ -196,6 +198,7 @@ fn folded_and_kernel_only() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn frame_pointerless_binaries_are_flagged() {
     require_root();
     let w = workload(false);
@@ -232,6 +235,7 @@ fn frame_pointerless_binaries_are_flagged() {
 /// The workload is a grandchild that exits a second before the run ends: its stacks are
 /// still named (its mappings were read while it lived).
 #[test]
+#[ignore = "needs root"]
 fn a_process_that_exits_mid_run_is_symbolized() {
     require_root();
     let w = workload(true);
@@ -257,6 +261,7 @@ fn a_process_that_exits_mid_run_is_symbolized() {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn bad_options_say_what_is_wrong() {
     require_root();
     let out = run_tracer(&["offcpu", "-d", "1", "--svg", "/nonexistent/dir/x.svg"]);
@@ -306,6 +311,7 @@ fn parse_offcputime(s: &str) -> Vec<(String, Vec<String>, u64)> {
 }
 
 #[test]
+#[ignore = "needs root"]
 fn agrees_with_offcputime() {
     require_root();
     let w = workload(true);
@@ -387,6 +393,7 @@ fn agrees_with_offcputime() {
 /// Kernel threads have no user stack: their stacks are the kernel's alone, without a
 /// marker of loss.
 #[test]
+#[ignore = "needs root"]
 fn kernel_threads_have_kernel_stacks_only() {
     require_root();
     let doc = run_json(&["offcpu", "--json", "-d", "1"]);
@@ -408,6 +415,7 @@ fn kernel_threads_have_kernel_stacks_only() {
 
 /// `tracer run` neither loads nor attaches the off-CPU program: it costs run nothing.
 #[test]
+#[ignore = "needs root"]
 fn run_does_not_load_the_offcpu_program() {
     require_root();
     let child = Command::new(tracer_bin())

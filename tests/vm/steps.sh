@@ -105,7 +105,50 @@ facts() {
     tb=$(sed -n 's/^timebase[^:]*: *//p' /proc/cpuinfo | head -n1)
     [ -n "$tb" ] && echo "timebase=$tb"
     [ -r /proc/powerpc/lparcfg ] && grep -E '^(shared_processor_mode|partition_id)=' /proc/powerpc/lparcfg
+    # arm64: the exception level the CPUs booted at, VHE, and the PMU's counters.
+    el=$(dmesg | sed -n 's/.*CPU(s) started at \(EL[0-9]\).*/\1/p' | head -n1)
+    [ -n "$el" ] && echo "boot_el=$el"
+    dmesg | grep -q -e 'Virtualization Host Extensions' -e 'VHE mode initialized' && echo vhe=yes || echo vhe=no
+    ls /sys/bus/event_source/devices | grep -q armv8_pmu && echo arm_pmu=yes || echo arm_pmu=no
+    n=$(pmu_counters)
+    [ -n "$n" ] && echo "pmu_counters=$n"
     return 0
+}
+
+# The PMU's counters (the cycle counter included), as its driver said at boot.
+pmu_counters() {
+    dmesg | sed -n 's/.*PMU driver, \([0-9]*\) counters available.*/\1/p' | head -n1
+}
+
+# pmu_levels: cycles and its exception-level modifiers over a workload that spends time
+# in user space and in the kernel (1 ms sleeps), and an event qemu's PMU lacks.
+pmu_levels() {
+    tracer run --json -e cycles,cycles:u,cycles:k,cycles:h,cycles:G,cycles:H,instructions -- \
+        $W busy-sleep --threads 1 --work-ms 2 --sleep-ms 1 --duration-ms 1500
+}
+
+# pmu_multiplex: two cycles events more than the PMU has counters, so they take turns.
+pmu_multiplex() {
+    n=$(pmu_counters)
+    ev=cycles
+    i=1
+    while [ $i -lt $((${n:-6} + 2)) ]; do
+        ev="$ev,cycles"
+        i=$((i + 1))
+    done
+    tracer run --json -e "$ev" -- $W spin --threads 1 --duration-ms 1500
+}
+
+# pmu_slices: per-slice cycles read in the kernel at every switch beside each thread's own
+# cycles counter (perf_event_open per thread), over the same window.
+pmu_slices() {
+    $W busy-sleep --threads 2 --work-ms 3 --sleep-ms 2 --duration-ms 60000 &
+    pid=$!
+    sleep 0.3
+    tracer run --json -p $pid --per-thread -e cycles --slice-event cycles -d 2s
+    rc=$?
+    kill -9 $pid
+    return $rc
 }
 
 # truth: every thread of the stopped workloads as the kernel accounts it, one JSON line
@@ -209,4 +252,10 @@ if [ -e /proc/powerpc/vcpudispatch_stats ]; then
     step dtl-kill9 dtl_kill9
 else
     step dtl-absent tracer dtl --json -d 1s
+fi
+# Hardware counters where the guest has a PMU that counts (arm64's PMUv3 under -cpu max).
+if ls /sys/bus/event_source/devices | grep -q armv8_pmu; then
+    step pmu-levels pmu_levels
+    step pmu-multiplex pmu_multiplex
+    step pmu-slices pmu_slices
 fi

@@ -6,6 +6,7 @@
 
 pub mod hist;
 pub mod offcpu;
+pub mod record;
 
 /// Length of `task_struct::comm` (TASK_COMM_LEN).
 pub const COMM_LEN: usize = 16;
@@ -263,6 +264,15 @@ pub struct Config {
     /// the running slice's switch-in, so a slice begun before the programs attached is
     /// counted from the later of that switch-in and the window's opening.
     pub task_prev_sum_exec_off: u32,
+    /// What is streamed through `EVENTS`: bits of [`record::on`] (0 for `tracer run`).
+    pub record: u32,
+    /// Offsets of `task_struct::prio` and of the task's CPU (`thread_info.cpu` or
+    /// `task_struct::cpu`; 0: unknown), read only when recording.
+    pub task_prio_off: u32,
+    pub task_cpu_off: u32,
+    pub _pad_record: u32,
+    /// `tracer slow`: the shortest wait sent, ns.
+    pub slow_min_ns: u64,
 }
 
 // Layout checks: both sides depend on these sizes.
@@ -271,7 +281,7 @@ const _: () = assert!(core::mem::size_of::<ExitRecord>() == 184);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 56);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
-const _: () = assert!(core::mem::size_of::<Config>() == 104);
+const _: () = assert!(core::mem::size_of::<Config>() == 128);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 
 #[cfg(feature = "user")]

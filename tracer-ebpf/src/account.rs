@@ -115,7 +115,7 @@ fn next_serial() -> u64 {
 
 /// The thread's entry if it has one (never created here).
 #[inline(always)]
-fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
+pub(crate) fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
     if in_storage(t) {
         // SAFETY: a trusted task pointer.
         unsafe { TASK_STATS.get(t.ptr, None) }

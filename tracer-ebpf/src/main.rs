@@ -11,6 +11,7 @@
 mod account;
 mod maps;
 mod offcpu;
+mod record;
 
 use aya_ebpf::{
     helpers::{
@@ -52,6 +53,11 @@ static CONFIG: Config = Config {
     tp_exec_pid: 0,
     tp_exec_old_pid: 0,
     task_prev_sum_exec_off: 0,
+    record: 0,
+    task_prio_off: 0,
+    task_cpu_off: 0,
+    _pad_record: 0,
+    slow_min_ns: 0,
 };
 
 #[inline(always)]
@@ -92,7 +98,7 @@ impl Task {
     /// A field at a BTF-resolved offset (`off` != 0). A task without a pointer is
     /// `current` (the task leaving the CPU).
     #[inline(always)]
-    fn field<T: Copy>(&self, off: u32) -> Option<T> {
+    pub(crate) fn field<T: Copy>(&self, off: u32) -> Option<T> {
         if self.trusted {
             // SAFETY: the verifier checks the load against the task_struct BTF at this
             // (load-time constant) offset and makes it fault-safe.
@@ -156,7 +162,7 @@ pub enum CommSrc {
 
 impl CommSrc {
     #[inline(always)]
-    fn read(self) -> [u8; COMM_LEN] {
+    pub(crate) fn read(self) -> [u8; COMM_LEN] {
         let p = match self {
             CommSrc::None => return [0; COMM_LEN],
             CommSrc::Current => return bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
@@ -237,20 +243,35 @@ pub(crate) fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
 /// `trusted`: the arguments are BTF pointers (tp_btf), not plain numbers (raw_tp).
 #[inline(always)]
 fn on_switch(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
+    let prev = if trusted {
+        current_task_btf()
+    } else {
+        current_task()
+    };
+    let next = task_from_btf(next, trusted);
+    // One read of the flag: with it 0 (`tracer run`) the verifier knows both branches dead.
+    let rec = config().record;
+    if rec != 0 {
+        // Before the accounting: a dying thread leaves the traced set there.
+        record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+    }
     account::switch(
-        if trusted {
-            current_task_btf()
-        } else {
-            current_task()
-        },
+        prev,
         leave_from_args(preempt & 0xff, prev_state as u32),
-        task_from_btf(next, trusted),
+        next,
     );
+    if rec != 0 {
+        record::switch_done(&prev, &next);
+    }
 }
 
 #[inline(always)]
-fn on_wakeup(p: *const u8, trusted: bool) {
-    account::wakeup(task_from_btf(p, trusted));
+fn on_wakeup(p: *const u8, trusted: bool, new: bool) {
+    let p = task_from_btf(p, trusted);
+    account::wakeup(p);
+    if config().record != 0 {
+        record::wakeup(&p, new);
+    }
 }
 
 #[inline(always)]
@@ -266,13 +287,13 @@ pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
 
 #[btf_tracepoint(function = "sched_wakeup")]
 pub fn sched_wakeup_btf(ctx: BtfTracePointContext) -> u32 {
-    on_wakeup(ctx.arg(0), true);
+    on_wakeup(ctx.arg(0), true, false);
     0
 }
 
 #[btf_tracepoint(function = "sched_wakeup_new")]
 pub fn sched_wakeup_new_btf(ctx: BtfTracePointContext) -> u32 {
-    on_wakeup(ctx.arg(0), true);
+    on_wakeup(ctx.arg(0), true, true);
     0
 }
 
@@ -311,13 +332,13 @@ pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_wakeup")]
 pub fn sched_wakeup_raw(ctx: RawTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0), false);
+    on_wakeup(ctx.arg(0), false, false);
     0
 }
 
 #[raw_tracepoint(tracepoint = "sched_wakeup_new")]
 pub fn sched_wakeup_new_raw(ctx: RawTracePointContext) -> i32 {
-    on_wakeup(ctx.arg(0), false);
+    on_wakeup(ctx.arg(0), false, true);
     0
 }
 

@@ -74,3 +74,26 @@ impl Apt {
         })
     }
 }
+
+/// Whether dpkg has `pkg` installed.
+pub fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${Status}", pkg])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+}
+
+/// Installs those of `packages` that dpkg does not have; an error names what is still
+/// missing after.
+pub fn ensure(why: &str, packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("xtask: installing {} ({why})", missing.join(" "));
+    Apt::new().install(&missing)?;
+    let still: Vec<&str> = missing.into_iter().filter(|p| !installed(p)).collect();
+    anyhow::ensure!(still.is_empty(), "still not installed: {}", still.join(" "));
+    Ok(())
+}

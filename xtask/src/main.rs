@@ -8,6 +8,8 @@ mod elf;
 mod json;
 mod package;
 mod setup;
+mod testdeps;
+mod toolchain;
 mod torture;
 mod vm;
 
@@ -64,11 +66,11 @@ enum Task {
         #[arg(long)]
         unit: bool,
     },
-    /// Run the tracer's unit tests built for powerpc64le under qemu-user (installs what it needs)
-    CrossTest,
+    /// Run the tracer's unit tests built for powerpc64le and aarch64 under qemu-user (installs what it needs)
+    CrossTest(cross::CrossTestArgs),
     /// Measure the tracer's cost against libbpf-tools, bpftrace and an empty program (root)
     Bench(bench::BenchArgs),
-    /// Boot Debian's kernels (x86_64, ppc64le pseries) under qemu and run the tracer's checks inside
+    /// Boot Debian's kernels (x86_64, ppc64le pseries, aarch64 virt) under qemu and run the tracer's checks inside
     VmTest(vm::VmTestArgs),
     /// Randomized differential harness: random workloads under every target and probe mode, checked against the threads' own schedstat (root)
     Torture(torture::TortureArgs),
@@ -87,7 +89,7 @@ fn main() -> ExitCode {
         Task::Deb(args) => package::deb(&args).map(|_| ExitCode::SUCCESS),
         Task::Run { release, args } => run(release, &args),
         Task::Test { unit } => test(unit).map(|_| ExitCode::SUCCESS),
-        Task::CrossTest => cross::cross_test().map(|_| ExitCode::SUCCESS),
+        Task::CrossTest(args) => cross::cross_test(args).map(|_| ExitCode::SUCCESS),
         Task::Bench(args) => bench::bench(args).map(|_| ExitCode::SUCCESS),
         Task::VmTest(args) => vm::vm_test(args).map(|_| ExitCode::SUCCESS),
         Task::Torture(args) => torture::torture(args).map(|_| ExitCode::SUCCESS),
@@ -300,6 +302,17 @@ fn test(unit_only: bool) -> Result<()> {
                 None
             }
         };
+        // The real consumers of `tracer top` and `--heatmap`: a terminal and a browser.
+        apt::ensure(
+            "tracer top's terminal test and the heatmap's browser test",
+            &["tmux", "chromium"],
+        )?;
+        // tracer serve's consumers: a Prometheus server and promtool, curl for TLS and
+        // basic auth, openssl for the test's certificate.
+        apt::ensure(
+            "tracer serve's Prometheus, promtool and TLS tests",
+            &["prometheus", "curl", "openssl"],
+        )?;
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args([
@@ -317,6 +330,13 @@ fn test(unit_only: bool) -> Result<()> {
         if let Some(deb) = &deb {
             e2e.env("TRACER_DEB", deb);
         }
+        // record_e2e: Perfetto's protos (a venv under target/) and runqslower.
+        let mut apt = apt::Apt::new();
+        e2e.env(
+            "TRACER_PERFETTO_PYTHON",
+            testdeps::perfetto_python(&target, &mut apt)?,
+        );
+        testdeps::runqslower(&mut apt)?;
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }

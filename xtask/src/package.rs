@@ -316,7 +316,7 @@ pub fn build_static(release: bool) -> Result<PathBuf> {
     let target_dir = crate::target_dir()?;
     let ebpf_obj = crate::build_ebpf(&tools, &target_dir)?;
     let target = static_target();
-    crate::vm::ensure_rust_target(&target)?;
+    crate::toolchain::ensure_rust_target(&target)?;
     let mut cargo = crate::cargo(None, "build", &target_dir);
     cargo
         .args([
@@ -477,6 +477,13 @@ fn build_deb(apt: &mut Apt, bin: &Path) -> Result<PathBuf> {
         data: gzip(
             &std::fs::read(&readme).with_context(|| format!("cannot read {}", readme.display()))?,
         )?,
+        mode: 0o644,
+    });
+    // `tracer serve` as a service, shipped disabled (no maintainer script enables it).
+    let unit = crate::workspace_root().join("contrib/tracer.service");
+    files.push(File {
+        path: PathBuf::from("/usr/lib/systemd/system/tracer.service"),
+        data: std::fs::read(&unit).with_context(|| format!("cannot read {}", unit.display()))?,
         mode: 0o644,
     });
     let maintainer = maintainer()?;

@@ -1,14 +1,15 @@
-//! `cargo xtask vm-test`: the tracer on real Debian kernels under qemu, x86_64 and ppc64le
-//! (pseries), each booted with a busybox initramfs holding the tracer, the libraries it
+//! `cargo xtask vm-test`: the tracer on real Debian kernels under qemu, x86_64, ppc64le
+//! (pseries) and aarch64 (virt), each booted with a busybox initramfs holding the tracer, the libraries it
 //! links, the test workload and tests/vm's scripts. The guest runs the steps; the host
 //! turns them into PASS/FAIL checks (vm/checks.rs) and shows each failing check's output.
 //!
 //! Provisioning (checked first, so a second run changes nothing): qemu from Debian for
-//! each architecture; for ppc64le the rustup target, Debian's cross gcc and the ppc64el
-//! dpkg architecture. Kernel packages and busybox-static are downloaded with
+//! each architecture; for ppc64le and aarch64 the dpkg architecture and the cross
+//! toolchain through `toolchain::Cross::provision`, the path cross-test uses too. Kernel packages and busybox-static are downloaded with
 //! `apt-get download` into `<target>/vm-cache` and unpacked there, never installed.
 //! The kernels are listed in tests/vm/kernels; `--kernel PACKAGE` adds more.
 
+mod arch;
 mod checks;
 mod initramfs;
 mod protocol;
@@ -18,98 +19,14 @@ mod stress;
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
 
-/// A guest architecture.
-pub struct Arch {
-    /// As `uname -m` says it.
-    pub name: &'static str,
-    /// Debian's name.
-    pub deb_arch: &'static str,
-    /// Cross-compile for this Rust target (None: the host's).
-    pub rust_target: Option<&'static str>,
-    pub qemu: &'static str,
-    pub qemu_package: &'static str,
-    pub qemu_args: &'static [&'static str],
-    /// The kernel console (`console=`) and the second port the steps write to.
-    pub console: &'static str,
-    /// More kernel command line.
-    pub cmdline: &'static str,
-    pub results_port: &'static str,
-    /// Where the guest's shared libraries come from on the host.
-    pub lib_dirs: &'static [&'static str],
-    pub strip: &'static str,
-    /// Packages that cross-build for this architecture: (program that proves it, package).
-    pub toolchain: &'static [(&'static str, &'static str)],
-}
+pub use arch::{Arch, AARCH64, ARCHES, PPC64LE, X86_64};
 
-pub const X86_64: Arch = Arch {
-    name: "x86_64",
-    deb_arch: "amd64",
-    rust_target: None,
-    qemu: "qemu-system-x86_64",
-    qemu_package: "qemu-system-x86",
-    qemu_args: &["-M", "pc", "-accel", "tcg", "-cpu", "max"],
-    console: "ttyS0",
-    // The TSC sync test fails under emulation; then sched_clock (schedstat's clock) and
-    // the clocksource (bpf_ktime_get_ns) part ways by up to a tick per reading, and the
-    // comparisons against schedstat measure that, not the tracer. TCG's TSCs are one
-    // host clock: tell the kernel to trust them.
-    cmdline: "tsc=reliable",
-    results_port: "/dev/ttyS1",
-    lib_dirs: &[
-        "/lib/x86_64-linux-gnu",
-        "/usr/lib/x86_64-linux-gnu",
-        "/lib64",
-    ],
-    strip: "strip",
-    toolchain: &[],
-};
-
-pub const PPC64LE: Arch = Arch {
-    name: "ppc64le",
-    deb_arch: "ppc64el",
-    rust_target: Some("powerpc64le-unknown-linux-gnu"),
-    qemu: "qemu-system-ppc64",
-    qemu_package: "qemu-system-ppc",
-    // The spectre capabilities default to workarounds TCG cannot emulate (warnings only).
-    qemu_args: &[
-        "-M",
-        "pseries,cap-cfpc=broken,cap-sbbc=broken,cap-ibs=broken,cap-ccf-assist=off",
-        "-cpu",
-        "POWER9",
-        "-accel",
-        "tcg",
-    ],
-    console: "hvc0",
-    cmdline: "",
-    results_port: "/dev/hvc1",
-    lib_dirs: &["/usr/powerpc64le-linux-gnu/lib"],
-    strip: "powerpc64le-linux-gnu-strip",
-    toolchain: &[
-        ("powerpc64le-linux-gnu-gcc", "gcc-powerpc64le-linux-gnu"),
-        (
-            "/usr/powerpc64le-linux-gnu/lib/libc.so.6",
-            "gcc-powerpc64le-linux-gnu",
-        ),
-        // The C runtime objects the linker needs (Scrt1.o, crti.o): only recommended by
-        // the cross gcc, which is installed without recommends.
-        (
-            "/usr/powerpc64le-linux-gnu/lib/Scrt1.o",
-            "libc6-dev-ppc64el-cross",
-        ),
-        (
-            "powerpc64le-linux-gnu-strip",
-            "binutils-powerpc64le-linux-gnu",
-        ),
-    ],
-};
-
-const ARCHES: [&Arch; 2] = [&X86_64, &PPC64LE];
+use crate::toolchain::Use;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArchChoice {
@@ -117,6 +34,8 @@ pub enum ArchChoice {
     X86_64,
     #[value(name = "ppc64le")]
     Ppc64le,
+    #[value(name = "aarch64")]
+    Aarch64,
     #[value(name = "all")]
     All,
 }
@@ -175,12 +94,8 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
         list.push((*arch, package.trim().to_string()));
     }
     for package in &args.kernel {
-        let arch = if package.contains("powerpc64le") {
-            &PPC64LE
-        } else if package.contains("amd64") {
-            &X86_64
-        } else {
-            bail!("cannot tell the architecture of {package}: expected a name with amd64 or powerpc64le");
+        let Some(arch) = ARCHES.iter().find(|a| package.contains(a.kernel_flavour)) else {
+            bail!("cannot tell the architecture of {package}: expected a name with amd64, powerpc64le or arm64");
         };
         if !list
             .iter()
@@ -193,6 +108,7 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
         ArchChoice::All => true,
         ArchChoice::X86_64 => a.name == X86_64.name,
         ArchChoice::Ppc64le => a.name == PPC64LE.name,
+        ArchChoice::Aarch64 => a.name == AARCH64.name,
     });
     if list.is_empty() {
         bail!("no kernel to test for --arch {:?}", args.arch);
@@ -204,22 +120,6 @@ fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
 struct GuestBins {
     tracer: PathBuf,
     workload: PathBuf,
-}
-
-pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
-    let installed = crate::cmd::output(
-        Command::new("rustup")
-            .args(["target", "list", "--installed"])
-            .current_dir(crate::workspace_root()),
-    )?;
-    if installed.lines().any(|l| l.trim() == target) {
-        return Ok(());
-    }
-    crate::cmd::run(
-        Command::new("rustup")
-            .args(["target", "add", target])
-            .current_dir(crate::workspace_root()),
-    )
 }
 
 /// Builds the tracer (embedding the eBPF object) and the workload for every architecture
@@ -240,28 +140,25 @@ fn build_bins(
     for arch in arches {
         let mut cargo = crate::cargo(None, "build", &target);
         cargo.env("TRACER_EBPF_OBJ", &built.ebpf_obj);
-        let dir = match arch.rust_target {
+        let dir = match arch.cross {
             None => {
                 cargo.args(["--package", "tracer-tests", "--bin", "tracer-workload"]);
                 target.join("debug")
             }
-            Some(t) => {
-                ensure_rust_target(t)?;
-                let env_target = t.to_uppercase().replace('-', "_");
-                let linker = arch.toolchain[0].0;
+            Some(cross) => {
+                let t = cross.rust_target;
                 cargo
                     .args(["--target", t])
                     .args(["--package", "tracer", "--package", "tracer-tests"])
-                    .args(["--bin", "tracer", "--bin", "tracer-workload"])
-                    .env(format!("CARGO_TARGET_{env_target}_LINKER"), linker)
-                    .env(format!("CC_{}", t.replace('-', "_")), linker);
+                    .args(["--bin", "tracer", "--bin", "tracer-workload"]);
+                cross.env(&mut cargo);
                 target.join(t).join("debug")
             }
         };
         crate::cmd::run(&mut cargo)
             .with_context(|| format!("building the {} guest's binaries failed", arch.name))?;
         let bins = GuestBins {
-            tracer: if arch.rust_target.is_none() {
+            tracer: if arch.cross.is_none() {
                 static_tracer.clone().unwrap_or_else(|| built.bin.clone())
             } else {
                 dir.join("tracer")
@@ -288,10 +185,10 @@ fn pack(
     extra: &[(String, PathBuf)],
     dir: &Path,
 ) -> Result<PathBuf> {
-    let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), arch.strip)?;
-    let workload =
-        initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), arch.strip)?;
-    let lib_dirs: Vec<PathBuf> = arch.lib_dirs.iter().map(PathBuf::from).collect();
+    let strip = arch.strip();
+    let tracer = initramfs::stripped(&bins.tracer, &dir.join("bin/tracer"), &strip)?;
+    let workload = initramfs::stripped(&bins.workload, &dir.join("bin/tracer-workload"), &strip)?;
+    let lib_dirs = arch.lib_dirs();
     let mut all: Vec<&Path> = vec![&tracer, &workload];
     all.extend(extra.iter().map(|(_, p)| p.as_path()));
     let libs = initramfs::needed_libraries(&all, &lib_dirs)?;
@@ -333,12 +230,13 @@ fn pack(
     Ok(path)
 }
 
-/// How long one guest may run before it is declared hung.
-fn timeout() -> Duration {
+/// How long one guest may run before it is declared hung: VMTEST_TIMEOUT, else the
+/// architecture's own bound.
+fn timeout(arch: &Arch) -> Duration {
     let secs = std::env::var("VMTEST_TIMEOUT")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(arch.timeout_secs);
     Duration::from_secs(secs)
 }
 
@@ -386,8 +284,8 @@ fn print_verdicts(r: &VmResult) {
     }
 }
 
-/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
-/// checks failed on timing alone.
+/// Boots one kernel as `test_kernel_main` does, then in each of its architecture's
+/// other machine configurations.
 fn test_kernel(
     arch: &Arch,
     kernel: &provision::Kernel,
@@ -395,23 +293,59 @@ fn test_kernel(
     work: &Path,
     single: bool,
 ) -> Result<VmResult> {
+    let mut r = test_kernel_main(arch, kernel, initrd, work, single)?;
     let offers = checks::Offers::from_config(&kernel.config);
-    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
-    println!("\nvm-test: booting {label}: {}", offers.describe());
-    if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
-        println!(
-            "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \
-             programs attach (tests/vm/README.md); --single-thread-tcg avoids it",
-            arch.name, arch.qemu
-        );
+    for extra in arch.extra_boots {
+        let mut opts = qemu::Options::checks(&format!("vmtest.steps={}", extra.steps), single);
+        opts.machine = Some(extra.machine);
+        let dir = work.join(&kernel.package).join(extra.machine);
+        println!("\nvm-test: [{}] booting again: {}", arch.name, extra.label);
+        let boot = qemu::boot(
+            arch,
+            &kernel.image,
+            initrd,
+            &dir,
+            timeout(arch),
+            arch.name,
+            &opts,
+        )?;
+        r.secs += boot.secs;
+        let guest = protocol::parse(&boot.results);
+        let mut verdicts = checks::evaluate_steps(&guest, arch.name, &offers);
+        if boot.timed_out || !guest.done {
+            verdicts.push(checks::Verdict {
+                name: "the guest powered off by itself".into(),
+                pass: false,
+                summary: String::new(),
+                problems: vec![crash_summary(&boot, &guest)],
+                transcript: Some(boot.console_tail(40)),
+                retry: None,
+            });
+        }
+        r.verdicts.extend(verdicts.into_iter().map(|mut v| {
+            v.name = format!("[{}] {}", extra.label, v.name);
+            v
+        }));
     }
-    let dir = work.join(&kernel.package);
+    Ok(r)
+}
+
+/// Boots a kernel with all steps; a guest that crashed or hung gets one more boot.
+/// Returns the boot that counts, its steps, the seconds both took, and what became of
+/// the first when it did not complete.
+fn boot_with_a_second_chance(
+    arch: &Arch,
+    kernel: &provision::Kernel,
+    initrd: &Path,
+    dir: &Path,
+    single: bool,
+) -> Result<(qemu::Boot, protocol::GuestOutput, f64, Option<String>)> {
     let mut boot = qemu::boot(
         arch,
         &kernel.image,
         initrd,
-        &dir,
-        timeout(),
+        dir,
+        timeout(arch),
         arch.name,
         &qemu::Options::checks("", single),
     )?;
@@ -436,13 +370,38 @@ fn test_kernel(
             &kernel.image,
             initrd,
             &dir.join("after-crash"),
-            timeout(),
+            timeout(arch),
             arch.name,
             &qemu::Options::checks("", single),
         )?;
         secs += boot.secs;
         guest = protocol::parse(&boot.results);
     }
+    Ok((boot, guest, secs, first_crash))
+}
+
+/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
+/// checks failed on timing alone.
+fn test_kernel_main(
+    arch: &Arch,
+    kernel: &provision::Kernel,
+    initrd: &Path,
+    work: &Path,
+    single: bool,
+) -> Result<VmResult> {
+    let offers = checks::Offers::from_config(&kernel.config);
+    let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
+    println!("\nvm-test: booting {label}: {}", offers.describe());
+    if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
+        println!(
+            "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \
+             programs attach (tests/vm/README.md); --single-thread-tcg avoids it",
+            arch.name, arch.qemu
+        );
+    }
+    let dir = work.join(&kernel.package);
+    let (boot, guest, mut secs, first_crash) =
+        boot_with_a_second_chance(arch, kernel, initrd, &dir, single)?;
     let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
     if let Some(what) = &first_crash {
         let pass = guest.done && !boot.timed_out;
@@ -470,7 +429,7 @@ fn test_kernel(
             problems: vec![format!(
                 "{}; console log {}, results {}",
                 if boot.timed_out {
-                    format!("killed after {} s", timeout().as_secs())
+                    format!("killed after {} s", timeout(arch).as_secs())
                 } else {
                     "it stopped before the last step".to_string()
                 },
@@ -505,7 +464,7 @@ fn test_kernel(
         &kernel.image,
         initrd,
         &dir.join("retry"),
-        timeout(),
+        timeout(arch),
         arch.name,
         &qemu::Options::checks(
             &format!("vmtest.steps=facts-boot,{}", again.join(",")),
@@ -514,8 +473,24 @@ fn test_kernel(
     )?;
     secs += second.secs;
     let guest2 = protocol::parse(&second.results);
-    for step in &again {
-        for new in checks::recheck(&guest2, step, &offers) {
+    merge_retry(&mut verdicts, &again, &guest2, &offers);
+    Ok(VmResult {
+        label,
+        verdicts,
+        secs,
+    })
+}
+
+/// The checks of the retried steps on the second boot: a pass replaces the first
+/// verdict (saying what the first run found), a failure adds to it.
+fn merge_retry(
+    verdicts: &mut [checks::Verdict],
+    again: &[String],
+    guest2: &protocol::GuestOutput,
+    offers: &checks::Offers,
+) {
+    for step in again {
+        for new in checks::recheck(guest2, step, offers) {
             let Some(old) = verdicts
                 .iter_mut()
                 .find(|v| v.name == new.name && v.retry.as_deref() == Some(step.as_str()))
@@ -538,11 +513,6 @@ fn test_kernel(
             }
         }
     }
-    Ok(VmResult {
-        label,
-        verdicts,
-        secs,
-    })
 }
 
 pub fn vm_test(args: VmTestArgs) -> Result<()> {
@@ -561,9 +531,11 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     for a in &arches {
         wanted.push((a.qemu, a.qemu_package));
-        wanted.extend(a.toolchain.iter().copied());
         if a.deb_arch != X86_64.deb_arch {
             apt.add_architecture(a.deb_arch)?;
+        }
+        if let Some(cross) = a.cross {
+            cross.provision(&mut apt, Use::Build)?;
         }
     }
     apt.install_missing(&wanted)?;
@@ -598,7 +570,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
                 )?);
             } else {
                 let timeout = match std::env::var("VMTEST_TIMEOUT") {
-                    Ok(_) => timeout(),
+                    Ok(_) => timeout(arch),
                     Err(_) => Duration::from_secs(u64::from(args.stress_secs) + 150),
                 };
                 stress::run(

@@ -62,6 +62,30 @@ pub fn task_storage_safe_in_scheduler(btf: &KernelBtf) -> bool {
     btf.has_member("bpf_local_storage_map", "selem_ma")
 }
 
+/// Whether fentry programs attach to kernel functions here, tried with `attach_detach`
+/// (the hooks run only while a per-task perf event is open, so the moment attached is
+/// harmless). A BPF trampoline on a kernel function needs ftrace direct calls
+/// (CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS): x86_64 has them since v5.5, arm64 only
+/// since v6.4 (commit 2aa6ac03516d "arm64: ftrace: Add direct call support"). Without
+/// them the verifier loads the program and only the attach fails, with ENOTSUPP (524,
+/// kernel-internal, so strerror has no name for it): the caller then uses kprobes.
+pub fn fentry_attachable(attach_detach: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    /// The kernel's ENOTSUPP (include/linux/errno.h), not user space's ENOTSUP.
+    const ENOTSUPP: i32 = 524;
+    attach_detach().map_err(|e| {
+        let unsupported = e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.raw_os_error() == Some(ENOTSUPP))
+                || c.to_string().contains("os error 524")
+        });
+        if unsupported {
+            e.context("fentry does not attach to kernel functions here (no ftrace direct calls: arm64 before 6.4)")
+        } else {
+            e
+        }
+    })
+}
+
 /// The perf context-switch hooks: `__perf_event_task_sched_out(prev, next)` and
 /// `__perf_event_task_sched_in(prev, task)`. They only run while the `perf_sched_events`
 /// static key is on, which any per-task perf event turns on (kernel/events/core.c,

@@ -40,6 +40,8 @@ pub struct LoadOptions {
     pub n_counters: u32,
     pub max_threads: u32,
     pub runq_from: RunqFrom,
+    /// Events streamed by `tracer record` / `tracer slow` (nothing for `tracer run`).
+    pub record: crate::bpf::record::RecordLoad,
 }
 
 /// Loaded and attached programs with their maps.
@@ -298,6 +300,9 @@ impl Tracer {
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
         }
         let runq = runq_source(mode, opts.runq_from, storage_ok, &mut cfg)?;
+        if opts.record.on != 0 {
+            crate::bpf::record::config(&mut cfg, &opts.record, mode, runq, root)?;
+        }
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
@@ -319,6 +324,7 @@ impl Tracer {
                 )
                 // Maps the chosen options do not use are created with one entry.
                 .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
+                .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
                 .map_max_entries(
                     "HIST_SCOPED",
                     if opts.hist_scope == tracer_common::scope::ALL {
@@ -574,7 +580,15 @@ fn perf_sched_programs(
                 .try_into()?;
             p.load(target, btf)?;
         }
-        Ok(())
+        compat::fentry_attachable(|| {
+            let p: &mut FEntry = ebpf
+                .program_mut("perf_sched_out_fentry")
+                .ok_or_else(|| anyhow!("program perf_sched_out_fentry missing"))?
+                .try_into()?;
+            let link = p.attach()?;
+            p.detach(link)?;
+            Ok(())
+        })
     })();
     match fentry {
         Ok(()) => {

@@ -3,4 +3,5 @@
 pub mod collect;
 pub mod compat;
 pub mod loader;
+pub mod record;
 pub mod stacks;

@@ -44,6 +44,12 @@ pub struct Cli {
 pub enum Command {
     /// Trace threads and report their scheduling (needs CAP_BPF and CAP_PERFMON, or root).
     Run(RunArgs),
+    /// Record every switch and wakeup into a Perfetto trace (ui.perfetto.dev), then report as `run`.
+    Record(record::RecordArgs),
+    /// Print each run-queue wait (or --off-cpu blocked period) above --min as it ends.
+    Slow(record::SlowArgs),
+    /// Live terminal view: per-process/thread rows, histograms, a run-queue latency heatmap.
+    Top(TopArgs),
     /// pseries hypervisor dispatch statistics and Dispatch Trace Log.
     Dtl(DtlArgs),
     /// Check what this machine offers: BTF, tracefs, probe modes, perf events, DTL.
@@ -189,6 +195,61 @@ pub struct RunArgs {
     /// Command to start and trace with everything it spawns.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Write run-queue, on-CPU and off-CPU latency heatmaps of the intervals (x: time,
+    /// y: latency, colour: count) to FILE as SVG when the run ends (needs -i).
+    #[arg(long, value_name = "FILE", requires = "interval")]
+    pub heatmap: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Trace this process and its threads (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    #[arg(short = 't', long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Refresh every DURATION (at least 10ms).
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s")]
+    pub interval: Duration,
+    /// Stop after this long; default: until q, Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Attach mode.
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
+    pub runq_from: RunqFrom,
+    /// Capacity of the per-thread maps.
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
+    pub max_threads: u32,
+    /// Run COMMAND as root even when started through sudo.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl From<TopArgs> for crate::cmd::top::TopConfig {
+    fn from(a: TopArgs) -> Self {
+        Self {
+            pids: a.pids,
+            tids: a.tids,
+            cgroup: a.cgroup,
+            interval: a.interval,
+            duration: a.duration,
+            probe: a.probe,
+            runq_from: a.runq_from,
+            max_threads: a.max_threads,
+            as_root: a.as_root,
+            command: a.command,
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -398,6 +459,8 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             max_threads: a.max_threads,
             as_root: a.as_root,
             command: a.command,
+            hook: Default::default(),
+            heatmap: a.heatmap,
         }
     }
 }
@@ -423,6 +486,7 @@ impl From<CheckArgs> for crate::cmd::check::CheckConfig {
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
 pub mod generate;
+pub mod record;
 
 pub fn main() -> i32 {
     crate::sys::launch::note_inherited_state();
@@ -433,6 +497,9 @@ pub fn main() -> i32 {
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
     let result = match cli.command {
         Command::Run(args) => crate::cmd::run::run(args.into(), root),
+        Command::Record(args) => crate::cmd::record::run(args.into(), root),
+        Command::Slow(args) => crate::cmd::slow::run(args.into(), root),
+        Command::Top(args) => crate::cmd::top::run(args.into(), root),
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
         Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),

@@ -88,6 +88,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         n_counters: 0,
         max_threads: 4096,
         runq_from: crate::model::options::RunqFrom::Wakeup,
+        record: Default::default(),
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {

@@ -3,5 +3,8 @@ pub mod check;
 pub mod dtl;
 pub mod floor;
 pub mod offcpu;
+pub mod record;
 pub mod run;
 pub mod serve;
+pub mod slow;
+pub mod top;

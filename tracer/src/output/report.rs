@@ -16,6 +16,46 @@ pub struct Sections {
     /// Steal time and, on pseries, dispatch statistics.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<HypervisorReport>,
+    /// `tracer record`: what went into the trace and what was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<RecordSummary>,
+}
+
+/// The trace `tracer record` wrote: events, bytes, and losses per CPU.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct RecordSummary {
+    pub output: String,
+    pub switches: u64,
+    pub wakeups: u64,
+    pub bytes: u64,
+    pub packets: u64,
+    pub bytes_per_event: f64,
+    /// Events the ring buffer had no room for.
+    pub lost: u64,
+    pub lost_per_cpu: Vec<u64>,
+    pub sent_per_cpu: Vec<u64>,
+    pub read_per_cpu: Vec<u64>,
+    pub undecodable: u64,
+    /// Switches the kernel did not run the switch program for, put back estimated.
+    pub gaps: u64,
+    /// Threads next to a gap (at most 1000).
+    pub gap_tids: Vec<u32>,
+}
+
+impl RecordSummary {
+    /// The summary's line in the text report.
+    pub fn text(&self) -> String {
+        format!(
+            "Recorded {} switches and {} wakeups to {} ({} bytes, {:.1} bytes/event); lost {} (ring buffer full), per CPU: {:?}",
+            self.switches,
+            self.wakeups,
+            self.output,
+            self.bytes,
+            self.bytes_per_event,
+            self.lost,
+            self.lost_per_cpu
+        )
+    }
 }
 
 /// Everything one report shows.

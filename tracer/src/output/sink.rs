@@ -31,7 +31,7 @@ pub trait Sink {
 
 /// Writes `text` and flushes: a reader that went away is [`TracerError::OutputClosed`],
 /// any other failure (a full disk, /dev/full) is [`TracerError::Output`].
-fn write_flush(out: &mut impl Write, text: &str) -> Result<(), TracerError> {
+pub(crate) fn write_flush(out: &mut impl Write, text: &str) -> Result<(), TracerError> {
     out.write_all(text.as_bytes())
         .and_then(|_| out.flush())
         .map_err(|e| match e.kind() {

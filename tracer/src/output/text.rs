@@ -106,6 +106,7 @@ pub fn format_text(r: &Report) -> String {
             .hypervisor
             .as_ref()
             .map(crate::output::hypervisor::format_text),
+        r.sections.record.as_ref().map(|s| s.text()),
     ];
     for text in sections.iter().flatten().filter(|t| !t.is_empty()) {
         out += "\n";

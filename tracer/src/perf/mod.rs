@@ -13,3 +13,4 @@ pub use derived::{
 pub use event::{attr_fields, default_events, is_clock, parse_event, parse_events, EventSpec};
 pub use set::{open_per_cpu, scale, CounterSnapshot, CounterTarget, Counters, EventReading, Scope};
 pub use sys::{AttrFields, Reading};
+pub mod exception_levels;

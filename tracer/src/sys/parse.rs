@@ -98,3 +98,49 @@ pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
     };
     r.map_err(|_| TracerError::BadNumber(s.to_string()))
 }
+
+/// `--buffer-size`: bytes with an optional K/M/G suffix, rounded up to a power of two
+/// (the kernel requires it), from one page to 1 GiB.
+pub fn parse_buffer_size(s: &str) -> Result<u32, TracerError> {
+    let bad = |why: &str| TracerError::BadOption(format!("--buffer-size {s:?}: {why}"));
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => (
+            &t[..i],
+            match t[i..].to_ascii_uppercase().as_str() {
+                "K" | "KB" | "KIB" => 1 << 10,
+                "M" | "MB" | "MIB" => 1 << 20,
+                "G" | "GB" | "GIB" => 1 << 30,
+                _ => return Err(bad("unknown unit (use K, M or G)")),
+            },
+        ),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| bad("expected a size such as 16M"))?;
+    let bytes = n.checked_mul(mult).ok_or_else(|| bad("too large"))?;
+    let page = 4096u64;
+    if bytes < page {
+        return Err(bad("at least one page (4K)"));
+    }
+    if bytes > 1 << 30 {
+        return Err(bad("at most 1G"));
+    }
+    Ok(bytes.next_power_of_two() as u32)
+}
+
+#[cfg(test)]
+mod buffer_size_tests {
+    use super::*;
+
+    #[test]
+    fn buffer_sizes() {
+        assert_eq!(parse_buffer_size("16M").unwrap(), 16 << 20);
+        assert_eq!(parse_buffer_size("5000").unwrap(), 8192);
+        assert_eq!(parse_buffer_size("1g").unwrap(), 1 << 30);
+        for bad in ["", "0", "100", "2G", "12X", "-1M", "M"] {
+            assert!(parse_buffer_size(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -104,7 +104,7 @@ impl WebConfig {
             Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
             // Same work for an unknown user, so timing does not tell which users exist.
             None => {
-                let _ = bcrypt::verify(password, DUMMY_HASH);
+                let _ = bcrypt::verify(password, dummy_hash());
                 false
             }
         }
@@ -135,8 +135,11 @@ impl WebConfig {
     }
 }
 
-/// bcrypt("x") at cost 10: verified against for unknown users.
-const DUMMY_HASH: &str = "$2b$10$N9qo8uLOickgx2ZMRZoMyeIjZAgcfl7p92ldGxad68LJZdL17lhWy";
+/// A bcrypt hash at the default cost, verified against for unknown users (made once).
+fn dummy_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| bcrypt::hash("x", bcrypt::DEFAULT_COST).unwrap_or_default())
+}
 
 /// `Basic base64(user:password)` to (user, password).
 fn decode_basic(header: &str) -> Option<(String, String)> {

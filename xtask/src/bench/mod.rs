@@ -183,6 +183,21 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             versus: "libbpf",
         },
         tracer_tool("tracer", "tracer", &[], "libbpf"),
+        // Every switch and wakeup into a Perfetto trace (rewritten at each start).
+        Tool {
+            key: "tracer-record",
+            label: "tracer record",
+            procs: vec![(
+                "tracer".into(),
+                vec![
+                    t.clone(),
+                    "record".into(),
+                    "-o".into(),
+                    s(&logs.join("record.pftrace")),
+                ],
+            )],
+            versus: "libbpf",
+        },
         tracer_tool("tracer-p", "tracer -p", &["-p", &target], "libbpf-p"),
         tracer_tool(
             "tracer-schedstat",

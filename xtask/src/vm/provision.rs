@@ -1,6 +1,5 @@
 //! What the VMs need from Debian, checked before installed or downloaded, so a second
-//! run changes nothing: qemu (installed on the host), the cross toolchain for ppc64le,
-//! and, only downloaded into the cache (never installed), the kernel packages and a static
+//! run changes nothing: qemu (installed on the host) and, only downloaded into the cache (never installed), the kernel packages and a static
 //! busybox for each guest architecture.
 
 use std::{
@@ -305,7 +304,7 @@ pub fn libbpf_tools(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf>
         .unwrap_or_default();
     let dir = cache.join("libbpf-tools").join(stem);
     extract(&deb, &dir, "./usr/sbin/*", &dir.join("usr/sbin/runqlat"))?;
-    if arch.rust_target.is_none() {
+    if arch.cross.is_none() {
         apt.install_missing(&[("/usr/lib/x86_64-linux-gnu/libelf.so.1", "libelf1")])?;
     }
     Ok(dir.join("usr/sbin"))

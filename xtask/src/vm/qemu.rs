@@ -142,6 +142,8 @@ pub struct Options {
     /// no vCPU runs while another modifies code, which tells an emulator race from a
     /// guest one.
     pub single_thread_tcg: bool,
+    /// More `-M` properties, e.g. `virtualization=on` (arm64: the kernel at EL2).
+    pub machine: Option<&'static str>,
 }
 
 impl Options {
@@ -157,6 +159,7 @@ impl Options {
             nice: -10,
             silence: None,
             single_thread_tcg,
+            machine: None,
         }
     }
 }
@@ -195,11 +198,13 @@ pub fn command(
     } else {
         Command::new(arch.qemu)
     };
+    let mut after_m = false;
     c.args(arch.qemu_args.iter().map(|a| {
-        if opts.single_thread_tcg && *a == "tcg" {
-            "tcg,thread=single"
-        } else {
-            a
+        let machine = std::mem::replace(&mut after_m, *a == "-M");
+        match (machine, opts.machine) {
+            (true, Some(more)) => format!("{a},{more}"),
+            _ if opts.single_thread_tcg && *a == "tcg" => "tcg,thread=single".into(),
+            _ => a.to_string(),
         }
     }))
     .args([
@@ -226,9 +231,15 @@ pub fn command(
         opts.cmdline
     ))
     .arg("-serial")
-    .arg(format!("file:{}", console.display()))
-    .arg("-serial")
-    .arg(format!("file:{}", results.display()));
+    .arg(format!("file:{}", console.display()));
+    match arch.results_device {
+        None => c.arg("-serial").arg(format!("file:{}", results.display())),
+        Some(device) => c
+            .arg("-chardev")
+            .arg(format!("file,id=results,path={}", results.display()))
+            .arg("-device")
+            .arg(format!("{device},chardev=results")),
+    };
     if opts.silence.is_some() {
         if let Some(dir) = console.parent() {
             c.arg("-monitor").arg(format!(

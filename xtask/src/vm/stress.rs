@@ -266,6 +266,7 @@ fn boot_once(
         quiet: false,
         nice: 10,
         single_thread_tcg: single,
+        machine: None,
         silence: Some(Duration::from_secs(
             std::env::var("VMTEST_SILENCE")
                 .ok()

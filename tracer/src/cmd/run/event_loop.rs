@@ -10,12 +10,11 @@ use super::{
     report::{window_report, Mark},
     session::Session,
     targets::{target_text, targets_alive, watch_list},
-    RunConfig,
+    Frontend, RunConfig,
 };
 use crate::{
     error::TracerError,
     model::report::{Command, ReportKind},
-    output::sink,
     pseries::hypervisor,
     sys::launch,
     sys::root::Root,
@@ -176,15 +175,20 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
     }
 }
 
-/// Waits for the run's end, reporting each interval to the standard output's sink, then
+/// Waits for the run's end, reporting each interval to the front end's sink, then
 /// reports the totals. Returns the command's exit code (0 without one).
 pub(super) async fn event_loop(
     args: &RunConfig,
     root: &Root,
     mut s: Session,
     child: Option<u32>,
+    front: Frontend,
 ) -> Result<i32> {
-    let mut sink = sink::stdout_sink(args.json);
+    let Frontend {
+        mut sink,
+        mut quit,
+        banner,
+    } = front;
     sink.start(&s.header)?;
     // SIGCHLD wakes us; waitpid(WNOHANG) reaps. No blocking thread, so the run ends at
     // --duration or a signal even while the command goes on.
@@ -203,11 +207,14 @@ pub(super) async fn event_loop(
     let signal = wait_signal();
     tokio::pin!(signal);
     let watch = watch_list(args, root);
-    show_life(args);
+    if banner {
+        show_life(args);
+    }
 
     let end = loop {
         tokio::select! {
             _ = &mut signal => break End::Signal,
+            _ = async { match quit.as_mut() { Some(q) => { q.recv().await; } None => std::future::pending().await } } => break End::Signal,
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break End::Duration,
             _ = sigchld.recv(), if child.is_some() => {
                 if let Some(code) = child.and_then(launch::try_wait_exit) {
@@ -240,6 +247,9 @@ pub(super) async fn event_loop(
                 if crate::output::stdout::stdout_closed() {
                     break End::Output(TracerError::OutputClosed);
                 }
+                if args.hook.should_stop() {
+                    break End::Duration;
+                }
             }
         }
     };
@@ -249,9 +259,11 @@ pub(super) async fn event_loop(
     if let End::Output(e) = end {
         // Nothing more can be shown: detach and end.
         s.tracer.detach();
+        let _ = args.hook.finish(&mut s.tracer.ebpf);
         return Err(e.into());
     }
     let last = read_final(&mut s, args, root, &prev, t1)?;
+    let (record, hook_notices) = args.hook.finish(&mut s.tracer.ebpf)?;
     if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev.snap.at_ns {
         // The rest of the window after the last tick, so the intervals add up to the totals.
         let kind = ReportKind::Interval {
@@ -269,7 +281,11 @@ pub(super) async fn event_loop(
         argv: args.command.clone(),
         state,
     });
-    let r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
-    sink.total(&r)?;
+    let mut r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
+    r.sections.record = record;
+    r.notices.extend(hook_notices);
+    if args.hook.report() {
+        sink.total(&r)?;
+    }
     Ok(state.and_then(|s| s.exit_code()).unwrap_or(0))
 }

@@ -11,6 +11,8 @@ use crate::model::options::{ProbeMode, RunqFrom, SortKey};
 use crate::{
     bpf::loader,
     error::TracerError,
+    output::heatmap::HeatmapSink,
+    output::sink::{self, Sink},
     perf,
     sys::launch::{self, Held},
     sys::privileges,
@@ -19,6 +21,7 @@ use crate::{
 };
 
 mod event_loop;
+pub mod hook;
 mod report;
 mod session;
 mod targets;
@@ -68,9 +71,44 @@ pub struct RunConfig {
     pub as_root: bool,
     /// Command to start and trace with everything it spawns.
     pub command: Vec<String>,
+    /// What `tracer record` / `tracer slow` add to the session (nothing for `run`).
+    pub hook: hook::Hook,
+    /// Write the latency heatmaps of the interval reports to this SVG file at the end.
+    pub heatmap: Option<PathBuf>,
+}
+
+/// Where a run's reports go and what else may end it: `tracer run` prints them on
+/// standard output, `tracer top` draws them and ends the run on its quit key.
+pub struct Frontend {
+    pub sink: Box<dyn Sink>,
+    /// A message (or the sender going away) ends the run as a signal does.
+    pub quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+    /// bcc's "Tracing ... Hit Ctrl-C to end." on a terminal's stderr.
+    pub banner: bool,
 }
 
 pub fn run(args: RunConfig, root: Root) -> Result<i32> {
+    let mut sink = sink::stdout_sink(args.json);
+    if let Some(path) = &args.heatmap {
+        sink = Box::new(
+            HeatmapSink::create(sink, path)
+                .with_context(|| format!("creating the heatmap file {}", path.display()))?,
+        );
+    }
+    run_with(
+        args,
+        root,
+        Frontend {
+            sink,
+            quit: None,
+            banner: true,
+        },
+    )
+}
+
+/// Validates, starts the command held, loads, attaches and runs the window, reporting to
+/// `front`: the one path `tracer run` and `tracer top` share.
+pub fn run_with(args: RunConfig, root: Root, front: Frontend) -> Result<i32> {
     if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
@@ -113,7 +151,7 @@ pub fn run(args: RunConfig, root: Root) -> Result<i32> {
         };
         Some(launch::spawn_held(&args.command, as_user)?)
     };
-    trace(&args, &root, held, &event_specs)
+    trace(&args, &root, held, &event_specs, front)
 }
 
 fn hist_scope(args: &RunConfig) -> u32 {
@@ -131,6 +169,7 @@ fn trace(
     root: &Root,
     held: Option<Held>,
     event_specs: &[perf::EventSpec],
+    front: Frontend,
 ) -> Result<i32> {
     let child = held.as_ref().map(|h| h.pid);
     let session = match session::setup(args, root, child, event_specs) {
@@ -143,6 +182,10 @@ fn trace(
         }
     };
     let mut session = session;
+    // The kernel log (/dev/kmsg, CAP_SYSLOG under dmesg_restrict) is read while it can be.
+    if !args.events.is_empty() {
+        crate::perf::exception_levels::detect();
+    }
     if let Err(e) = privileges::drop_all() {
         session
             .notices
@@ -156,5 +199,7 @@ fn trace(
         .enable_all()
         .build()
         .context("starting the event loop")?;
-    rt.block_on(event_loop::event_loop(args, root, session, child_pid))
+    rt.block_on(event_loop::event_loop(
+        args, root, session, child_pid, front,
+    ))
 }

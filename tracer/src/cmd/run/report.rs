@@ -136,6 +136,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     let mut sections = Sections {
         counters: None,
         hypervisor: w.hypervisor,
+        record: None,
     };
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);
@@ -159,7 +160,16 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
             }
             notices.push(cross_check::cross_check_notice(&cc));
         }
-        notices.extend(zero_hardware_counts(&cr));
+        // Modifiers that select nothing, or nothing different, on this machine (arm64's
+        // exception levels): said, and their zeros need no other explanation.
+        let levels = crate::perf::exception_levels::notices(
+            cr.counters
+                .iter()
+                .filter(|c| c.supported)
+                .map(|c| c.event.as_str()),
+        );
+        notices.extend(levels.iter().map(|(_, n)| n.clone()));
+        notices.extend(zero_hardware_counts(&cr, &levels));
         sections.counters = Some(cr);
     }
     let now = std::time::SystemTime::now()
@@ -183,10 +193,11 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
 
 /// A hardware event that ran and counted exactly zero is more likely an event the PMU
 /// accepts but does not implement (seen under QEMU's POWER PMU) than a real 0.
-fn zero_hardware_counts(cr: &perf::CounterReport) -> Vec<String> {
+fn zero_hardware_counts(cr: &perf::CounterReport, explained: &[(String, String)]) -> Vec<String> {
     cr.counters
         .iter()
         .filter(|c| c.supported && c.value == Some(0.0) && c.running_ns > 0)
+        .filter(|c| !explained.iter().any(|(e, _)| *e == c.event))
         .filter(|c| {
             perf::parse_event(&c.event)
                 .map(|e| !e.is_software())

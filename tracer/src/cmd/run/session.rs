@@ -132,6 +132,7 @@ pub(super) fn setup(
         n_counters: slice.len() as u32,
         max_threads: args.max_threads,
         runq_from: args.runq_from,
+        record: args.hook.load(),
     };
     let seed = |ebpf: &mut Ebpf| -> Result<()> {
         if targets.seed.is_empty() {
@@ -146,6 +147,7 @@ pub(super) fn setup(
         Ok(())
     };
     let mut tracer = Tracer::start(&opts, root, &seed)?;
+    args.hook.attached(&mut tracer.ebpf)?;
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }

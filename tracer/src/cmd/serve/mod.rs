@@ -119,6 +119,7 @@ async fn serve(
         n_counters: 0,
         max_threads: cfg.max_threads,
         runq_from: cfg.runq_from,
+        record: Default::default(),
     };
     let mut tracer = Tracer::start(&opts, &root, &|_| Ok(()))?;
     // In-kernel cost for the self-monitoring series; needs CAP_SYS_ADMIN, so before the drop.

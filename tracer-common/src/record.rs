@@ -1,0 +1,135 @@
+//! Events streamed to user space by `tracer record` and `tracer slow` through the
+//! `EVENTS` ring buffer. Each starts with [`EventHead`] (timestamp, kind, CPU), so user
+//! space reads the kind before the rest; sizes are pinned below.
+
+/// `Config::record` bits. 0 (`tracer run`): the programs stream nothing, and the
+/// verifier drops the record paths as dead code (`.rodata` is frozen).
+pub mod on {
+    /// Every switch and wakeup of the traced set (`tracer record`).
+    pub const SCHED: u32 = 1;
+    /// Run-queue waits of at least `Config::slow_min_ns` (`tracer slow`).
+    pub const SLOW_RUNQ: u32 = 2;
+    /// Blocked (off-CPU) periods of at least `Config::slow_min_ns` (`tracer slow --off-cpu`).
+    pub const SLOW_OFF_CPU: u32 = 4;
+}
+
+/// `EventHead::kind`.
+pub mod kind {
+    pub const SWITCH: u32 = 1;
+    pub const WAKEUP: u32 = 2;
+    pub const WAKEUP_NEW: u32 = 3;
+    pub const SLOW_RUNQ: u32 = 4;
+    pub const SLOW_OFF_CPU: u32 = 5;
+}
+
+/// `SchedEvent::flags` of a switch: the previous task was preempted (still runnable).
+pub const SWITCH_PREEMPT: u32 = 1;
+/// `SchedEvent::flags` of a switch the programs did not see (the kernel skipped them,
+/// see `drop::UNSEEN_SWITCH_IN`), put back: the task that left this CPU next (`tid`) was
+/// not the one the last switch seen here put on it (`prev_tid`). Its time is estimated
+/// from `tid`'s runtime in this slice (`sum_exec_runtime - prev_sum_exec_runtime`),
+/// clamped to the time since that last switch; `prev_tid`'s state is not known (0).
+pub const SWITCH_REPAIRED: u32 = 2;
+
+/// `SlowEvent::how`: how the waiting thread became runnable.
+pub mod how {
+    pub const UNKNOWN: u32 = 0;
+    /// Woken from sleep (`sched_wakeup`).
+    pub const WAKEUP: u32 = 1;
+    /// A new thread's first wakeup (`sched_wakeup_new`).
+    pub const NEW: u32 = 2;
+    /// Preempted while running: it stayed runnable.
+    pub const PREEMPTED: u32 = 3;
+    /// Off-CPU mode: the thread blocked (slept).
+    pub const BLOCKED: u32 = 4;
+}
+
+/// `ThreadStats::flags`: the thread's last wakeup was `sched_wakeup_new` (set only while
+/// `tracer slow` runs).
+pub const WOKEN_NEW: u32 = 2;
+
+/// The common start of every event.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventHead {
+    /// `SchedEvent`: CLOCK_BOOTTIME (what Perfetto reads); `SlowEvent`: CLOCK_MONOTONIC.
+    pub ts_ns: u64,
+    /// One of [`kind`].
+    pub kind: u32,
+    pub cpu: u32,
+}
+
+/// A switch or a wakeup (`tracer record`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedEvent {
+    pub head: EventHead,
+    /// Switch: the next task; wakeup: the woken task.
+    pub tid: u32,
+    /// TGID of `tid`.
+    pub tgid: u32,
+    /// Switch: the previous task; wakeup: the task running when it happened (the waker,
+    /// or whatever an interrupt interrupted).
+    pub prev_tid: u32,
+    /// Switch: the previous task's `__state` as the tracepoint passes it; wakeup: the
+    /// woken task's CPU (its target).
+    pub state: u32,
+    /// `task_struct::prio` of `tid`.
+    pub prio: i32,
+    /// [`SWITCH_PREEMPT`].
+    pub flags: u32,
+    /// `tid`'s comm.
+    pub comm: [u8; crate::COMM_LEN],
+}
+
+/// A wait at or above the threshold (`tracer slow`), sent as it ends at a switch-in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlowEvent {
+    pub head: EventHead,
+    /// The thread that waited and now runs.
+    pub tid: u32,
+    pub tgid: u32,
+    /// The task that ran on this CPU just before (not necessarily the cause).
+    pub prev_tid: u32,
+    /// One of [`how`].
+    pub how: u32,
+    pub wait_ns: u64,
+    /// How long `prev_tid` had run on this CPU since its switch-in (0: not seen).
+    pub prev_ran_ns: u64,
+    pub comm: [u8; crate::COMM_LEN],
+    pub prev_comm: [u8; crate::COMM_LEN],
+}
+
+/// Per-CPU record state (`REC_CPU`): the last switch seen on this CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecCpu {
+    /// CLOCK_MONOTONIC of the last switch on this CPU (0: none seen yet).
+    pub last_switch_ns: u64,
+    /// CLOCK_BOOTTIME of the last switch on this CPU (0: none seen yet).
+    pub last_boot_ns: u64,
+    /// The task that switch put on the CPU.
+    pub running: u32,
+    pub _pad: u32,
+}
+
+/// Indices of the per-CPU `REC_STATS` array.
+pub mod stat {
+    /// Events the programs tried to send.
+    pub const SENT: u32 = 0;
+    /// Of those, lost because the ring buffer was full (reserve failed).
+    pub const DROPPED: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
+const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
+const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 24);
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: #[repr(C)] plain data without implicit padding (sizes asserted above).
+    unsafe impl aya::Pod for super::RecCpu {}
+}

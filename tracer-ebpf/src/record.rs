@@ -1,0 +1,272 @@
+//! `tracer record` and `tracer slow`: events streamed to user space from the same
+//! switch and wakeup programs `tracer run` uses, after their accounting has run (so a
+//! slow wait is the very wait the accounting just timed). Everything here is behind
+//! `Config::record`: with it 0 (`tracer run`) the frozen `.rodata` lets the verifier
+//! drop these paths as dead code, and the ring buffer is created with one page.
+use aya_ebpf::{
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
+        bpf_ktime_get_boot_ns, bpf_ktime_get_ns,
+    },
+    macros::map,
+    maps::{PerCpuArray, RingBuf},
+};
+use tracer_common::{
+    filter,
+    record::{
+        how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, SWITCH_REPAIRED, WOKEN_NEW,
+    },
+    COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
+};
+
+use crate::{account, config, maps::CPU_STATE, Task};
+
+/// `BPF_RB_NO_WAKEUP`: switches and wakeups do not wake the reader, which drains on a
+/// timer: a wakeup per event would cost an irq_work each and, worse, make the reader
+/// switch in and out (more events) all the time.
+const NO_WAKEUP: u64 = 1;
+
+/// Switches, wakeups and slow waits for user space. Sized by `--buffer-size`.
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Per CPU: events sent and events lost to a full ring buffer (`tracer_common::record::stat`).
+#[map]
+pub static REC_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(stat::COUNT, 0);
+
+/// Per CPU: when the task running there switched in (the previous task's run time).
+#[map]
+pub static REC_CPU: PerCpuArray<RecCpu> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+fn bump(i: u32) {
+    if let Some(p) = REC_STATS.get_ptr_mut(i) {
+        // SAFETY: per-CPU slot; the programs that send events do not nest on a CPU.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn head(ts_ns: u64, k: u32) -> EventHead {
+    EventHead {
+        ts_ns,
+        kind: k,
+        cpu: unsafe { bpf_get_smp_processor_id() },
+    }
+}
+
+#[inline(always)]
+fn prio(t: &Task) -> i32 {
+    match config().task_prio_off {
+        0 => 0,
+        off => t.field::<i32>(off).unwrap_or(0),
+    }
+}
+
+/// The task's comm: two plain loads from a trusted task pointer (tp_btf), else a probe
+/// read.
+#[inline(always)]
+fn comm(t: &Task) -> [u8; COMM_LEN] {
+    if t.trusted {
+        if let Some(w) = t.field::<[u64; 2]>(config().task_comm_off) {
+            // SAFETY: 16 plain bytes either way.
+            return unsafe { core::mem::transmute::<[u64; 2], [u8; COMM_LEN]>(w) };
+        }
+    }
+    t.comm.read()
+}
+
+/// A switch from `prev` to `next` (prev is `current`), before the accounting: a thread
+/// that dies leaves the traced set there, and its last switch-out must still be sent.
+#[inline(always)]
+pub fn switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+    if config().record & on::SCHED != 0 {
+        sched_switch(prev, preempt, prev_state, next);
+    }
+}
+
+/// The same switch after the accounting, which has just timed the wait that ends.
+#[inline(always)]
+pub fn switch_done(prev: &Task, next: &Task) {
+    if config().record & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
+        slow(prev, next);
+    }
+}
+
+/// Queues one switch event; false when the ring buffer is full (counted).
+#[inline(always)]
+fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> bool {
+    bump(stat::SENT);
+    match EVENTS.reserve::<SchedEvent>(0) {
+        Some(mut e) => {
+            let p = e.as_mut_ptr();
+            // SAFETY: the reservation holds one SchedEvent; every field is written.
+            unsafe {
+                (*p).head = head(ts, kind::SWITCH);
+                (*p).tid = next.tid;
+                (*p).tgid = next.tgid();
+                (*p).prev_tid = prev_tid;
+                (*p).state = state;
+                (*p).prio = prio(next);
+                (*p).flags = flags;
+                (*p).comm = comm(next);
+            }
+            e.submit(NO_WAKEUP);
+            true
+        }
+        None => {
+            bump(stat::DROPPED);
+            false
+        }
+    }
+}
+
+/// `tracer record`: the switch, when it touches the traced set; and first, when `prev`
+/// is not the task the last switch seen on this CPU put there, the switch to `prev`
+/// that the programs never saw, rebuilt (see `SWITCH_REPAIRED`).
+#[inline(always)]
+fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+    let c = config();
+    let now = unsafe { bpf_ktime_get_boot_ns() };
+    let Some(rc) = REC_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; switches on a CPU do not nest.
+    let rc = unsafe { &mut *rc };
+    let prev_traced = c.filter == filter::ALL || account::traced(prev).is_some();
+    if rc.last_boot_ns != 0 && rc.running != prev.tid {
+        // On the CPU since: its runtime in this slice, never before the last switch.
+        let since = match prev.running_slice() {
+            Some(r) if prev.tid != 0 && r < now - rc.last_boot_ns => now - r,
+            _ => rc.last_boot_ns,
+        };
+        send_switch(since, rc.running, 0, SWITCH_REPAIRED, prev);
+    }
+    rc.last_boot_ns = now;
+    rc.running = next.tid;
+    if prev_traced || account::traced(next).is_some() {
+        send_switch(now, prev.tid, prev_state, preempt as u32, next);
+    }
+}
+
+/// `tracer slow`: the wait of `next` that ends now, sent when at least the threshold.
+#[inline(always)]
+fn slow(prev: &Task, next: &Task) {
+    let c = config();
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(rc) = REC_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot.
+    let rc = unsafe { &mut *rc };
+    let ran = if rc.last_switch_ns != 0 && now > rc.last_switch_ns {
+        now - rc.last_switch_ns
+    } else {
+        0
+    };
+    rc.last_switch_ns = now;
+    if next.tid == 0 || account::traced(next).is_none() {
+        return;
+    }
+    let Some(s) = account::existing_entry(next) else {
+        return;
+    };
+    // SAFETY: map value or task storage of a thread switching in on this CPU.
+    let s = unsafe { &*s };
+    let (k, wait, how_) = if c.record & on::SLOW_RUNQ != 0 {
+        let wait = if c.use_task_storage != 0 {
+            // Timed by the accounting at this switch-in (`switch_in_at`).
+            match CPU_STATE.get(0) {
+                Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
+                _ => u64::MAX,
+            }
+        } else if s.runnable_ns != 0 && now > s.runnable_ns {
+            now - s.runnable_ns
+        } else {
+            u64::MAX
+        };
+        let h = if s.off_state == OFF_PREEMPTED {
+            how::PREEMPTED
+        } else if s.flags & WOKEN_NEW != 0 {
+            how::NEW
+        } else {
+            how::WAKEUP
+        };
+        (kind::SLOW_RUNQ, wait, h)
+    } else if s.off_state == OFF_BLOCKED && s.last_off_ns != 0 && now > s.last_off_ns {
+        (kind::SLOW_OFF_CPU, now - s.last_off_ns, how::BLOCKED)
+    } else {
+        return;
+    };
+    if wait == u64::MAX || wait < c.slow_min_ns {
+        return;
+    }
+    bump(stat::SENT);
+    let Some(mut e) = EVENTS.reserve::<SlowEvent>(0) else {
+        bump(stat::DROPPED);
+        return;
+    };
+    let p = e.as_mut_ptr();
+    // SAFETY: the reservation holds one SlowEvent; every field is written.
+    unsafe {
+        (*p).head = head(now, k);
+        (*p).tid = next.tid;
+        (*p).tgid = if s.tgid != 0 { s.tgid } else { next.tgid() };
+        (*p).prev_tid = prev.tid;
+        (*p).how = how_;
+        (*p).wait_ns = wait;
+        (*p).prev_ran_ns = ran;
+        (*p).comm = s.comm;
+        (*p).prev_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+    }
+    e.submit(0);
+}
+
+/// After the accounting of a wakeup of `p` (`new`: `sched_wakeup_new`).
+#[inline(always)]
+pub fn wakeup(p: &Task, new: bool) {
+    let c = config();
+    if c.record == 0 || account::traced(p).is_none() {
+        return;
+    }
+    if c.record & on::SLOW_RUNQ != 0 {
+        if let Some(s) = account::existing_entry(p) {
+            // SAFETY: map value or task storage; its wakeup runs under its pi_lock.
+            let s = unsafe { &mut *s };
+            if new {
+                s.flags |= WOKEN_NEW;
+            } else {
+                s.flags &= !WOKEN_NEW;
+            }
+        }
+    }
+    if c.record & on::SCHED == 0 {
+        return;
+    }
+    bump(stat::SENT);
+    let Some(mut e) = EVENTS.reserve::<SchedEvent>(0) else {
+        bump(stat::DROPPED);
+        return;
+    };
+    let ptr = e.as_mut_ptr();
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let target = match c.task_cpu_off {
+        0 => cpu,
+        off => p.field::<u32>(off).unwrap_or(cpu),
+    };
+    // SAFETY: the reservation holds one SchedEvent; every field is written.
+    unsafe {
+        (*ptr).head = head(
+            bpf_ktime_get_boot_ns(),
+            if new { kind::WAKEUP_NEW } else { kind::WAKEUP },
+        );
+        (*ptr).tid = p.tid;
+        (*ptr).tgid = p.tgid();
+        (*ptr).prev_tid = bpf_get_current_pid_tgid() as u32;
+        (*ptr).state = target;
+        (*ptr).prio = prio(p);
+        (*ptr).flags = 0;
+        (*ptr).comm = comm(p);
+    }
+    e.submit(NO_WAKEUP);
+}

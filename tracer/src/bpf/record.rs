@@ -1,0 +1,67 @@
+//! The event stream of `tracer record` and `tracer slow`: what the programs send through
+//! the `EVENTS` ring buffer (configured here), its per-CPU counts. Decoding is
+//! `model::events`, the writers `output::perfetto` and `output::slow`, the command loops
+//! `cmd::record` and `cmd::slow`, which run inside `tracer run`'s session through
+//! `cmd::run::hook`.
+use anyhow::{anyhow, Result};
+use tracer_common::Config;
+
+use crate::{
+    model::options::{ProbeMode, RunqSource},
+    sys::root::Root,
+};
+
+/// What the programs stream through the `EVENTS` ring buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordLoad {
+    /// Bits of `tracer_common::record::on`; 0: nothing, the ring buffer stays one page.
+    pub on: u32,
+    pub slow_min_ns: u64,
+    /// Ring buffer size in bytes (a power of two, at least a page).
+    pub buffer_bytes: u32,
+}
+
+/// Sets the record fields of the programs' configuration: what to stream, the threshold,
+/// and the task offsets only these events read. Needs task pointers (tp-btf or raw-tp);
+/// `tracer slow` needs waits timed from wakeups.
+pub fn config(
+    cfg: &mut Config,
+    rec: &RecordLoad,
+    mode: ProbeMode,
+    runq: RunqSource,
+    root: &Root,
+) -> Result<()> {
+    if !matches!(mode, ProbeMode::TpBtf | ProbeMode::RawTp) {
+        return Err(anyhow!(
+            "recording needs task pointers: probe mode tp-btf or raw-tp, not {}",
+            mode.name()
+        ));
+    }
+    if rec.on & (tracer_common::record::on::SLOW_RUNQ) != 0 && runq == RunqSource::RunDelay {
+        return Err(anyhow!(
+            "tracer slow times waits from wakeups: --runq-from schedstat does not apply"
+        ));
+    }
+    let kbtf = crate::sys::btf::KernelBtf::from_file(&root.path(crate::bpf::loader::VMLINUX_BTF))?;
+    cfg.record = rec.on;
+    cfg.slow_min_ns = rec.slow_min_ns;
+    cfg.task_prio_off = kbtf.member_offset("task_struct", "prio")?;
+    // The CPU moved from task_struct into thread_info with THREAD_INFO_IN_TASK (5.16).
+    cfg.task_cpu_off = if kbtf.has_member("task_struct", "cpu") {
+        kbtf.member_offset("task_struct", "cpu")?
+    } else {
+        kbtf.member_offset("task_struct", "thread_info")
+            .and_then(|o| Ok(o + kbtf.member_offset("thread_info", "cpu")?))
+            .unwrap_or(0)
+    };
+    Ok(())
+}
+
+/// Per-CPU sums of the `REC_STATS` array: (events sent, events lost), indexed by CPU.
+pub fn rec_stats(map: &aya::maps::Map) -> Result<(Vec<u64>, Vec<u64>)> {
+    use tracer_common::record::stat;
+    let arr: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(map)?;
+    let sent = arr.get(&stat::SENT, 0)?.iter().copied().collect();
+    let lost = arr.get(&stat::DROPPED, 0)?.iter().copied().collect();
+    Ok((sent, lost))
+}

@@ -1,0 +1,109 @@
+//! `tracer record` and `tracer slow`: their options, and the `tracer run` session each
+//! runs inside.
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, FromArgMatches as _};
+
+use crate::{
+    cli::RunArgs,
+    cmd::{record::RecordConfig, run::RunConfig, slow::SlowConfig},
+    model::options::ProbeMode,
+    sys::parse::{parse_buffer_size, parse_duration},
+};
+
+#[derive(Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Where the Perfetto trace goes (open it in ui.perfetto.dev).
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "FILE",
+        default_value = "trace.pftrace"
+    )]
+    pub output: PathBuf,
+    /// Size of the kernel ring buffer the events pass through (e.g. 16M; a power of two).
+    #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
+    pub buffer_size: u32,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "The previous task is the one that ran on that CPU just before the waiting thread: \
+                  not necessarily the cause of the wait (runqslower -P shows the same)."
+)]
+pub struct SlowArgs {
+    /// Shortest wait shown (runqslower's default is 10ms too).
+    #[arg(long, value_name = "DURATION", default_value = "10ms", value_parser = parse_duration)]
+    pub min: Duration,
+    /// Blocked (sleeping) periods instead of run-queue waits.
+    #[arg(long)]
+    pub off_cpu: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    /// Trace this process and its threads (repeatable).
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace this thread only (repeatable).
+    #[arg(short = 't', long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+    /// Trace only tasks in this cgroup v2 directory.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Stop after this long; default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Attach mode (tp-btf or raw-tp: the events need task pointers).
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
+    /// Size of the kernel ring buffer the events pass through.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_buffer_size)]
+    pub buffer_size: u32,
+    /// Run COMMAND as root even when started through sudo.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `tracer run`'s options at their defaults (the session `tracer slow` runs inside).
+fn default_run_args() -> RunArgs {
+    let cmd = <RunArgs as Args>::augment_args(clap::Command::new("slow"));
+    let m = cmd
+        .try_get_matches_from(["slow"])
+        .expect("run's options all have defaults");
+    RunArgs::from_arg_matches(&m).expect("run's options all have defaults")
+}
+
+impl From<RecordArgs> for RecordConfig {
+    fn from(a: RecordArgs) -> Self {
+        RecordConfig {
+            output: a.output,
+            buffer_size: a.buffer_size,
+            run: a.run.into(),
+        }
+    }
+}
+
+impl From<SlowArgs> for SlowConfig {
+    fn from(a: SlowArgs) -> Self {
+        let mut run: RunConfig = default_run_args().into();
+        run.pids = a.pids;
+        run.tids = a.tids;
+        run.cgroup = a.cgroup;
+        run.duration = a.duration;
+        run.probe = a.probe;
+        run.as_root = a.as_root;
+        run.command = a.command;
+        SlowConfig {
+            min: a.min,
+            off_cpu: a.off_cpu,
+            json: a.json,
+            buffer_size: a.buffer_size,
+            run,
+        }
+    }
+}

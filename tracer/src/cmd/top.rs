@@ -1,0 +1,88 @@
+//! `tracer top`: the run's window with interval reports drawn live in the terminal. The
+//! same validation, targets, session and loop as `tracer run` (through
+//! [`run::run_with`]), with per-thread histograms on for the rows' percentiles and the
+//! detail pane: the kernel runs the same programs as `tracer run -L -i 1s`.
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{bail, Result};
+
+use super::run::{self, Frontend, RunConfig};
+use crate::model::options::{ProbeMode, RunqFrom, SortKey};
+use crate::output::tui::term::TuiSink;
+use crate::sys::root::Root;
+
+/// What `tracer top` was asked to do.
+#[derive(Debug, Clone)]
+pub struct TopConfig {
+    pub pids: Vec<u32>,
+    pub tids: Vec<u32>,
+    pub cgroup: Option<PathBuf>,
+    pub interval: Duration,
+    pub duration: Option<Duration>,
+    pub probe: ProbeMode,
+    pub runq_from: RunqFrom,
+    pub max_threads: u32,
+    pub as_root: bool,
+    pub command: Vec<String>,
+}
+
+/// The title line's account of the traced set.
+fn what(c: &TopConfig) -> String {
+    if let Some(cg) = &c.cgroup {
+        return format!("cgroup {}", cg.display());
+    }
+    if !c.command.is_empty() {
+        return c.command.join(" ");
+    }
+    let mut parts: Vec<String> = c.pids.iter().map(|p| format!("PID {p}")).collect();
+    parts.extend(c.tids.iter().map(|t| format!("TID {t}")));
+    if parts.is_empty() {
+        "all CPUs".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+pub fn run(c: TopConfig, root: Root) -> Result<i32> {
+    use std::io::IsTerminal as _;
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        bail!("tracer top draws on a terminal: run it in one (for a pipe or a file, use tracer run -i 1s)");
+    }
+    // https://no-color.org: set and not empty.
+    let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let sink = TuiSink::new(what(&c), color, tx);
+    let cfg = RunConfig {
+        pids: c.pids,
+        tids: c.tids,
+        cgroup: c.cgroup,
+        duration: c.duration,
+        interval: Some(c.interval),
+        count: None,
+        json: false,
+        top: Some(0),
+        sort: SortKey::OnCpu,
+        per_process: false,
+        per_thread_hist: true,
+        millis: false,
+        events: Vec::new(),
+        per_thread: false,
+        slice_events: Vec::new(),
+        probe: c.probe,
+        runq_from: c.runq_from,
+        max_threads: c.max_threads,
+        as_root: c.as_root,
+        command: c.command,
+        heatmap: None,
+        hook: Default::default(),
+    };
+    run::run_with(
+        cfg,
+        root,
+        Frontend {
+            sink: Box::new(sink),
+            quit: Some(rx),
+            banner: false,
+        },
+    )
+}

@@ -1,0 +1,630 @@
+//! The Perfetto trace writer: typed events in, `TracePacket`s out (a Perfetto trace
+//! file is a sequence of `Trace.packet`, field 1, each length-delimited).
+//!
+//! Why hand-written `prost` messages: the trace proto is hundreds of files, and
+//! generating it needs `protoc` (not on every build machine) or `protox` plus a vendored
+//! copy of Perfetto's protos; the `perfetto_protos` crate does that at build time and is
+//! heavy. We write about ten messages, so they are declared here with `#[derive(
+//! prost::Message)]` and field numbers from Perfetto's `.proto` files; the end-to-end
+//! test (`tests/tests/record_e2e.rs`) decodes every trace with Perfetto's official
+//! generated protos (the `perfetto` Python package), which is what catches a wrong
+//! number, type or packing.
+//!
+//! What the trace holds: a `SystemInfo` packet (utsname: the trace processor decodes
+//! `prev_state` by kernel version), an `FtraceStats` at the start and at the end (per-CPU
+//! `overrun`: events the ring buffer lost), and per flush one `ProcessTree` packet (threads
+//! and processes first seen or renamed since the last one) and, per CPU, one
+//! `FtraceEventBundle` with `compact_sched` arrays: switches and wakings. Timestamps are
+//! CLOCK_BOOTTIME, Perfetto's default trace clock.
+use std::{collections::BTreeMap, collections::HashMap, io::Write};
+
+use crate::model::events::{ftrace_prev_state, Switch, Wakeup};
+
+/// The messages, with Perfetto's field numbers (protos/perfetto/trace/...).
+pub mod pb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TracePacket {
+        #[prost(uint64, optional, tag = "8")]
+        pub timestamp: Option<u64>,
+        #[prost(uint32, optional, tag = "10")]
+        pub trusted_packet_sequence_id: Option<u32>,
+        #[prost(message, optional, tag = "1")]
+        pub ftrace_events: Option<FtraceEventBundle>,
+        #[prost(message, optional, tag = "2")]
+        pub process_tree: Option<ProcessTree>,
+        #[prost(message, optional, tag = "34")]
+        pub ftrace_stats: Option<FtraceStats>,
+        #[prost(message, optional, tag = "45")]
+        pub system_info: Option<SystemInfo>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FtraceEventBundle {
+        #[prost(uint32, optional, tag = "1")]
+        pub cpu: Option<u32>,
+        #[prost(bool, optional, tag = "3")]
+        pub lost_events: Option<bool>,
+        #[prost(message, optional, tag = "4")]
+        pub compact_sched: Option<CompactSched>,
+    }
+
+    /// Parallel arrays; timestamps delta-encoded (the first absolute). Numeric arrays
+    /// are packed, as the .proto declares them.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CompactSched {
+        #[prost(string, repeated, tag = "5")]
+        pub intern_table: Vec<String>,
+        #[prost(uint64, repeated, packed = "true", tag = "1")]
+        pub switch_timestamp: Vec<u64>,
+        #[prost(int64, repeated, packed = "true", tag = "2")]
+        pub switch_prev_state: Vec<i64>,
+        #[prost(int32, repeated, packed = "true", tag = "3")]
+        pub switch_next_pid: Vec<i32>,
+        #[prost(int32, repeated, packed = "true", tag = "4")]
+        pub switch_next_prio: Vec<i32>,
+        #[prost(uint32, repeated, packed = "true", tag = "6")]
+        pub switch_next_comm_index: Vec<u32>,
+        #[prost(uint64, repeated, packed = "true", tag = "7")]
+        pub waking_timestamp: Vec<u64>,
+        #[prost(int32, repeated, packed = "true", tag = "8")]
+        pub waking_pid: Vec<i32>,
+        #[prost(int32, repeated, packed = "true", tag = "9")]
+        pub waking_target_cpu: Vec<i32>,
+        #[prost(int32, repeated, packed = "true", tag = "10")]
+        pub waking_prio: Vec<i32>,
+        #[prost(uint32, repeated, packed = "true", tag = "11")]
+        pub waking_comm_index: Vec<u32>,
+        #[prost(uint32, repeated, packed = "true", tag = "12")]
+        pub waking_common_flags: Vec<u32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ProcessTree {
+        #[prost(message, repeated, tag = "1")]
+        pub processes: Vec<Process>,
+        #[prost(message, repeated, tag = "2")]
+        pub threads: Vec<Thread>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Process {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(int32, optional, tag = "2")]
+        pub ppid: Option<i32>,
+        #[prost(string, repeated, tag = "3")]
+        pub cmdline: Vec<String>,
+        /// `cmdline` holds the comm, not the real command line.
+        #[prost(bool, optional, tag = "9")]
+        pub cmdline_is_comm: Option<bool>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Thread {
+        #[prost(int32, optional, tag = "1")]
+        pub tid: Option<i32>,
+        #[prost(string, optional, tag = "2")]
+        pub name: Option<String>,
+        #[prost(int32, optional, tag = "3")]
+        pub tgid: Option<i32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FtraceStats {
+        /// 1: START_OF_TRACE, 2: END_OF_TRACE.
+        #[prost(int32, optional, tag = "1")]
+        pub phase: Option<i32>,
+        #[prost(message, repeated, tag = "2")]
+        pub cpu_stats: Vec<FtraceCpuStats>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FtraceCpuStats {
+        #[prost(uint64, optional, tag = "1")]
+        pub cpu: Option<u64>,
+        #[prost(uint64, optional, tag = "2")]
+        pub entries: Option<u64>,
+        /// Events lost: the ring buffer was full.
+        #[prost(uint64, optional, tag = "3")]
+        pub overrun: Option<u64>,
+        #[prost(uint64, optional, tag = "9")]
+        pub read_events: Option<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SystemInfo {
+        #[prost(message, optional, tag = "1")]
+        pub utsname: Option<Utsname>,
+        #[prost(uint32, optional, tag = "6")]
+        pub page_size: Option<u32>,
+        #[prost(uint32, optional, tag = "8")]
+        pub num_cpus: Option<u32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Utsname {
+        #[prost(string, optional, tag = "1")]
+        pub sysname: Option<String>,
+        #[prost(string, optional, tag = "2")]
+        pub version: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        pub release: Option<String>,
+        #[prost(string, optional, tag = "4")]
+        pub machine: Option<String>,
+    }
+
+    /// `Trace.packet`'s field number.
+    pub const TRACE_PACKET_TAG: u32 = 1;
+}
+
+/// The one packet sequence we write.
+const SEQUENCE_ID: u32 = 1;
+
+/// Events held per CPU before a flush writes them: bounds memory however long the run.
+pub const MAX_PENDING: usize = 8192;
+
+#[derive(Default)]
+struct CpuPending {
+    switches: Vec<Switch>,
+    wakings: Vec<Wakeup>,
+    /// The last timestamp written (switches, wakings), so bundles never go back.
+    last_switch: u64,
+    last_waking: u64,
+    /// Overruns counted when this CPU's last bundle was written.
+    overrun_seen: u64,
+    /// A switch was missing from the stream since the last bundle.
+    gap: bool,
+}
+
+/// What the machine is, for the `SystemInfo` packet.
+#[derive(Clone, Debug, Default)]
+pub struct SystemFacts {
+    pub sysname: String,
+    pub release: String,
+    pub version: String,
+    pub machine: String,
+    pub num_cpus: u32,
+    pub page_size: u32,
+}
+
+/// Counts of what was written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub switches: u64,
+    pub wakings: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Switches the programs did not see (the kernel skipped them, see
+    /// `switch_in_unseen`), put back with an estimated time: their bundles have
+    /// `lost_events` set; the tasks around them are in [`TraceWriter::gap_tids`].
+    pub gaps: u64,
+}
+
+/// Streams events into a Perfetto trace. Memory: at most [`MAX_PENDING`] events per CPU
+/// and one entry per thread seen (its name, to emit renames only).
+pub struct TraceWriter<W: Write> {
+    out: W,
+    cpus: BTreeMap<u32, CpuPending>,
+    pending: usize,
+    /// Thread -> (TGID, name) as last written.
+    threads: HashMap<u32, (u32, String)>,
+    processes: HashMap<u32, String>,
+    tree: pb::ProcessTree,
+    tree_ts: Option<u64>,
+    written: Written,
+    buf: Vec<u8>,
+    gap_tids: std::collections::BTreeSet<u32>,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace: the `SystemInfo` packet and the start-of-trace stats.
+    pub fn new(out: W, facts: &SystemFacts, cpus: u32) -> std::io::Result<Self> {
+        let mut w = TraceWriter {
+            out,
+            cpus: BTreeMap::new(),
+            pending: 0,
+            threads: HashMap::new(),
+            processes: HashMap::new(),
+            tree: pb::ProcessTree::default(),
+            tree_ts: None,
+            written: Written::default(),
+            buf: Vec::new(),
+            gap_tids: Default::default(),
+        };
+        w.packet(pb::TracePacket {
+            system_info: Some(pb::SystemInfo {
+                utsname: Some(pb::Utsname {
+                    sysname: Some(facts.sysname.clone()),
+                    version: Some(facts.version.clone()),
+                    release: Some(facts.release.clone()),
+                    machine: Some(facts.machine.clone()),
+                }),
+                page_size: Some(facts.page_size),
+                num_cpus: Some(facts.num_cpus),
+            }),
+            ..Default::default()
+        });
+        w.stats(1, &vec![0; cpus as usize], None);
+        w.write_buf()?;
+        Ok(w)
+    }
+
+    /// What has been written so far.
+    pub fn written(&self) -> Written {
+        self.written
+    }
+
+    /// Whether enough is pending that the caller should [`Self::flush`] now.
+    pub fn full(&self) -> bool {
+        self.pending >= MAX_PENDING
+    }
+
+    fn packet(&mut self, mut p: pb::TracePacket) {
+        use prost::Message as _;
+        p.trusted_packet_sequence_id = Some(SEQUENCE_ID);
+        let len = p.encoded_len();
+        prost::encoding::encode_key(
+            pb::TRACE_PACKET_TAG,
+            prost::encoding::WireType::LengthDelimited,
+            &mut self.buf,
+        );
+        prost::encoding::encode_varint(len as u64, &mut self.buf);
+        p.encode_raw(&mut self.buf);
+        self.written.packets += 1;
+    }
+
+    /// Writes the packets built so far in one `write_all`: a trace cut by a kill or a
+    /// full disk then ends between packets, or at worst inside the last one.
+    fn write_buf(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(&self.buf)?;
+        self.out.flush()?;
+        self.written.bytes += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn stats(&mut self, phase: i32, overrun: &[u64], read: Option<&[u64]>) {
+        let cpu_stats = overrun
+            .iter()
+            .enumerate()
+            .map(|(cpu, &o)| pb::FtraceCpuStats {
+                cpu: Some(cpu as u64),
+                entries: Some(0),
+                overrun: Some(o),
+                read_events: read.and_then(|r| r.get(cpu).copied()),
+            })
+            .collect();
+        self.packet(pb::TracePacket {
+            ftrace_stats: Some(pb::FtraceStats {
+                phase: Some(phase),
+                cpu_stats,
+            }),
+            ..Default::default()
+        });
+    }
+
+    /// Names a process with its real command line (from /proc), when the caller has it.
+    pub fn process_cmdline(&mut self, pid: u32, cmdline: Vec<String>, ppid: Option<u32>) {
+        if pid == 0 || cmdline.is_empty() {
+            return;
+        }
+        let key = cmdline.join(" ");
+        if self.processes.get(&pid) == Some(&key) {
+            return;
+        }
+        self.processes.insert(pid, key);
+        self.tree.processes.push(pb::Process {
+            pid: Some(pid as i32),
+            ppid: ppid.map(|p| p as i32),
+            cmdline,
+            cmdline_is_comm: None,
+        });
+    }
+
+    fn saw_thread(&mut self, ts: u64, tid: u32, tgid: u32, name: &str) {
+        if tid == 0 || tgid == 0 {
+            return; // the idle tasks; or a thread the kernel gave no TGID for
+        }
+        match self.threads.get(&tid) {
+            Some((g, n)) if *g == tgid && n == name => return,
+            _ => {}
+        }
+        self.threads.insert(tid, (tgid, name.to_string()));
+        self.tree.threads.push(pb::Thread {
+            tid: Some(tid as i32),
+            name: Some(name.to_string()),
+            tgid: Some(tgid as i32),
+        });
+        if tid == tgid && !self.processes.contains_key(&tgid) {
+            // Until /proc gives the command line (or if the process is gone): its comm.
+            self.processes.insert(tgid, String::new());
+            self.tree.processes.push(pb::Process {
+                pid: Some(tgid as i32),
+                ppid: None,
+                cmdline: vec![name.to_string()],
+                cmdline_is_comm: Some(true),
+            });
+        }
+        self.tree_ts = Some(self.tree_ts.map_or(ts, |t| t.min(ts)));
+    }
+
+    pub fn switch(&mut self, s: Switch) {
+        self.saw_thread(s.ts, s.next_tid, s.next_tgid, &s.next_comm);
+        let p = self.cpus.entry(s.cpu).or_default();
+        if s.repaired {
+            // The CPU track around it is an estimate: say so in the bundle.
+            p.gap = true;
+            self.written.gaps += 1;
+            self.gap_tids.insert(s.prev_tid);
+            self.gap_tids.insert(s.next_tid);
+        }
+        p.switches.push(s);
+        self.pending += 1;
+    }
+
+    /// Tasks next to a switch missing from the stream: their times in the trace are off.
+    pub fn gap_tids(&self) -> &std::collections::BTreeSet<u32> {
+        &self.gap_tids
+    }
+
+    pub fn wakeup(&mut self, w: Wakeup) {
+        self.saw_thread(w.ts, w.tid, w.tgid, &w.comm);
+        self.cpus.entry(w.cpu).or_default().wakings.push(w);
+        self.pending += 1;
+    }
+
+    /// Writes what is pending: the names first, then one bundle per CPU. `overrun`: the
+    /// per-CPU count of events lost so far; a CPU that lost events since its last
+    /// bundle has `lost_events` set in the next.
+    pub fn flush(&mut self, overrun: &[u64]) -> std::io::Result<()> {
+        if !self.tree.threads.is_empty() || !self.tree.processes.is_empty() {
+            let tree = std::mem::take(&mut self.tree);
+            let ts = self.tree_ts.take();
+            self.packet(pb::TracePacket {
+                timestamp: ts,
+                process_tree: Some(tree),
+                ..Default::default()
+            });
+        }
+        let cpus: Vec<u32> = self.cpus.keys().copied().collect();
+        for cpu in cpus {
+            let lost_now = overrun.get(cpu as usize).copied().unwrap_or(0);
+            let Some(bundle) = self.bundle(cpu, lost_now) else {
+                continue;
+            };
+            self.packet(pb::TracePacket {
+                ftrace_events: Some(bundle),
+                ..Default::default()
+            });
+        }
+        self.pending = 0;
+        self.write_buf()
+    }
+
+    fn bundle(&mut self, cpu: u32, lost_now: u64) -> Option<pb::FtraceEventBundle> {
+        let p = self.cpus.get_mut(&cpu)?;
+        if p.switches.is_empty() && p.wakings.is_empty() {
+            return None;
+        }
+        let mut switches = std::mem::take(&mut p.switches);
+        let mut wakings = std::mem::take(&mut p.wakings);
+        // One CPU's records arrive in order; sorting keeps the deltas unsigned anyway.
+        switches.sort_by_key(|s| s.ts);
+        wakings.sort_by_key(|w| w.ts);
+        let mut cs = pb::CompactSched::default();
+        let mut interned: HashMap<String, u32> = HashMap::new();
+        let mut intern = |s: &str, table: &mut Vec<String>| -> u32 {
+            if let Some(&i) = interned.get(s) {
+                return i;
+            }
+            let i = table.len() as u32;
+            table.push(s.to_string());
+            interned.insert(s.to_string(), i);
+            i
+        };
+        let mut prev = p.last_switch;
+        for (i, s) in switches.iter().enumerate() {
+            let ts = s.ts.max(prev);
+            cs.switch_timestamp
+                .push(if i == 0 { ts } else { ts - prev });
+            prev = ts;
+            cs.switch_prev_state
+                .push(ftrace_prev_state(s.prev_state, s.preempt));
+            cs.switch_next_pid.push(s.next_tid as i32);
+            cs.switch_next_prio.push(s.next_prio);
+            let idx = intern(&s.next_comm, &mut cs.intern_table);
+            cs.switch_next_comm_index.push(idx);
+        }
+        p.last_switch = prev;
+        let mut prev = p.last_waking;
+        for (i, w) in wakings.iter().enumerate() {
+            let ts = w.ts.max(prev);
+            cs.waking_timestamp
+                .push(if i == 0 { ts } else { ts - prev });
+            prev = ts;
+            cs.waking_pid.push(w.tid as i32);
+            cs.waking_target_cpu.push(w.target_cpu as i32);
+            cs.waking_prio.push(w.prio);
+            let idx = intern(&w.comm, &mut cs.intern_table);
+            cs.waking_comm_index.push(idx);
+            // common_flags as ftrace records them; 1 is what a sched_waking has in
+            // Perfetto's own traces (interrupts were off).
+            cs.waking_common_flags.push(1);
+        }
+        p.last_waking = prev;
+        let lost = lost_now > p.overrun_seen || p.gap;
+        p.overrun_seen = lost_now;
+        p.gap = false;
+        self.written.switches += switches.len() as u64;
+        self.written.wakings += wakings.len() as u64;
+        Some(pb::FtraceEventBundle {
+            cpu: Some(cpu),
+            lost_events: lost.then_some(true),
+            compact_sched: Some(cs),
+        })
+    }
+
+    /// Writes what is pending and the end-of-trace stats (per-CPU overruns and events
+    /// read), and returns what was written.
+    pub fn finish(&mut self, overrun: &[u64], read: &[u64]) -> std::io::Result<Written> {
+        self.flush(overrun)?;
+        self.stats(2, overrun, Some(read));
+        self.write_buf()?;
+        Ok(self.written)
+    }
+
+    /// The output, e.g. to cut a file back to [`Written::bytes`] after a failed write.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// This machine's `SystemInfo` facts (uname, CPUs, page size).
+pub fn system_facts(num_cpus: u32) -> SystemFacts {
+    let u = rustix::system::uname();
+    let f = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();
+    SystemFacts {
+        sysname: f(u.sysname()),
+        release: f(u.release()),
+        version: f(u.version()),
+        machine: f(u.machine()),
+        num_cpus,
+        page_size: rustix::param::page_size() as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message as _;
+
+    fn sw(ts: u64, cpu: u32, prev: u32, next: u32, comm: &str) -> Switch {
+        Switch {
+            ts,
+            cpu,
+            prev_tid: prev,
+            prev_state: 1,
+            preempt: false,
+            repaired: false,
+            next_tid: next,
+            next_tgid: next,
+            next_prio: 120,
+            next_comm: comm.into(),
+        }
+    }
+
+    /// Splits a trace into its packets (Trace.packet, field 1, length-delimited).
+    fn packets(mut b: &[u8]) -> Vec<pb::TracePacket> {
+        let mut v = Vec::new();
+        while !b.is_empty() {
+            let key = prost::encoding::decode_varint(&mut b).unwrap();
+            assert_eq!(key, (1 << 3) | 2, "Trace.packet, length-delimited");
+            let len = prost::encoding::decode_varint(&mut b).unwrap() as usize;
+            v.push(pb::TracePacket::decode(&b[..len]).unwrap());
+            b = &b[len..];
+        }
+        v
+    }
+
+    #[test]
+    fn bundles_are_delta_encoded_per_cpu_and_names_interned() {
+        let facts = SystemFacts {
+            release: "6.18.0".into(),
+            num_cpus: 2,
+            ..Default::default()
+        };
+        let mut w = TraceWriter::new(Vec::new(), &facts, 2).unwrap();
+        w.switch(sw(1000, 0, 0, 10, "a"));
+        w.switch(sw(1500, 0, 10, 11, "b"));
+        w.switch(sw(2100, 0, 11, 10, "a"));
+        w.switch(sw(1200, 1, 0, 12, "c"));
+        w.flush(&[0, 3]).unwrap();
+        w.switch(sw(2500, 0, 10, 0, "swapper/0"));
+        let written = w.finish(&[0, 3], &[4, 1]).unwrap();
+        let out = w.into_inner();
+        assert_eq!(written.switches, 5);
+        assert_eq!(written.bytes, out.len() as u64);
+        let p = packets(&out);
+        assert_eq!(
+            p[0].system_info
+                .as_ref()
+                .unwrap()
+                .utsname
+                .as_ref()
+                .unwrap()
+                .release
+                .as_deref(),
+            Some("6.18.0")
+        );
+        assert_eq!(p[1].ftrace_stats.as_ref().unwrap().phase, Some(1));
+        let tree = p[2].process_tree.as_ref().unwrap();
+        assert_eq!(tree.threads.len(), 3);
+        assert_eq!(p[2].timestamp, Some(1000));
+        let b0 = p[3].ftrace_events.as_ref().unwrap();
+        assert_eq!(b0.cpu, Some(0));
+        let cs = b0.compact_sched.as_ref().unwrap();
+        assert_eq!(cs.switch_timestamp, vec![1000, 500, 600]);
+        assert_eq!(cs.intern_table, vec!["a", "b"]);
+        assert_eq!(cs.switch_next_comm_index, vec![0, 1, 0]);
+        let b1 = p[4].ftrace_events.as_ref().unwrap();
+        assert_eq!((b1.cpu, b1.lost_events), (Some(1), Some(true)));
+        // The second bundle of CPU 0 starts absolute again, after the first.
+        let b0b = p[5].ftrace_events.as_ref().unwrap();
+        assert_eq!(
+            b0b.compact_sched.as_ref().unwrap().switch_timestamp,
+            vec![2500]
+        );
+        assert_eq!(b0b.lost_events, None);
+        let end = p[6].ftrace_stats.as_ref().unwrap();
+        assert_eq!(end.phase, Some(2));
+        assert_eq!(end.cpu_stats[1].overrun, Some(3));
+        assert_eq!(end.cpu_stats[0].read_events, Some(4));
+    }
+
+    #[test]
+    fn a_repaired_switch_is_counted_and_marked() {
+        let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+        w.switch(sw(1, 0, 0, 10, "a"));
+        let mut r = sw(3, 0, 10, 11, "b");
+        r.repaired = true;
+        w.switch(r);
+        w.switch(sw(5, 0, 11, 0, "swapper/0"));
+        assert_eq!(w.written().gaps, 1);
+        assert_eq!(
+            w.gap_tids().iter().copied().collect::<Vec<_>>(),
+            vec![10, 11]
+        );
+        w.finish(&[], &[]).unwrap();
+        let b = packets(&w.into_inner())
+            .into_iter()
+            .find_map(|p| p.ftrace_events)
+            .unwrap();
+        assert_eq!(b.lost_events, Some(true));
+        assert_eq!(b.compact_sched.unwrap().switch_timestamp, vec![1, 2, 2]);
+    }
+
+    #[test]
+    fn a_thread_is_named_again_only_when_renamed() {
+        let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+        w.switch(sw(1, 0, 0, 10, "a"));
+        w.switch(sw(2, 0, 10, 10, "a"));
+        w.flush(&[]).unwrap();
+        w.switch(sw(3, 0, 10, 10, "renamed"));
+        w.finish(&[], &[]).unwrap();
+        let out = w.into_inner();
+        let trees: Vec<_> = packets(&out)
+            .into_iter()
+            .filter_map(|p| p.process_tree)
+            .collect();
+        assert_eq!(trees.len(), 2);
+        assert_eq!(trees[0].threads.len(), 1);
+        assert_eq!(trees[1].threads[0].name.as_deref(), Some("renamed"));
+    }
+}

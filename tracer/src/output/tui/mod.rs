@@ -1,0 +1,699 @@
+//! `tracer top`: a live terminal view of the run's interval reports. [`Top`] is the
+//! view-model (plain data built from typed [`Report`]s, changed by keys); `render` draws it
+//! as a pure function, so ratatui's `TestBackend` golden-tests whole frames; `term` owns
+//! the real terminal (raw mode, alternate screen, the key thread, restoring on every exit).
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+
+use crate::model::snapshot::{HistKind, HistSet};
+use crate::output::heatmap::{self, Column, ROWS};
+use crate::output::report::Report;
+
+pub mod render;
+pub mod term;
+
+/// Intervals kept for the heatmaps: three minutes at the default 1 s.
+pub const HISTORY: usize = 180;
+
+/// A table column; every one sorts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Col {
+    Id,
+    Comm,
+    Cpu,
+    Runq,
+    P50,
+    P99,
+    Blocked,
+    Preempted,
+    Switches,
+    Migrations,
+}
+
+impl Col {
+    pub const ALL: [Col; 10] = [
+        Col::Id,
+        Col::Comm,
+        Col::Cpu,
+        Col::Runq,
+        Col::P50,
+        Col::P99,
+        Col::Blocked,
+        Col::Preempted,
+        Col::Switches,
+        Col::Migrations,
+    ];
+
+    /// The column's header.
+    pub fn title(self) -> &'static str {
+        match self {
+            Col::Id => "PID",
+            Col::Comm => "COMM",
+            Col::Cpu => "CPU%",
+            Col::Runq => "RQ/s",
+            Col::P50 => "RQp50",
+            Col::P99 => "RQp99",
+            Col::Blocked => "BLK/s",
+            Col::Preempted => "PRE/s",
+            Col::Switches => "SW/s",
+            Col::Migrations => "MIG/s",
+        }
+    }
+}
+
+/// A row's figures over one interval, per second of it where a rate.
+#[derive(Clone, Debug, Default)]
+pub struct Figures {
+    /// On-CPU time as top's %CPU: 100 is one CPU.
+    pub cpu_pct: f64,
+    /// Run-queue wait, ns per second.
+    pub runq_ns_s: f64,
+    pub runq_p50: Option<u64>,
+    pub runq_p99: Option<u64>,
+    /// Off-CPU time blocked (voluntary) and preempted, ns per second.
+    pub blocked_ns_s: f64,
+    pub preempted_ns_s: f64,
+    pub switches_s: f64,
+    pub migrations_s: f64,
+    pub hist: HistSet,
+}
+
+/// One thread.
+#[derive(Clone, Debug)]
+pub struct ThreadView {
+    pub tid: u32,
+    pub comm: String,
+    pub exited: bool,
+    pub f: Figures,
+}
+
+/// One process and its threads.
+#[derive(Clone, Debug)]
+pub struct ProcView {
+    pub pid: u32,
+    pub comm: String,
+    pub threads: Vec<ThreadView>,
+    pub f: Figures,
+}
+
+/// One CPU's bar.
+#[derive(Clone, Debug)]
+pub struct CpuView {
+    pub cpu: usize,
+    /// Traced on-CPU share, 0..=1.
+    pub util: f64,
+    /// Steal, percent of the interval, when the hypervisor view was read.
+    pub steal_pct: Option<f64>,
+}
+
+/// One interval report, as the view shows it.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub interval: u64,
+    pub time: String,
+    pub duration_ns: u64,
+    pub cpus_utilized: f64,
+    pub cpus: Vec<CpuView>,
+    pub procs: Vec<ProcView>,
+    pub threads_total: usize,
+    pub drops: u64,
+    pub all: HistSet,
+}
+
+/// Figures from the sums `[on-CPU, run-queue, blocked, preempted, switches, migrations]`.
+fn figures(dur_s: f64, sums: [u64; 6], hist: HistSet) -> Figures {
+    let [on, runq, blocked, preempted, sw, mig] = sums;
+    let per_s = |v: u64| if dur_s > 0.0 { v as f64 / dur_s } else { 0.0 };
+    Figures {
+        cpu_pct: per_s(on) / 1e7,
+        runq_ns_s: per_s(runq),
+        runq_p50: hist.runq.percentile(50.0),
+        runq_p99: hist.runq.percentile(99.0),
+        blocked_ns_s: per_s(blocked),
+        preempted_ns_s: per_s(preempted),
+        switches_s: per_s(sw),
+        migrations_s: per_s(mig),
+        hist,
+    }
+}
+
+impl Sample {
+    /// The view of one report (its threads' histograms need the per-thread scope).
+    pub fn from_report(r: &Report) -> Sample {
+        let dur_s = r.duration_ns as f64 / 1e9;
+        let mut by: BTreeMap<u32, Vec<ThreadView>> = BTreeMap::new();
+        let mut sums: BTreeMap<u32, [u64; 6]> = BTreeMap::new();
+        let mut hists: BTreeMap<u32, HistSet> = BTreeMap::new();
+        for t in &r.threads.rows {
+            let hist = t.histograms.clone().unwrap_or_default();
+            let sw = t.voluntary_switches + t.involuntary_switches;
+            let s = sums.entry(t.pid).or_default();
+            for (a, b) in s.iter_mut().zip([
+                t.on_cpu_ns,
+                t.runq_wait_ns,
+                t.blocked_ns,
+                t.preempted_ns,
+                sw,
+                t.migrations,
+            ]) {
+                *a += b;
+            }
+            hists.entry(t.pid).or_default().merge(&hist);
+            by.entry(t.pid).or_default().push(ThreadView {
+                tid: t.tid,
+                comm: t.comm.clone(),
+                exited: t.exited,
+                f: figures(
+                    dur_s,
+                    [
+                        t.on_cpu_ns,
+                        t.runq_wait_ns,
+                        t.blocked_ns,
+                        t.preempted_ns,
+                        sw,
+                        t.migrations,
+                    ],
+                    hist,
+                ),
+            });
+        }
+        let procs = by
+            .into_iter()
+            .map(|(pid, threads)| {
+                let s = sums[&pid];
+                let comm = threads
+                    .iter()
+                    .find(|t| t.tid == pid)
+                    .unwrap_or(&threads[0])
+                    .comm
+                    .clone();
+                ProcView {
+                    pid,
+                    comm,
+                    f: figures(dur_s, s, hists.remove(&pid).unwrap_or_default()),
+                    threads,
+                }
+            })
+            .collect();
+        let steal: BTreeMap<usize, f64> = r
+            .sections
+            .hypervisor
+            .as_ref()
+            .map(|h| {
+                h.cpus
+                    .iter()
+                    .filter_map(|c| Some((c.cpu as usize, c.steal_percent?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Sample {
+            interval: r.interval().unwrap_or(0),
+            time: r.local_time.clone(),
+            duration_ns: r.duration_ns,
+            cpus_utilized: r.cpus_utilized,
+            cpus: r
+                .per_cpu
+                .iter()
+                .map(|c| CpuView {
+                    cpu: c.cpu,
+                    util: c.utilization,
+                    steal_pct: steal.get(&c.cpu).copied(),
+                })
+                .collect(),
+            procs,
+            threads_total: r.threads_total,
+            drops: r.drops.named().map(|(_, n)| n).sum(),
+            all: r.histograms.clone(),
+        }
+    }
+}
+
+/// What a row is: heatmap history and the selection follow it across re-sorts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Key {
+    /// The whole traced set.
+    All,
+    Proc(u32),
+    Thread(u32),
+}
+
+/// One interval of heatmap history: the run-queue rows of every row key (sparse).
+#[derive(Clone, Debug)]
+pub struct HistoryCol {
+    pub all: Column,
+    pub runq: BTreeMap<Key, Vec<(u8, u64)>>,
+}
+
+fn sparse(h: &HistSet) -> Vec<(u8, u64)> {
+    heatmap::rows_of(&h.runq)
+        .iter()
+        .enumerate()
+        .filter(|(_, &n)| n > 0)
+        .map(|(r, &n)| (r as u8, n))
+        .collect()
+}
+
+/// A table line as drawn: a process or one of its threads.
+#[derive(Clone, Debug)]
+pub struct Line<'a> {
+    pub key: Key,
+    pub id: u32,
+    pub comm: &'a str,
+    /// A thread under its process.
+    pub child: bool,
+    /// A process: its thread count and whether they are shown.
+    pub threads: usize,
+    pub expanded: bool,
+    pub exited: bool,
+    pub f: &'a Figures,
+}
+
+/// What a key asks of the terminal side.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action {
+    None,
+    Redraw,
+    Quit,
+    /// Write the heatmap SVG of the history.
+    Export,
+}
+
+/// The view-model: the latest sample, the history, and what the keys chose.
+#[derive(Debug)]
+pub struct Top {
+    /// What the run traces ("all CPUs", "PID 42") and how (probe), for the title.
+    pub title: String,
+    pub latest: Option<Sample>,
+    /// While frozen, the sample on screen; new ones still go to `latest` and the history.
+    pub frozen: Option<Sample>,
+    pub history: VecDeque<HistoryCol>,
+    pub sort: Col,
+    /// Smallest first.
+    pub ascending: bool,
+    pub filter: String,
+    pub editing_filter: bool,
+    pub expanded: BTreeSet<u32>,
+    pub selected: Option<Key>,
+    pub detail: bool,
+    pub detail_kind: HistKind,
+    pub color: bool,
+    /// A one-line message in the footer (an export written, a filter being typed).
+    pub status: Option<String>,
+}
+
+impl Top {
+    pub fn new(title: String, color: bool) -> Top {
+        Top {
+            title,
+            latest: None,
+            frozen: None,
+            history: VecDeque::new(),
+            sort: Col::Cpu,
+            ascending: false,
+            filter: String::new(),
+            editing_filter: false,
+            expanded: BTreeSet::new(),
+            selected: None,
+            detail: true,
+            detail_kind: HistKind::Runq,
+            color,
+            status: None,
+        }
+    }
+
+    /// A new interval report.
+    pub fn push(&mut self, s: Sample) {
+        let mut runq = BTreeMap::new();
+        runq.insert(Key::All, sparse(&s.all));
+        for p in &s.procs {
+            runq.insert(Key::Proc(p.pid), sparse(&p.f.hist));
+            for t in &p.threads {
+                runq.insert(Key::Thread(t.tid), sparse(&t.f.hist));
+            }
+        }
+        self.history.push_back(HistoryCol {
+            all: Column::new(s.interval, s.time.clone(), &s.all),
+            runq,
+        });
+        while self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
+        self.latest = Some(s);
+    }
+
+    /// The sample on screen.
+    pub fn shown(&self) -> Option<&Sample> {
+        self.frozen.as_ref().or(self.latest.as_ref())
+    }
+
+    fn matches(&self, id: u32, comm: &str) -> bool {
+        if self.filter.is_empty() {
+            return true;
+        }
+        let f = self.filter.to_lowercase();
+        comm.to_lowercase().contains(&f) || id.to_string().starts_with(&f)
+    }
+
+    fn sort_value(&self, id: u32, comm: &str, f: &Figures) -> (f64, String) {
+        let v = match self.sort {
+            Col::Id => id as f64,
+            Col::Comm => return (0.0, comm.to_string()),
+            Col::Cpu => f.cpu_pct,
+            Col::Runq => f.runq_ns_s,
+            Col::P50 => f.runq_p50.map_or(-1.0, |v| v as f64),
+            Col::P99 => f.runq_p99.map_or(-1.0, |v| v as f64),
+            Col::Blocked => f.blocked_ns_s,
+            Col::Preempted => f.preempted_ns_s,
+            Col::Switches => f.switches_s,
+            Col::Migrations => f.migrations_s,
+        };
+        (v, String::new())
+    }
+
+    fn order<T>(&self, v: &mut [T], key: impl Fn(&T) -> (u32, &str, &Figures)) {
+        v.sort_by(|a, b| {
+            let (ia, ca, fa) = key(a);
+            let (ib, cb, fb) = key(b);
+            let (va, sa) = self.sort_value(ia, ca, fa);
+            let (vb, sb) = self.sort_value(ib, cb, fb);
+            let o = va.total_cmp(&vb).then(sa.cmp(&sb));
+            let o = if self.ascending { o } else { o.reverse() };
+            // Ties: CPU% then ID, so equal rows do not swap between frames.
+            o.then(fb.cpu_pct.total_cmp(&fa.cpu_pct)).then(ia.cmp(&ib))
+        });
+    }
+
+    /// The table's lines in order: processes sorted, their threads under them when
+    /// expanded, the filter applied (a process shows when it or one of its threads
+    /// matches).
+    pub fn lines(&self) -> Vec<Line<'_>> {
+        let Some(s) = self.shown() else {
+            return Vec::new();
+        };
+        let mut procs: Vec<&ProcView> = s
+            .procs
+            .iter()
+            .filter(|p| {
+                self.matches(p.pid, &p.comm)
+                    || p.threads.iter().any(|t| self.matches(t.tid, &t.comm))
+            })
+            .collect();
+        self.order(&mut procs, |p| (p.pid, &p.comm, &p.f));
+        let mut out = Vec::new();
+        for p in procs {
+            let expanded = self.expanded.contains(&p.pid);
+            out.push(Line {
+                key: Key::Proc(p.pid),
+                id: p.pid,
+                comm: &p.comm,
+                child: false,
+                threads: p.threads.len(),
+                expanded,
+                exited: p.threads.iter().all(|t| t.exited),
+                f: &p.f,
+            });
+            if expanded {
+                let proc_matches = self.matches(p.pid, &p.comm);
+                let mut ts: Vec<&ThreadView> = p
+                    .threads
+                    .iter()
+                    .filter(|t| proc_matches || self.matches(t.tid, &t.comm))
+                    .collect();
+                self.order(&mut ts, |t| (t.tid, &t.comm, &t.f));
+                out.extend(ts.into_iter().map(|t| Line {
+                    key: Key::Thread(t.tid),
+                    id: t.tid,
+                    comm: &t.comm,
+                    child: true,
+                    threads: 0,
+                    expanded: false,
+                    exited: t.exited,
+                    f: &t.f,
+                }));
+            }
+        }
+        out
+    }
+
+    /// The index of the selected line (the first when none is, or it went away).
+    pub fn cursor(&self, lines: &[Line]) -> Option<usize> {
+        if lines.is_empty() {
+            return None;
+        }
+        Some(
+            self.selected
+                .and_then(|k| lines.iter().position(|l| l.key == k))
+                .unwrap_or(0),
+        )
+    }
+
+    /// The run-queue heatmap columns of `key` with their times, oldest first. While
+    /// frozen, the history stops at the frozen sample too.
+    pub fn runq_history(&self, key: Key) -> Vec<(&str, [u64; ROWS])> {
+        let last = self.frozen.as_ref().map_or(u64::MAX, |s| s.interval);
+        self.history
+            .iter()
+            .filter(|c| c.all.interval <= last)
+            .map(|c| {
+                let mut rows = [0u64; ROWS];
+                for &(r, n) in c.runq.get(&key).map(Vec::as_slice).unwrap_or(&[]) {
+                    rows[r as usize] = n;
+                }
+                (c.all.time.as_str(), rows)
+            })
+            .collect()
+    }
+
+    /// Handles one key; `page` is the table's height in lines.
+    pub fn key(&mut self, k: KeyEvent, page: usize) -> Action {
+        if k.kind == KeyEventKind::Release {
+            return Action::None;
+        }
+        let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && matches!(k.code, KeyCode::Char('c')) {
+            return Action::Quit;
+        }
+        if self.editing_filter {
+            match k.code {
+                KeyCode::Enter => self.editing_filter = false,
+                KeyCode::Esc => {
+                    self.editing_filter = false;
+                    self.filter.clear();
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) if !ctrl => self.filter.push(c),
+                _ => return Action::None,
+            }
+            return Action::Redraw;
+        }
+        let lines = self.lines();
+        let cur = self.cursor(&lines);
+        let keys: Vec<Key> = lines.iter().map(|l| l.key).collect();
+        let at = |i: usize| keys.get(i.min(keys.len().saturating_sub(1))).copied();
+        let page = page.max(1);
+        match k.code {
+            KeyCode::Char('q') | KeyCode::Char('Q') => return Action::Quit,
+            KeyCode::Up | KeyCode::Char('k') => {
+                self.selected = cur.and_then(|c| at(c.saturating_sub(1)))
+            }
+            KeyCode::Down | KeyCode::Char('j') => self.selected = cur.and_then(|c| at(c + 1)),
+            KeyCode::PageUp => self.selected = cur.and_then(|c| at(c.saturating_sub(page))),
+            KeyCode::PageDown => self.selected = cur.and_then(|c| at(c + page)),
+            KeyCode::Home | KeyCode::Char('g') => self.selected = at(0),
+            KeyCode::End | KeyCode::Char('G') => self.selected = keys.last().copied(),
+            KeyCode::Enter | KeyCode::Char(' ') | KeyCode::Right | KeyCode::Left => {
+                let Some(line) = cur.map(|c| &lines[c]) else {
+                    return Action::None;
+                };
+                let pid = match line.key {
+                    Key::Proc(p) => p,
+                    Key::Thread(_) => {
+                        // On a thread: fold its process and select it.
+                        let Some(p) = lines[..cur.unwrap_or(0)]
+                            .iter()
+                            .rev()
+                            .find(|l| !l.child)
+                            .map(|l| l.id)
+                        else {
+                            return Action::None;
+                        };
+                        if matches!(k.code, KeyCode::Right) {
+                            return Action::None;
+                        }
+                        self.expanded.remove(&p);
+                        self.selected = Some(Key::Proc(p));
+                        return Action::Redraw;
+                    }
+                    Key::All => return Action::None,
+                };
+                let open = match k.code {
+                    KeyCode::Right => true,
+                    KeyCode::Left => false,
+                    _ => !self.expanded.contains(&pid),
+                };
+                if open {
+                    self.expanded.insert(pid);
+                } else {
+                    self.expanded.remove(&pid);
+                }
+                self.selected = Some(Key::Proc(pid));
+            }
+            KeyCode::Char('+') | KeyCode::Char('*') => {
+                if let Some(s) = self.shown() {
+                    let all: Vec<u32> = s.procs.iter().map(|p| p.pid).collect();
+                    self.expanded.extend(all);
+                }
+            }
+            KeyCode::Char('-') => self.expanded.clear(),
+            KeyCode::Char('>') | KeyCode::Char('.') => {
+                let i = Col::ALL.iter().position(|&c| c == self.sort).unwrap_or(0);
+                self.sort = Col::ALL[(i + 1) % Col::ALL.len()];
+            }
+            KeyCode::Char('<') | KeyCode::Char(',') => {
+                let i = Col::ALL.iter().position(|&c| c == self.sort).unwrap_or(0);
+                self.sort = Col::ALL[(i + Col::ALL.len() - 1) % Col::ALL.len()];
+            }
+            KeyCode::Char('r') => self.ascending = !self.ascending,
+            KeyCode::Char('/') => {
+                self.editing_filter = true;
+                self.filter.clear();
+            }
+            KeyCode::Esc => self.filter.clear(),
+            KeyCode::Char('f') | KeyCode::Char('p') => {
+                self.frozen = match self.frozen.take() {
+                    Some(_) => None,
+                    None => self.latest.clone(),
+                };
+            }
+            KeyCode::Char('d') | KeyCode::Tab => self.detail = !self.detail,
+            KeyCode::Char('h') => {
+                self.detail_kind = match self.detail_kind {
+                    HistKind::Runq => HistKind::OnCpu,
+                    HistKind::OnCpu => HistKind::OffCpu,
+                    HistKind::OffCpu => HistKind::Runq,
+                }
+            }
+            KeyCode::Char('e') => return Action::Export,
+            _ => return Action::None,
+        }
+        Action::Redraw
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(tid: u32, comm: &str, cpu: f64) -> ThreadView {
+        ThreadView {
+            tid,
+            comm: comm.into(),
+            exited: false,
+            f: Figures {
+                cpu_pct: cpu,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn sample(interval: u64) -> Sample {
+        let proc_ = |pid, comm: &str, threads: Vec<ThreadView>| ProcView {
+            pid,
+            comm: comm.into(),
+            f: Figures {
+                cpu_pct: threads.iter().map(|t| t.f.cpu_pct).sum(),
+                ..Default::default()
+            },
+            threads,
+        };
+        Sample {
+            interval,
+            time: format!("10:00:{interval:02}"),
+            duration_ns: 1_000_000_000,
+            cpus_utilized: 0.5,
+            cpus: vec![],
+            procs: vec![
+                proc_(
+                    10,
+                    "db",
+                    vec![thread(10, "db", 1.0), thread(11, "db-io", 30.0)],
+                ),
+                proc_(20, "web", vec![thread(20, "web", 5.0)]),
+            ],
+            threads_total: 3,
+            drops: 0,
+            all: HistSet::new(),
+        }
+    }
+
+    fn key(t: &mut Top, code: KeyCode) -> Action {
+        t.key(KeyEvent::new(code, KeyModifiers::NONE), 10)
+    }
+
+    fn ids(t: &Top) -> Vec<u32> {
+        t.lines().iter().map(|l| l.id).collect()
+    }
+
+    #[test]
+    fn keys_sort_expand_filter_freeze_and_quit() {
+        let mut t = Top::new("x".into(), false);
+        t.push(sample(1));
+        assert_eq!(ids(&t), [10, 20], "CPU% largest first");
+        key(&mut t, KeyCode::Char('r'));
+        assert_eq!(ids(&t), [20, 10]);
+        key(&mut t, KeyCode::Char('r'));
+        key(&mut t, KeyCode::Enter);
+        assert_eq!(ids(&t), [10, 11, 10, 20], "threads under their process");
+        key(&mut t, KeyCode::Down);
+        assert_eq!(t.selected, Some(Key::Thread(11)));
+        // Re-sorting keeps the selected row selected.
+        key(&mut t, KeyCode::Char('<'));
+        key(&mut t, KeyCode::Char('<'));
+        assert_eq!(t.sort, Col::Id);
+        assert_eq!(ids(&t), [20, 10, 11, 10]);
+        assert_eq!(t.cursor(&t.lines()), Some(2));
+        // Filter: typed keys go to the filter, not to commands.
+        key(&mut t, KeyCode::Char('/'));
+        for c in "io".chars() {
+            key(&mut t, KeyCode::Char(c));
+        }
+        key(&mut t, KeyCode::Enter);
+        assert_eq!(
+            ids(&t),
+            [10, 11],
+            "the process of the matching thread, and that thread"
+        );
+        key(&mut t, KeyCode::Esc);
+        assert_eq!(ids(&t).len(), 4);
+        // Frozen: a new interval goes to the history, not on screen.
+        key(&mut t, KeyCode::Char('f'));
+        t.push(sample(2));
+        assert_eq!(t.shown().unwrap().interval, 1);
+        assert_eq!(t.runq_history(Key::All).len(), 1);
+        key(&mut t, KeyCode::Char('f'));
+        assert_eq!(t.shown().unwrap().interval, 2);
+        assert_eq!(t.runq_history(Key::All).len(), 2);
+        assert_eq!(key(&mut t, KeyCode::Char('e')), Action::Export);
+        assert_eq!(key(&mut t, KeyCode::Char('q')), Action::Quit);
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        t.editing_filter = true;
+        assert_eq!(
+            t.key(ctrl_c, 10),
+            Action::Quit,
+            "even while typing a filter"
+        );
+    }
+
+    #[test]
+    fn history_is_bounded() {
+        let mut t = Top::new("x".into(), false);
+        for i in 0..(HISTORY as u64 + 20) {
+            t.push(sample(i));
+        }
+        assert_eq!(t.history.len(), HISTORY);
+        assert_eq!(t.history.front().unwrap().all.interval, 20);
+    }
+}

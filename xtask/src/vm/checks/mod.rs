@@ -1,0 +1,474 @@
+//! Turns the guest's steps into PASS/FAIL checks. What to expect comes from the kernel
+//! package's own config (so a kernel added to the matrix brings its expectations along),
+//! cross-checked against what the guest saw at boot; the numbers are checked against the
+//! guest kernel's schedstat as each workload thread recorded it at its end.
+
+use super::protocol::{GuestOutput, Step};
+
+mod auto;
+mod dtl;
+mod pmu;
+mod threads;
+mod tracer_check;
+
+use crate::json::{self, Items, Json};
+#[cfg(test)]
+use auto::best_mode;
+use auto::check_auto;
+use dtl::check_dtl;
+use threads::check_mode;
+#[cfg(test)]
+use threads::kernel_version;
+use tracer_check::{check_check, check_facts};
+
+/// Relative tolerance against schedstat.
+const TOLERANCE: f64 = 0.02;
+/// Absolute floor for short totals (a main thread's few milliseconds).
+const FLOOR_NS: f64 = 1e6;
+/// Allowance per run-queue wait, on top of TOLERANCE. The tracer times a wait from the
+/// wakeup tracepoint to the switch tracepoint, the kernel (run_delay) from the enqueue to
+/// the run-queue clock update at the top of __schedule(); both ends lie on the
+/// scheduler's own path, which takes microseconds natively but 20-80 us under emulation
+/// (measured here: +0.6% to +2.3% on busy-sleep threads with ~140 waits of ~3 ms).
+const PER_WAIT_NS: f64 = 100e3;
+/// Allowance per slice between task-clock and the tracer's on-CPU time: perf's clock
+/// stops and starts in prepare/finish_task_switch, the tracer's at the switch
+/// tracepoint, a context switch apart (measured: +1.4% to +2.7% over ~110 slices).
+const PER_SLICE_NS: f64 = 200e3;
+
+/// What the kernel offers, from its config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offers {
+    pub btf: bool,
+    pub fentry: bool,
+    pub kprobes: bool,
+    pub pseries: bool,
+    pub schedstat: bool,
+    /// arm64's PMU driver (PMUv3 under qemu's -cpu max): hardware counters that count.
+    pub arm_pmu: bool,
+}
+
+impl Offers {
+    pub fn from_config(config: &str) -> Offers {
+        let on = |name: &str| {
+            config
+                .lines()
+                .any(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix('=')) == Some("y"))
+        };
+        let btf = on("CONFIG_DEBUG_INFO_BTF");
+        Offers {
+            btf,
+            // BPF trampolines attach through ftrace direct calls.
+            fentry: btf && on("CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS"),
+            // aya attaches kprobes through perf's kprobe PMU.
+            kprobes: on("CONFIG_KPROBES") && on("CONFIG_KPROBE_EVENTS"),
+            pseries: on("CONFIG_PPC_SPLPAR"),
+            schedstat: on("CONFIG_SCHED_INFO"),
+            arm_pmu: on("CONFIG_ARM_PMU") && on("CONFIG_HW_PERF_EVENTS"),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let yn = |b: bool| if b { "yes" } else { "no" };
+        format!(
+            "BTF {}, fentry {}, kprobes {}, pseries DTL {}, schedstat {}, arm64 PMU {}",
+            yn(self.btf),
+            yn(self.fentry),
+            yn(self.kprobes),
+            yn(self.pseries),
+            yn(self.schedstat),
+            yn(self.arm_pmu)
+        )
+    }
+}
+
+/// A probe mode as the guest runs it (step `run-NAME`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    TpBtf,
+    RawTp,
+    Tracepoint,
+    PerfSched,
+    /// perf-sched with kprobes asked for over fentry.
+    PerfSchedKprobe,
+}
+
+pub const MODES: [Mode; 5] = [
+    Mode::TpBtf,
+    Mode::RawTp,
+    Mode::Tracepoint,
+    Mode::PerfSched,
+    Mode::PerfSchedKprobe,
+];
+
+impl Mode {
+    pub fn step(self) -> &'static str {
+        match self {
+            Mode::TpBtf => "run-tp-btf",
+            Mode::RawTp => "run-raw-tp",
+            Mode::Tracepoint => "run-tracepoint",
+            Mode::PerfSched => "run-perf-sched",
+            Mode::PerfSchedKprobe => "run-perf-sched-kprobe",
+        }
+    }
+
+    /// The name `tracer run --probe` takes and reports.
+    pub fn probe(self) -> &'static str {
+        match self {
+            Mode::TpBtf => "tp-btf",
+            Mode::RawTp => "raw-tp",
+            Mode::Tracepoint => "tracepoint",
+            Mode::PerfSched | Mode::PerfSchedKprobe => "perf-sched",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Mode::PerfSchedKprobe => "perf-sched via kprobe",
+            Mode::PerfSched => "perf-sched",
+            m => m.probe(),
+        }
+    }
+
+    /// Whether the kernel offers everything the tracer needs for this mode; when not, the
+    /// word its refusal must name. The tracer reads task_struct offsets from BTF in every
+    /// mode but the classic tracepoints (tracer check says so too).
+    pub fn needs(self, o: &Offers) -> Result<(), &'static str> {
+        let btf = if o.btf { Ok(()) } else { Err("BTF") };
+        match self {
+            Mode::Tracepoint => Ok(()),
+            Mode::TpBtf | Mode::RawTp => btf,
+            Mode::PerfSched => btf.and(if o.fentry || o.kprobes {
+                Ok(())
+            } else {
+                Err("kprobe")
+            }),
+            Mode::PerfSchedKprobe => btf.and(if o.kprobes { Ok(()) } else { Err("kprobe") }),
+        }
+    }
+}
+
+/// One check's verdict.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    pub name: String,
+    pub pass: bool,
+    /// One line: what was found.
+    pub summary: String,
+    /// Why it failed, one reason a line.
+    pub problems: Vec<String>,
+    /// The guest's output for a failure.
+    pub transcript: Option<String>,
+    /// The step to run again in a second boot: set when every problem is a timing
+    /// comparison, which a busy host can spoil (the guest's clock is the host's, so time
+    /// the host takes from a vCPU lands inside whatever the guest was doing).
+    pub retry: Option<String>,
+}
+
+struct Check {
+    name: String,
+    problems: Vec<String>,
+    notes: Vec<String>,
+    /// Every problem so far is a timing comparison.
+    timing_only: bool,
+}
+
+impl Check {
+    fn new(name: impl Into<String>) -> Check {
+        Check {
+            name: name.into(),
+            problems: Vec::new(),
+            notes: Vec::new(),
+            timing_only: true,
+        }
+    }
+
+    fn expect(&mut self, ok: bool, problem: impl FnOnce() -> String) -> bool {
+        if !ok {
+            self.problems.push(problem());
+            self.timing_only = false;
+        }
+        ok
+    }
+
+    /// A comparison of times that a busy host can spoil.
+    fn expect_timing(&mut self, ok: bool, problem: impl FnOnce() -> String) -> bool {
+        if !ok {
+            self.problems.push(problem());
+        }
+        ok
+    }
+
+    fn fail(&mut self, problem: impl Into<String>) {
+        self.problems.push(problem.into());
+        self.timing_only = false;
+    }
+
+    fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    fn done(self, step: Option<&Step>) -> Verdict {
+        let pass = self.problems.is_empty();
+        Verdict {
+            name: self.name,
+            pass,
+            summary: self.notes.join("; "),
+            transcript: if pass {
+                None
+            } else {
+                step.map(Step::transcript)
+            },
+            retry: (!pass && self.timing_only)
+                .then(|| step.map(|s| s.name.clone()))
+                .flatten(),
+            problems: self.problems,
+        }
+    }
+}
+
+/// The step, or a failed check saying it never ran.
+fn need_step<'a>(g: &'a GuestOutput, name: &str, c: &mut Check) -> Option<&'a Step> {
+    match g.step(name) {
+        Some(s) if s.rc.is_some() => Some(s),
+        Some(_) => {
+            c.fail(format!("the guest died during step {name}"));
+            None
+        }
+        None => {
+            c.fail(format!("the guest never ran step {name}"));
+            None
+        }
+    }
+}
+
+/// key=value lines.
+fn facts(step: &Step) -> Vec<(String, String)> {
+    step.stdout()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn fact<'a>(f: &'a [(String, String)], key: &str) -> &'a str {
+    f.iter()
+        .find(|(k, _)| k == key)
+        .map_or("", |(_, v)| v.as_str())
+}
+
+/// A crash rather than a refusal: a Rust panic (exit 101), a signal, or a panic message.
+fn crashed(step: &Step) -> Option<String> {
+    let rc = step.rc?;
+    if rc == 101 || step.stderr().contains("panicked at") {
+        return Some(format!("the tracer panicked (exit status {rc})"));
+    }
+    if rc >= 128 {
+        return Some(format!("the tracer was killed by signal {}", rc - 128));
+    }
+    None
+}
+
+/// The last JSON document of a step's stdout (the totals).
+fn report(step: &Step, c: &mut Check) -> Option<Json> {
+    let doc = json::lines(step.stdout()).pop();
+    if doc.is_none() {
+        c.fail("no JSON report on stdout");
+    }
+    doc
+}
+
+/// The checks of one step again, on a second boot's output.
+pub fn recheck(g: &GuestOutput, step: &str, o: &Offers) -> Vec<Verdict> {
+    if step == "auto-hist" {
+        return check_auto(g, o);
+    }
+    if let Some(v) = pmu::recheck(g, step) {
+        return vec![v];
+    }
+    MODES
+        .into_iter()
+        .filter(|m| m.step() == step)
+        .map(|m| check_mode(g, m, o))
+        .collect()
+}
+
+/// The checks of a boot that ran only some steps (`vmtest.steps=`): its facts and the
+/// hardware counters' exception levels.
+pub fn evaluate_steps(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
+    let mut v = vec![check_facts(g, arch, o)];
+    v.extend(pmu::check_levels(g, o));
+    v
+}
+
+/// Every check for one VM.
+pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
+    let mut v = vec![check_facts(g, arch, o)];
+    v.extend(check_check(g, o));
+    for mode in MODES {
+        v.push(check_mode(g, mode, o));
+    }
+    v.extend(check_auto(g, o));
+    let cpus = g
+        .step("facts-boot")
+        .map(facts)
+        .and_then(|f| fact(&f, "cpus").parse().ok())
+        .unwrap_or(0);
+    v.extend(check_dtl(g, o, cpus));
+    v.extend(pmu::check_pmu(g, o));
+    if !g.done {
+        v.push(Verdict {
+            name: "the guest ran every step".into(),
+            pass: false,
+            summary: String::new(),
+            problems: vec!["the guest stopped before the end of steps.sh".into()],
+            transcript: None,
+            retry: None,
+        });
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::protocol;
+
+    const X86: &str = "CONFIG_DEBUG_INFO_BTF=y\nCONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS=y\n\
+                       CONFIG_KPROBES=y\nCONFIG_KPROBE_EVENTS=y\nCONFIG_SCHED_INFO=y\n";
+    const PPC: &str = "CONFIG_KPROBES=y\nCONFIG_KPROBE_EVENTS=y\nCONFIG_SCHED_INFO=y\n\
+                       CONFIG_PPC_SPLPAR=y\n# CONFIG_DEBUG_INFO_BTF is not set\n";
+
+    #[test]
+    fn expectations_come_from_the_config() {
+        let x = Offers::from_config(X86);
+        assert!(x.btf && x.fentry && x.kprobes && !x.pseries && x.schedstat);
+        let p = Offers::from_config(PPC);
+        assert!(!p.btf && !p.fentry && p.kprobes && p.pseries);
+        assert_eq!(Mode::TpBtf.needs(&p), Err("BTF"));
+        assert_eq!(Mode::PerfSchedKprobe.needs(&p), Err("BTF"));
+        assert_eq!(Mode::Tracepoint.needs(&p), Ok(()));
+        assert_eq!(best_mode(&p), Mode::Tracepoint);
+        assert_eq!(best_mode(&x), Mode::TpBtf);
+    }
+
+    /// A guest on 6.12 that ran step `name`, its report holding `threads` (entries in
+    /// task-local storage).
+    fn run_step(name: &str, threads: &str, truth: &str, extra: &str) -> String {
+        format!(
+            "@@vmtest begin facts-boot\n@@vmtest part stdout\nrelease=6.12.117+deb12-amd64\n\n\
+             @@vmtest end facts-boot rc=0 t0=0 t1=0\n\
+             @@vmtest begin {name}\n@@vmtest part stdout\n{{\"probe\":\"tp-btf\",\"threads\":[{threads}],\
+             \"maps\":{{\"threads_live\":3,\"threads_capacity\":null}},\"drops\":{{\"x\":0}},\"histograms\":{{\"on_cpu\":{{\"count\":3}},\"runq\":{{\"count\":2}},\
+             \"off_cpu\":{{\"count\":1}}}}}}\n\n@@vmtest part stderr\n\n@@vmtest part truth-busy\n{truth}\n\n{extra}\
+             @@vmtest end {name} rc=0 t0=1 t1=3\n"
+        )
+    }
+
+    #[test]
+    fn accuracy_is_judged_per_thread_against_schedstat() {
+        let th = |tid: u64, on: u64| {
+            format!(
+                "{{\"tid\":{tid},\"pid\":10,\"on_cpu_ns\":{on},\"runq_wait_ns\":5000000,\"slices\":4,\
+                 \"voluntary_switches\":3,\"runq_waits\":2,\"involuntary_switches\":1}}"
+            )
+        };
+        let truth = "{\"tid\":11,\"pid\":10,\"cpu_ns\":1,\"run_ns\":500000000,\"wait_ns\":5050000,\"slices\":4}";
+        let o = Offers::from_config(X86);
+        let good = protocol::parse(&run_step("run-tp-btf", &th(11, 505_000_000), truth, ""));
+        let v = check_mode(&good, Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        assert!(v.summary.contains("+1.00%"), "{}", v.summary);
+        let bad = protocol::parse(&run_step("run-tp-btf", &th(11, 520_000_000), truth, ""));
+        let v = check_mode(&bad, Mode::TpBtf, &o);
+        assert!(!v.pass);
+        assert!(v.problems[0].contains("+4.00%"), "{:?}", v.problems);
+        assert!(v.transcript.unwrap().contains("truth-busy"));
+        let missing = protocol::parse(&run_step("run-tp-btf", &th(12, 500_000_000), truth, ""));
+        assert!(!check_mode(&missing, Mode::TpBtf, &o).pass);
+    }
+
+    #[test]
+    fn tp_btf_keeps_its_entries_in_task_storage_from_6_4_on() {
+        assert_eq!(kernel_version("6.12.117+deb12-amd64"), Some((6, 12)));
+        assert_eq!(kernel_version("6.1.0-57-amd64"), Some((6, 1)));
+        assert_eq!(kernel_version("x"), None);
+        let th =
+            "{\"tid\":11,\"pid\":10,\"on_cpu_ns\":500000000,\"runq_wait_ns\":5000000,\"slices\":4,\
+                  \"voluntary_switches\":3,\"runq_waits\":2,\"involuntary_switches\":1}";
+        let truth = "{\"tid\":11,\"pid\":10,\"cpu_ns\":1,\"run_ns\":500000000,\"wait_ns\":5000000,\"slices\":4}";
+        let o = Offers::from_config(X86);
+        let on_612 = run_step("run-tp-btf", th, truth, "");
+        let v = check_mode(&protocol::parse(&on_612), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        assert!(v.summary.contains("task-local storage"), "{}", v.summary);
+        // 6.12 with the THREADS hash: task storage was not used where it should be.
+        let hash_612 = on_612.replace("\"threads_capacity\":null", "\"threads_capacity\":16384");
+        let v = check_mode(&protocol::parse(&hash_612), Mode::TpBtf, &o);
+        assert!(!v.pass);
+        assert!(
+            v.problems[0].contains("the THREADS hash"),
+            "{:?}",
+            v.problems
+        );
+        // 6.1: the hash is right, task storage would be wrong.
+        let hash_61 = hash_612.replace("6.12.117+deb12-amd64", "6.1.0-57-amd64");
+        let v = check_mode(&protocol::parse(&hash_61), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        let storage_61 = on_612.replace("6.12.117+deb12-amd64", "6.1.0-57-amd64");
+        assert!(!check_mode(&protocol::parse(&storage_61), Mode::TpBtf, &o).pass);
+        // A report without the field fails rather than passing unchecked.
+        let none = on_612.replace("\"threads_capacity\":null", "\"other\":1");
+        assert!(!check_mode(&protocol::parse(&none), Mode::TpBtf, &o).pass);
+    }
+
+    #[test]
+    fn perf_sched_must_attach_the_way_asked() {
+        let th = "{\"tid\":11,\"pid\":10,\"on_cpu_ns\":500000000,\"runq_wait_ns\":0,\"slices\":4,\"voluntary_switches\":3}";
+        let truth =
+            "{\"tid\":11,\"pid\":10,\"cpu_ns\":1,\"run_ns\":500000000,\"wait_ns\":0,\"slices\":4}";
+        let o = Offers::from_config(X86);
+        let fentry = "@@vmtest part kprobes\n\n@@vmtest part ftrace\n__perf_event_task_sched_in (1) D direct-->x\n\n";
+        let text =
+            run_step("run-perf-sched-kprobe", th, truth, fentry).replace("tp-btf", "perf-sched");
+        let v = check_mode(&protocol::parse(&text), Mode::PerfSchedKprobe, &o);
+        assert!(!v.pass);
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("via fentry, expected kprobe")),
+            "{v:?}"
+        );
+        let text = run_step("run-perf-sched", th, truth, fentry).replace("tp-btf", "perf-sched");
+        assert!(check_mode(&protocol::parse(&text), Mode::PerfSched, &o).pass);
+    }
+
+    #[test]
+    fn a_missing_feature_must_be_refused_by_name_never_by_a_crash() {
+        let p = Offers::from_config(PPC);
+        let step = |rc: i32, err: &str| {
+            protocol::parse(&format!(
+                "@@vmtest begin run-tp-btf\n@@vmtest part stdout\n\n@@vmtest part stderr\n{err}\n\n\
+                 @@vmtest end run-tp-btf rc={rc} t0=0 t1=1\n"
+            ))
+        };
+        let ok = step(2, "tracer: error: probe mode tp-btf does not work here: /sys/kernel/btf/vmlinux: not found");
+        assert!(check_mode(&ok, Mode::TpBtf, &p).pass);
+        let vague = step(2, "tracer: error: something failed");
+        assert!(!check_mode(&vague, Mode::TpBtf, &p).pass);
+        let panic = step(101, "thread 'main' panicked at src/btf.rs:1: no BTF");
+        let v = check_mode(&panic, Mode::TpBtf, &p);
+        assert!(!v.pass && v.problems[0].contains("panicked"), "{v:?}");
+    }
+
+    #[test]
+    fn a_guest_that_never_ran_a_step_fails_that_check() {
+        let o = Offers::from_config(X86);
+        let v = evaluate(&GuestOutput::default(), "x86_64", &o);
+        assert!(v.iter().all(|v| !v.pass || v.name.is_empty()));
+        assert!(v.iter().any(|v| v
+            .problems
+            .iter()
+            .any(|p| p.contains("never ran step check"))));
+    }
+}
