@@ -307,6 +307,12 @@ fn test(unit_only: bool) -> Result<()> {
             "tracer top's terminal test and the heatmap's browser test",
             &["tmux", "chromium"],
         )?;
+        // tracer serve's consumers: a Prometheus server and promtool, curl for TLS and
+        // basic auth, openssl for the test's certificate.
+        apt::ensure(
+            "tracer serve's Prometheus, promtool and TLS tests",
+            &["prometheus", "curl", "openssl"],
+        )?;
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
         e2e.args([

@@ -479,6 +479,13 @@ fn build_deb(apt: &mut Apt, bin: &Path) -> Result<PathBuf> {
         )?,
         mode: 0o644,
     });
+    // `tracer serve` as a service, shipped disabled (no maintainer script enables it).
+    let unit = crate::workspace_root().join("contrib/tracer.service");
+    files.push(File {
+        path: PathBuf::from("/usr/lib/systemd/system/tracer.service"),
+        data: std::fs::read(&unit).with_context(|| format!("cannot read {}", unit.display()))?,
+        mode: 0o644,
+    });
     let maintainer = maintainer()?;
     files.push(File {
         path: doc.join("copyright"),

@@ -439,6 +439,36 @@ impl Collector {
         Ok(())
     }
 
+    /// Forgets the threads that died, once a long-lived reader (`tracer serve`) has
+    /// counted them: its memory stays flat under churn. Their TIDs' generations go too.
+    pub fn forget_exited(&mut self) {
+        self.exited.clear();
+        self.exited_hists.clear();
+        self.generations.clear();
+    }
+
+    /// Removes the per-process histograms of `ids` (processes that died, whose growth was
+    /// counted) from the kernel map, which would otherwise fill up under churn.
+    pub fn forget_scoped(
+        &mut self,
+        ebpf: &mut Ebpf,
+        ids: &std::collections::HashSet<u32>,
+    ) -> Result<usize> {
+        let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
+            ebpf.map_mut("HIST_SCOPED")
+                .context("HIST_SCOPED map missing")?,
+        )?;
+        let keys: Vec<HistKey> = map
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter(|k| ids.contains(&k.id))
+            .collect();
+        for k in &keys {
+            let _ = map.remove(k);
+        }
+        Ok(keys.len())
+    }
+
     /// Threads with an entry in the kernel right now (bounded-usage checks).
     pub fn live_entries(ebpf: &mut Ebpf, runq: RunqSource) -> Result<usize> {
         Ok(live_threads(ebpf, runq)?.len())

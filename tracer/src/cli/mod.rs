@@ -56,6 +56,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Off-CPU stacks: where threads blocked or were preempted, and for how long.
     Offcpu(OffcpuArgs),
+    /// Export scheduling metrics for Prometheus, continuously (OpenMetrics on /metrics).
+    Serve(ServeArgs),
     /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
     #[command(hide = true)]
     Floor {
@@ -251,6 +253,75 @@ impl From<TopArgs> for crate::cmd::top::TopConfig {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address and port to serve /metrics on. Loopback by default; another address needs
+    /// --web.config.file with TLS and users, or --insecure-listen.
+    #[arg(long, value_name = "ADDR:PORT", default_value_t = std::net::SocketAddr::from(([127, 0, 0, 1], crate::cmd::serve::DEFAULT_PORT)))]
+    pub listen: std::net::SocketAddr,
+    /// Serve a non-loopback --listen address without TLS and authentication.
+    #[arg(long)]
+    pub insecure_listen: bool,
+    /// TLS and basic-auth users, as Prometheus exporters read them (tls_server_config,
+    /// basic_auth_users with bcrypt hashes).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+    /// Cgroup series at this depth of the cgroup v2 path (2: /system.slice/x.service).
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub cgroup_depth: usize,
+    /// Most process series; processes beyond it are summed as pid="other".
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = parse_max_series)]
+    pub max_series: usize,
+    /// A process series without activity for this long goes away.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub expiry: Duration,
+    /// Classic histogram bucket bounds (e.g. 10us,100us,1ms,10ms,100ms,1s); default:
+    /// powers of two of nanoseconds from 1.024us to 17.2s, edges of the kernel's buckets.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
+    pub buckets: Vec<Duration>,
+    /// Attach mode.
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
+    pub runq_from: RunqFrom,
+    /// Capacity of the per-thread maps (outside tp-btf mode).
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
+    pub max_threads: u32,
+}
+
+/// `--max-series`: 1 ..= 100000 (each process series holds three histograms).
+fn parse_max_series(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=100_000).contains(&n) => Ok(n),
+        _ => Err("expected a whole number from 1 to 100000".into()),
+    }
+}
+
+impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
+    type Error = String;
+    fn try_from(a: ServeArgs) -> Result<Self, String> {
+        let mut bounds: Vec<u64> = a.buckets.iter().map(|d| d.as_nanos() as u64).collect();
+        if bounds.contains(&0) {
+            return Err("--buckets: bounds must be above 0".into());
+        }
+        bounds.sort_unstable();
+        bounds.dedup();
+        Ok(Self {
+            listen: a.listen,
+            insecure_listen: a.insecure_listen,
+            web_config: a.web_config,
+            cgroup_depth: a.cgroup_depth,
+            max_series: a.max_series,
+            expiry: a.expiry,
+            bounds_ns: bounds,
+            probe: a.probe,
+            runq_from: a.runq_from,
+            max_threads: a.max_threads,
+        })
+    }
+}
+
+#[derive(Args, Debug, Clone)]
 pub struct DtlArgs {
     /// Sample for this long (0: one snapshot); default until Ctrl-C.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
@@ -432,6 +503,10 @@ pub fn main() -> i32 {
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
         Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),
+        Command::Serve(args) => match crate::cmd::serve::ServeConfig::try_from(args) {
+            Ok(c) => crate::cmd::serve::run(c, root),
+            Err(e) => Err(anyhow::anyhow!(e)),
+        },
         Command::Floor { duration } => crate::cmd::floor::run_floor(duration),
         Command::Generate { what } => crate::cli::generate::run(what),
     };

@@ -5,5 +5,6 @@ pub mod floor;
 pub mod offcpu;
 pub mod record;
 pub mod run;
+pub mod serve;
 pub mod slow;
 pub mod top;

@@ -5,6 +5,7 @@ pub mod events;
 pub mod hist;
 pub mod options;
 pub mod report;
+pub mod series;
 pub mod snapshot;
 pub mod stacks;
 pub mod words;

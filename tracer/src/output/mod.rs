@@ -1,6 +1,6 @@
 //! Outputs: the run's typed report as text and JSON behind one [`sink::Sink`], perf-stat-style
 //! counter text, the DTL and hypervisor views, off-CPU stacks (text, JSON, folded, flame
-//! graph), and standard output that never panics.
+//! graph), the exporter's OpenMetrics, and standard output that never panics.
 pub mod counters;
 pub mod dtl;
 pub mod flamegraph;
@@ -8,6 +8,7 @@ pub mod folded;
 pub mod heatmap;
 pub mod hypervisor;
 pub mod json;
+pub mod openmetrics;
 pub mod perfetto;
 pub mod report;
 pub mod sink;

@@ -7,5 +7,7 @@ pub mod parse;
 pub mod privileges;
 pub mod procfs;
 pub mod root;
+pub mod selfstat;
 pub mod symbolize;
 pub mod tracefs;
+pub mod webconfig;

@@ -216,6 +216,20 @@ pub fn cgroup2_mount(root: &Root) -> Option<PathBuf> {
     })
 }
 
+/// Whether a thread (or process) with this ID exists now.
+pub fn thread_exists(root: &Root, tid: u32) -> bool {
+    root.path(format!("/proc/{tid}")).exists()
+}
+
+/// A process's cgroup v2 path (the `0::` line of /proc/PID/cgroup), e.g.
+/// `/system.slice/ssh.service`.
+pub fn cgroup_path(root: &Root, pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(root.path(format!("/proc/{pid}/cgroup"))).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .map(|p| p.trim().to_string())
+}
+
 /// The TIDs in a cgroup v2 directory (`cgroup.threads`), sorted.
 pub fn cgroup_threads(path: &Path) -> Result<Vec<u32>, TracerError> {
     let file = path.join("cgroup.threads");

@@ -1,0 +1,422 @@
+//! `tracer serve` against its real consumers: a Prometheus server scraping it every
+//! second (queried through its HTTP API), `promtool check metrics`, and curl for TLS and
+//! basic auth. Ground truth: the workload's own schedstat per thread.
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use tracer_tests::{read_truth, require_root, tracer_bin};
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = tracer_tests::scratch(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A free loopback port (bound, then released for the child to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        // SIGTERM first: the exporter detaches its programs on the way out.
+        // SAFETY: kill(2) on our own child's PID.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn curl(args: &[&str]) -> (u32, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-m", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl (the test's provisioning installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// Starts the exporter and waits until /metrics answers.
+fn start_serve(extra: &[&str], url: &str, curl_extra: &[&str]) -> Killed {
+    let child = Command::new(tracer_bin())
+        .arg("serve")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tracer serve starts");
+    let mut k = Killed(child);
+    let t = Instant::now();
+    loop {
+        let mut a = curl_extra.to_vec();
+        a.push(url);
+        if curl(&a).0 == 200 {
+            return k;
+        }
+        if let Ok(Some(st)) = k.0.try_wait() {
+            let mut err = String::new();
+            use std::io::Read as _;
+            let _ = k.0.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("tracer serve exited ({st}): {err}");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "tracer serve never answered {url}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Prometheus {
+    _child: Killed,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(dir: &Path, target: &str) -> Prometheus {
+        let port = free_port();
+        let cfg = dir.join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
+                 - job_name: tracer\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (the test's provisioning installs Debian's package)");
+        let p = Prometheus {
+            _child: Killed(child),
+            port,
+        };
+        let t = Instant::now();
+        while curl(&[&format!("http://127.0.0.1:{port}/-/ready")]).0 != 200 {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "prometheus never got ready"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// An instant query; the result vector.
+    fn query(&self, q: &str) -> Vec<Value> {
+        let (code, body) = curl(&[
+            "-G",
+            &format!("http://127.0.0.1:{}/api/v1/query", self.port),
+            "--data-urlencode",
+            &format!("query={q}"),
+        ]);
+        assert_eq!(code, 200, "query {q}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The single value of an instant query, if there is one.
+    fn value(&self, q: &str) -> Option<f64> {
+        let r = self.query(q);
+        r.first()?["value"][1].as_str()?.parse().ok()
+    }
+}
+
+fn workload(args: &[&str], out: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_tracer-workload"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .spawn()
+        .expect("workload starts")
+}
+
+/// The p50 of `tracer run`'s run-queue histogram for one process, from its JSON.
+fn run_p50_ns(doc: &Value) -> Option<f64> {
+    doc["histograms"]["runq"]["p50_ns"].as_f64()
+}
+
+#[test]
+#[ignore = "needs root"]
+fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
+    require_root();
+    let dir = scratch("serve-prom");
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let _serve = start_serve(
+        &["--listen", &listen, "--max-series", "40", "--expiry", "4s"],
+        &format!("http://{listen}/metrics"),
+        &[],
+    );
+    let prom = Prometheus::start(&dir, &listen);
+    // Two scrapes before the workload, so its first sample is near its start.
+    std::thread::sleep(Duration::from_secs(2));
+    let truth_file = dir.join("truth");
+    let mut w = workload(
+        &[
+            "busy-sleep",
+            "--threads",
+            "2",
+            "--work-ms",
+            "3",
+            "--sleep-ms",
+            "2",
+            "--duration-ms",
+            "6000",
+        ],
+        &truth_file,
+    );
+    let pid = w.id();
+    // `tracer run` on the same process for the same time: the latency reference.
+    let run = Command::new(tracer_bin())
+        .args(["run", "-p", &pid.to_string(), "--json", "-d", "5s"])
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    w.wait().unwrap();
+    // Three more scrapes after it ended.
+    std::thread::sleep(Duration::from_secs(3));
+
+    let truth = read_truth(&truth_file);
+    assert!(truth.len() >= 2, "a truth line per worker thread: {}", truth.len());
+    let truth_ns: u64 = truth.iter().map(|t| t.run_ns).sum();
+    let sel = format!("{{job=\"tracer\",pid=\"{pid}\"}}");
+    let on_cpu = prom
+        .value(&format!(
+            "max_over_time(tracer_process_on_cpu_seconds_total{sel}[2m])"
+        ))
+        .expect("the workload's on-CPU series in Prometheus");
+    eprintln!(
+        "serve: on-CPU {on_cpu:.4} s in Prometheus vs {:.4} s schedstat",
+        truth_ns as f64 / 1e9
+    );
+    // The main thread's own time (spawning, joining) is not in the truth: 5 ms.
+    let err = (on_cpu * 1e9 - truth_ns as f64).abs();
+    assert!(
+        err <= 0.02 * truth_ns as f64 + 5e6,
+        "Prometheus {on_cpu:.4} s vs schedstat {:.4} s",
+        truth_ns as f64 / 1e9
+    );
+    // rate() over the run: the same growth per second as the truth over its wall time.
+    let rate = prom
+        .value(&format!(
+            "max_over_time(rate(tracer_process_on_cpu_seconds_total{sel}[3s])[1m:1s])"
+        ))
+        .expect("a rate");
+    assert!(rate > 0.1 && rate < 2.2, "rate {rate} CPUs for 2 threads");
+
+    // Run-queue latency: the median from the exporter's buckets within the same
+    // power-of-two bucket as `tracer run`'s p50 (the classic buckets are powers of two).
+    let q50 = prom
+        .value(&format!(
+            "histogram_quantile(0.5, max_over_time(tracer_process_runq_latency_seconds_bucket{sel}[2m]))"
+        ))
+        .expect("a run-queue median");
+    let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
+    if let Some(p50) = run_p50_ns(&doc) {
+        eprintln!("serve: run-queue p50 {q50:e} s from Prometheus, {p50} ns from tracer run");
+        let ratio = q50 * 1e9 / p50;
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "Prometheus p50 {q50:e} s vs tracer run p50 {p50} ns"
+        );
+    } else {
+        panic!("tracer run's JSON has no run-queue p50: {doc}");
+    }
+
+    // Cardinality: at most --max-series process series (plus pid="other").
+    let series = prom
+        .value("count(tracer_process_on_cpu_seconds_total{job=\"tracer\"})")
+        .unwrap();
+    assert!(
+        series <= 41.0,
+        "{series} process series with --max-series 40"
+    );
+
+    // Expiry: the workload ended > 4 s ago: its series is gone from the exposition.
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, body) = curl(&[&format!("http://{listen}/metrics")]);
+    assert_eq!(code, 200);
+    assert!(
+        !body.contains(&format!("pid=\"{pid}\"")),
+        "the exited workload's series outlived --expiry"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn promtool_accepts_the_exposition_and_bad_requests_get_4xx() {
+    require_root();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("http://{listen}/metrics");
+    let _serve = start_serve(&["--listen", &listen], &url, &[]);
+    let (code, body) = curl(&[&url]);
+    assert_eq!(code, 200);
+    let dir = scratch("serve-promtool");
+    let file = dir.join("metrics.txt");
+    std::fs::write(&file, &body).unwrap();
+    let check = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .expect("promtool");
+    assert!(
+        check.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    for name in [
+        "tracer_cgroup_runq_latency_seconds_bucket",
+        "tracer_cpu_busy_seconds_total",
+        "tracer_bpf_run_time_seconds_total",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(body.contains(name), "{name} missing");
+    }
+    // OpenMetrics when asked for it.
+    let (code, om) = curl(&["-H", "Accept: application/openmetrics-text", &url]);
+    assert_eq!(code, 200);
+    assert!(om.trim_end().ends_with("# EOF"));
+    assert_eq!(curl(&[&format!("http://{listen}/nope")]).0, 404);
+    assert_eq!(curl(&["-X", "POST", &url]).0, 405);
+    let (code, index) = curl(&[&format!("http://{listen}/")]);
+    assert_eq!(code, 200);
+    assert!(index.contains("/metrics"));
+    // A client that sends half a request and stalls does not hold up others.
+    let stall = std::net::TcpStream::connect(&listen).unwrap();
+    use std::io::Write as _;
+    (&stall).write_all(b"GET /metr").unwrap();
+    assert_eq!(curl(&[&url]).0, 200);
+    drop(stall);
+}
+
+/// `openssl` makes a self-signed certificate for 127.0.0.1.
+fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let st = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(st.success());
+    (cert, key)
+}
+
+#[test]
+#[ignore = "needs root"]
+fn tls_and_basic_auth_from_a_web_config() {
+    require_root();
+    let dir = scratch("serve-tls");
+    let (cert, key) = certificate(&dir);
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  prom: {hash}\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let cacert = cert.display().to_string();
+    let good = ["--cacert", &cacert, "-u", "prom:s3cret"];
+    let _serve = start_serve(
+        &[
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--web.config.file",
+            &web.display().to_string(),
+        ],
+        &url,
+        &good,
+    );
+    assert_eq!(curl(&["--cacert", &cacert, &url]).0, 401, "no password");
+    assert_eq!(
+        curl(&["--cacert", &cacert, "-u", "prom:wrong", &url]).0,
+        401
+    );
+    assert_eq!(
+        curl(&["--cacert", &cacert, "-u", "eve:s3cret", &url]).0,
+        401
+    );
+    let (code, body) = curl(&[good[0], good[1], good[2], good[3], &url]);
+    assert_eq!(code, 200);
+    assert!(body.contains("tracer_info"));
+    // Plain HTTP to the TLS port is not served.
+    assert_ne!(curl(&[&format!("http://127.0.0.1:{port}/metrics")]).0, 200);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_public_address_needs_tls_and_users_or_an_explicit_flag() {
+    require_root();
+    let out = Command::new(tracer_bin())
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--insecure-listen"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    let bad = scratch("serve-badweb").join("web.yml");
+    std::fs::write(&bad, "basic_auth_users:\n  a: plaintext\n").unwrap();
+    let out = Command::new(tracer_bin())
+        .args(["serve", "--web.config.file"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bcrypt"));
+}

@@ -1,0 +1,389 @@
+//! `tracer serve`: a long-running exporter. The programs trace the whole machine with
+//! per-process histograms; each scrape (and a tick in between, so memory stays bounded
+//! without scrapes) reads the maps, turns the growth since the last read into per-cgroup
+//! and per-process series ([`Book`]), and forgets what it counted: exit records, the
+//! histograms of dead processes. Series only grow, the number of process series is
+//! bounded, idle ones expire.
+mod http;
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    os::fd::OwnedFd,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{anyhow, Context as _, Result};
+use tokio::sync::{mpsc, oneshot};
+use tracer_common::{filter, scope};
+
+use crate::{
+    bpf::{
+        collect::Collector,
+        loader::{LoadOptions, Tracer},
+    },
+    model::{
+        options::{ProbeMode, RunqFrom},
+        series::{cgroup_label, Book, Exposition, Owner, ProgramStats},
+        snapshot::{Snapshot, DROP_NAMES},
+    },
+    output::openmetrics,
+    pseries::hypervisor,
+    sys::{privileges, procfs, root::Root, selfstat, webconfig::WebConfig},
+};
+
+/// The default port: unassigned in the Prometheus exporter port registry (9100
+/// node_exporter, 9435 ebpf_exporter, ...) when this was written.
+pub const DEFAULT_PORT: u16 = 9871;
+
+/// What `tracer serve` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    /// Serve on a non-loopback address without TLS and authentication.
+    pub insecure_listen: bool,
+    pub web_config: Option<PathBuf>,
+    pub cgroup_depth: usize,
+    pub max_series: usize,
+    pub expiry: Duration,
+    /// Classic histogram bounds, ns (empty: powers of two from 1.024 µs to 17.2 s).
+    pub bounds_ns: Vec<u64>,
+    pub probe: ProbeMode,
+    pub runq_from: RunqFrom,
+    pub max_threads: u32,
+}
+
+/// Reads between scrapes so exit records and dead processes' histograms are collected
+/// (and forgotten) even when nobody scrapes.
+const TICK: Duration = Duration::from_secs(5);
+/// Scrapes closer together than this share one read.
+const FRESH: Duration = Duration::from_millis(100);
+
+pub fn run(cfg: ServeConfig, root: Root) -> Result<i32> {
+    let web = match &cfg.web_config {
+        Some(p) => WebConfig::load(p)?,
+        None => WebConfig::default(),
+    };
+    let tls = web.tls_acceptor()?;
+    if !cfg.listen.ip().is_loopback()
+        && !cfg.insecure_listen
+        && (tls.is_none() || web.users.is_empty())
+    {
+        return Err(anyhow!(
+            "--listen {} is reachable from other machines: process names and cgroup paths are \
+             not for everyone to read. Give --web.config.file with tls_server_config and \
+             basic_auth_users, or --insecure-listen to serve it anyway",
+            cfg.listen
+        ));
+    }
+    privileges::check()?;
+    crate::bpf::loader::object()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    rt.block_on(serve(cfg, root, web, tls))
+}
+
+/// Every piece the loop keeps.
+struct State {
+    tracer: Tracer,
+    collector: Collector,
+    prev: Snapshot,
+    /// PID to (comm, cgroup label), filled at first sight.
+    procs: HashMap<u32, (String, String)>,
+    cgroup_mount: Option<PathBuf>,
+    cfg: ServeConfig,
+    root: Root,
+    exposition: Arc<Mutex<Exposition>>,
+    last_read: Instant,
+    _stats_fd: Option<OwnedFd>,
+}
+
+async fn serve(
+    cfg: ServeConfig,
+    root: Root,
+    web: WebConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> Result<i32> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("listening on {}", cfg.listen))?;
+    let opts = LoadOptions {
+        probe: cfg.probe,
+        filter: filter::ALL,
+        cgroup_id: 0,
+        hist_scope: scope::PROCESS,
+        n_counters: 0,
+        max_threads: cfg.max_threads,
+        runq_from: cfg.runq_from,
+        record: Default::default(),
+    };
+    let mut tracer = Tracer::start(&opts, &root, &|_| Ok(()))?;
+    // In-kernel cost for the self-monitoring series; needs CAP_SYS_ADMIN, so before the drop.
+    let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+    let mut collector =
+        Collector::new(&mut tracer.ebpf, scope::PROCESS, tracer.runq, root.clone())?;
+    let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
+    if let Err(e) = privileges::drop_all() {
+        log::warn!("could not drop capabilities after attaching: {e}");
+    }
+    let bounds_ns = if cfg.bounds_ns.is_empty() {
+        openmetrics::default_bounds_ns()
+    } else {
+        cfg.bounds_ns.clone()
+    };
+    let exposition = Arc::new(Mutex::new(Exposition {
+        book: Book::new(cfg.max_series, cfg.expiry.as_nanos() as u64),
+        bounds_ns,
+        probe: tracer.mode.name().to_string(),
+        runq_source: tracer.runq.name().to_string(),
+        cpu_busy_ns: Vec::new(),
+        cpu_steal_ns: Vec::new(),
+        drops: Vec::new(),
+        programs: Vec::new(),
+        map_entries: 0,
+        self_cpu_s: 0.0,
+        self_rss_bytes: 0,
+    }));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let (tx, mut rx) = mpsc::channel::<oneshot::Sender<()>>(MAX_WAITING);
+    let shared = http::Shared {
+        refresh: tx,
+        exposition: exposition.clone(),
+        auth: Arc::new(web),
+        index: Arc::new(index_page(&cfg)),
+    };
+    let mut st = State {
+        tracer,
+        collector,
+        prev,
+        procs: HashMap::new(),
+        cgroup_mount: procfs::cgroup2_mount(&root),
+        cfg: cfg.clone(),
+        root,
+        exposition,
+        last_read: Instant::now(),
+        _stats_fd: stats_fd,
+    };
+    st.read()?;
+    let server = tokio::spawn(http::serve(listener, tls, shared));
+    {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "Serving scheduling metrics of all CPUs at {scheme}://{}/metrics (probe {}). Hit Ctrl-C to end.",
+            cfg.listen,
+            st.tracer.mode.name()
+        );
+    }
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let stop = wait_signal();
+    tokio::pin!(stop);
+    let why = loop {
+        tokio::select! {
+            sig = &mut stop => break sig,
+            Some(reply) = rx.recv() => {
+                if st.last_read.elapsed() >= FRESH {
+                    if let Err(e) = st.read() {
+                        log::warn!("reading the maps: {e:#}");
+                    }
+                }
+                let _ = reply.send(());
+            }
+            _ = tick.tick() => {
+                if let Err(e) = st.read() {
+                    log::warn!("reading the maps: {e:#}");
+                }
+            }
+        }
+    };
+    server.abort();
+    log::info!("{why}: stopping");
+    st.tracer.detach();
+    Ok(0)
+}
+
+/// Scrapes waiting for a read at once; more wait for room.
+const MAX_WAITING: usize = 64;
+
+impl State {
+    /// One read: growth since the last read into the series, then forget what was counted.
+    fn read(&mut self) -> Result<()> {
+        let ebpf = &mut self.tracer.ebpf;
+        let mut snap = self.collector.snapshot(ebpf, true, 0)?;
+        let read_keys: HashSet<_> = snap.threads.keys().copied().collect();
+        snap.adopt_missing(&self.prev, scope::PROCESS);
+        snap.raise_to(&self.prev, scope::PROCESS);
+        let delta = snap.delta(&self.prev);
+        let now = snap.at_ns;
+        let expo = self.exposition.clone();
+        let mut x = expo.lock().unwrap_or_else(|e| e.into_inner());
+        for r in delta.threads.values() {
+            let pid = match r.stats.tgid {
+                0 => procfs::tgid_of(&self.root, r.tid).unwrap_or(r.tid),
+                p => p,
+            };
+            let (comm, cgroup) = self.process(pid, &r.stats.comm);
+            x.book.add_thread(
+                Owner {
+                    pid,
+                    comm: &comm,
+                    cgroup: &cgroup,
+                },
+                &r.stats,
+                now,
+            );
+        }
+        for (&pid, h) in &delta.scoped {
+            let (comm, cgroup) = self.process(pid, &[0u8; 16]);
+            x.book.add_hist(
+                Owner {
+                    pid,
+                    comm: &comm,
+                    cgroup: &cgroup,
+                },
+                h,
+                now,
+            );
+        }
+        // Forget what is counted and cannot grow any more: exit records, threads carried
+        // over from an earlier read that are gone, dead processes' histograms.
+        self.collector.forget_exited();
+        let root = &self.root;
+        snap.threads.retain(|k, r| {
+            !r.exited && (read_keys.contains(k) || procfs::thread_exists(root, r.tid))
+        });
+        let dead: HashSet<u32> = snap
+            .scoped
+            .keys()
+            .copied()
+            .filter(|&pid| !procfs::thread_exists(root, pid))
+            .collect();
+        if !dead.is_empty() {
+            self.collector.forget_scoped(&mut self.tracer.ebpf, &dead)?;
+            snap.scoped.retain(|pid, _| !dead.contains(pid));
+        }
+        let mount = self.cgroup_mount.clone();
+        x.book.expire(now, |label| match &mount {
+            Some(m) => m.join(label.trim_start_matches('/')).is_dir(),
+            None => true,
+        });
+        let live: HashSet<u32> = x.book.processes.keys().copied().collect();
+        self.procs
+            .retain(|pid, _| live.contains(pid) || procfs::thread_exists(root, *pid));
+        self.publish(&snap, &mut x);
+        drop(x);
+        self.prev = snap;
+        self.last_read = Instant::now();
+        Ok(())
+    }
+
+    /// A process's (comm, cgroup label), read once.
+    fn process(&mut self, pid: u32, thread_comm: &[u8]) -> (String, String) {
+        if let Some(p) = self.procs.get(&pid) {
+            return p.clone();
+        }
+        let comm = procfs::comm(&self.root, pid, pid).unwrap_or_else(|| {
+            let end = thread_comm
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(thread_comm.len());
+            String::from_utf8_lossy(&thread_comm[..end]).into_owned()
+        });
+        let cgroup = procfs::cgroup_path(&self.root, pid)
+            .map(|p| cgroup_label(&p, self.cfg.cgroup_depth))
+            .unwrap_or_else(|| "unknown".to_string());
+        let p = (comm, cgroup);
+        // A process that is already gone is not cached: its PID may come back.
+        if procfs::thread_exists(&self.root, pid) {
+            self.procs.insert(pid, p.clone());
+        }
+        p
+    }
+
+    /// Copies the figures the endpoint shows.
+    fn publish(&self, snap: &Snapshot, x: &mut Exposition) {
+        let steal = hypervisor::Snapshot::take(&self.root).ok();
+        let programs = self
+            .tracer
+            .ebpf
+            .programs()
+            .filter_map(|(name, p)| {
+                let info = p.info().ok()?;
+                Some(ProgramStats {
+                    name: name.to_string(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                    run_count: info.run_count(),
+                })
+            })
+            .filter(|p| p.run_count > 0 || p.run_time_ns > 0)
+            .collect();
+        let (cpu_s, rss) = selfstat::usage(&self.root).unwrap_or((0.0, 0));
+        x.cpu_busy_ns = snap.cpu_busy_ns.clone();
+        if let Some(s) = steal {
+            let ns_per_tick = 1_000_000_000 / s.user_hz.max(1);
+            let n = s
+                .steal
+                .iter()
+                .map(|c| c.cpu as usize + 1)
+                .max()
+                .unwrap_or(0);
+            let mut v = vec![0u64; n];
+            for c in &s.steal {
+                v[c.cpu as usize] = c.steal_ticks.saturating_mul(ns_per_tick);
+            }
+            x.cpu_steal_ns = v;
+        }
+        x.drops = DROP_NAMES
+            .iter()
+            .zip(snap.drops.iter())
+            .map(|(n, v)| (n.to_string(), *v))
+            .collect();
+        x.programs = programs;
+        x.map_entries = snap.live_entries;
+        x.self_cpu_s = cpu_s;
+        x.self_rss_bytes = rss;
+    }
+}
+
+fn index_page(cfg: &ServeConfig) -> String {
+    format!(
+        "<!doctype html><html><head><title>tracer</title></head><body>\
+         <h1>tracer {}</h1><p>Scheduling metrics computed in the kernel: on-CPU time, \
+         run-queue latency and off-CPU time per cgroup (depth {}) and per process (at most \
+         {} series; idle ones expire after {} s), per-CPU busy and steal time, and the \
+         tracer's own cost.</p><p><a href=\"/metrics\">/metrics</a></p></body></html>\n",
+        env!("CARGO_PKG_VERSION"),
+        cfg.cgroup_depth,
+        cfg.max_series,
+        cfg.expiry.as_secs()
+    )
+}
+
+/// SIGINT, SIGTERM and SIGHUP all stop the exporter cleanly (SIGHUP reloads nothing:
+/// the configuration is the command line, and a restart is how it changes).
+async fn wait_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term, mut hup) = (
+        signal(SignalKind::interrupt()).ok(),
+        signal(SignalKind::terminate()).ok(),
+        signal(SignalKind::hangup()).ok(),
+    );
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    tokio::select! {
+        _ = recv(&mut int) => "SIGINT",
+        _ = recv(&mut term) => "SIGTERM",
+        _ = recv(&mut hup) => "SIGHUP",
+    }
+}

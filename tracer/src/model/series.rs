@@ -1,0 +1,293 @@
+//! Long-lived series for an exporter: totals and histograms per cgroup and per process,
+//! fed with the deltas of successive snapshots so they only ever grow, with the number of
+//! process series bounded and idle ones expired.
+//!
+//! Deltas, not snapshots: a thread's entry vanishes from the kernel when it dies and its
+//! exit record is forgotten after it was counted, so a sum over a snapshot could go down;
+//! a sum of non-negative deltas cannot. A process gets its own series the first time it
+//! runs while there is room (`max_series`), keeps it while it runs, and loses it after
+//! `expiry_ns` without activity; processes that found no room are summed in `other`.
+use std::collections::BTreeMap;
+
+use tracer_common::ThreadStats;
+
+use crate::model::snapshot::HistSet;
+
+/// Counter totals of a series (ns and counts, as the kernel keeps them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub on_cpu_ns: u64,
+    pub runq_wait_ns: u64,
+    pub runq_waits: u64,
+    pub off_cpu_ns: u64,
+    pub blocked_ns: u64,
+    pub preempted_ns: u64,
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub migrations: u64,
+    pub slices: u64,
+}
+
+impl Totals {
+    /// Adds one thread's growth since the previous read.
+    pub fn add(&mut self, d: &ThreadStats) {
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.on_cpu_ns, d.on_cpu_ns);
+        add(&mut self.runq_wait_ns, d.runq_wait_ns);
+        add(&mut self.runq_waits, d.runq_waits);
+        add(&mut self.off_cpu_ns, d.off_cpu_ns);
+        add(&mut self.blocked_ns, d.blocked_ns);
+        add(&mut self.preempted_ns, d.preempted_ns);
+        add(&mut self.voluntary, d.voluntary);
+        add(&mut self.involuntary, d.involuntary);
+        add(&mut self.migrations, d.migrations);
+        add(&mut self.slices, d.slices);
+    }
+}
+
+/// One series: totals, histograms, and when it last grew.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    pub totals: Totals,
+    pub hist: HistSet,
+    /// CLOCK_MONOTONIC ns of the last growth (0: never).
+    pub last_active_ns: u64,
+}
+
+impl Series {
+    fn touch(&mut self, now_ns: u64) {
+        self.last_active_ns = self.last_active_ns.max(now_ns);
+    }
+}
+
+/// A process's own series.
+#[derive(Clone, Debug)]
+pub struct ProcessSeries {
+    pub pid: u32,
+    pub comm: String,
+    /// Its cgroup label, as the cgroup series name it.
+    pub cgroup: String,
+    pub series: Series,
+}
+
+/// Every series the exporter shows.
+#[derive(Clone, Debug)]
+pub struct Book {
+    pub cgroups: BTreeMap<String, Series>,
+    /// By PID.
+    pub processes: BTreeMap<u32, ProcessSeries>,
+    /// Processes without a series of their own, summed.
+    pub other: Series,
+    /// Largest number of process series (cgroups are not counted: their number is the
+    /// machine's configuration, bounded by `--cgroup-depth`).
+    pub max_series: usize,
+    pub expiry_ns: u64,
+    /// Series removed after `expiry_ns` idle, since the start.
+    pub expired: u64,
+    /// Process deltas that went to `other` because `max_series` was reached.
+    pub overflowed: u64,
+}
+
+/// Who a delta belongs to.
+#[derive(Clone, Copy, Debug)]
+pub struct Owner<'a> {
+    pub pid: u32,
+    pub comm: &'a str,
+    pub cgroup: &'a str,
+}
+
+impl Book {
+    pub fn new(max_series: usize, expiry_ns: u64) -> Self {
+        Book {
+            cgroups: BTreeMap::new(),
+            processes: BTreeMap::new(),
+            other: Series::default(),
+            max_series,
+            expiry_ns,
+            expired: 0,
+            overflowed: 0,
+        }
+    }
+
+    /// The process's series, created while there is room; `None`: it goes to `other`.
+    fn process(&mut self, o: Owner, now_ns: u64) -> Option<&mut Series> {
+        if !self.processes.contains_key(&o.pid) {
+            if self.processes.len() >= self.max_series {
+                self.overflowed += 1;
+                return None;
+            }
+            self.processes.insert(
+                o.pid,
+                ProcessSeries {
+                    pid: o.pid,
+                    comm: o.comm.to_string(),
+                    cgroup: o.cgroup.to_string(),
+                    series: Series::default(),
+                },
+            );
+        }
+        let p = self.processes.get_mut(&o.pid)?;
+        // A recycled PID (or an exec) renames the series' process; its totals stay.
+        if p.comm != o.comm {
+            p.comm = o.comm.to_string();
+        }
+        p.series.touch(now_ns);
+        Some(&mut p.series)
+    }
+
+    /// Adds a thread's growth to its process and cgroup.
+    pub fn add_thread(&mut self, o: Owner, d: &ThreadStats, now_ns: u64) {
+        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
+        cg.totals.add(d);
+        cg.touch(now_ns);
+        match self.process(o, now_ns) {
+            Some(s) => s.totals.add(d),
+            None => {
+                self.other.totals.add(d);
+                self.other.touch(now_ns);
+            }
+        }
+    }
+
+    /// Adds a process's histogram growth to its process and cgroup.
+    pub fn add_hist(&mut self, o: Owner, h: &HistSet, now_ns: u64) {
+        if hist_is_empty(h) {
+            return;
+        }
+        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
+        cg.hist.merge(h);
+        cg.touch(now_ns);
+        match self.process(o, now_ns) {
+            Some(s) => s.hist.merge(h),
+            None => {
+                self.other.hist.merge(h);
+                self.other.touch(now_ns);
+            }
+        }
+    }
+
+    /// Removes series idle for longer than the expiry: processes that exited or went
+    /// quiet (a process that runs again later starts a new series, which Prometheus
+    /// reads as a counter reset), and cgroups that no longer exist (`cgroup_exists`: a
+    /// cgroup that is still there keeps its series, so its totals never restart).
+    /// Returns how many went.
+    pub fn expire(&mut self, now_ns: u64, cgroup_exists: impl Fn(&str) -> bool) -> usize {
+        let limit = now_ns.saturating_sub(self.expiry_ns);
+        let before = self.processes.len() + self.cgroups.len();
+        self.processes
+            .retain(|_, p| p.series.last_active_ns >= limit);
+        self.cgroups
+            .retain(|name, s| s.last_active_ns >= limit || cgroup_exists(name));
+        let gone = before - (self.processes.len() + self.cgroups.len());
+        self.expired += gone as u64;
+        gone
+    }
+}
+
+/// A program's BPF run-time statistics.
+#[derive(Clone, Debug, Default)]
+pub struct ProgramStats {
+    pub name: String,
+    pub run_time_ns: u64,
+    pub run_count: u64,
+}
+
+/// What the exporter shows at a scrape: the series and the machine- and self-level
+/// figures beside them.
+#[derive(Clone, Debug)]
+pub struct Exposition {
+    pub book: Book,
+    /// Classic histogram bounds, ns.
+    pub bounds_ns: Vec<u64>,
+    pub probe: String,
+    pub runq_source: String,
+    /// Per CPU, cumulative (index = CPU).
+    pub cpu_busy_ns: Vec<u64>,
+    pub cpu_steal_ns: Vec<u64>,
+    /// (kind, cumulative count).
+    pub drops: Vec<(String, u64)>,
+    pub programs: Vec<ProgramStats>,
+    /// Live entries in the per-thread map.
+    pub map_entries: usize,
+    /// The tracer's own CPU time (user + system), seconds, and resident memory.
+    pub self_cpu_s: f64,
+    pub self_rss_bytes: u64,
+}
+
+fn hist_is_empty(h: &HistSet) -> bool {
+    h.on_cpu.is_empty() && h.runq.is_empty() && h.off_cpu.is_empty()
+}
+
+/// The first `depth` components of a cgroup v2 path (`/system.slice/x.service/y` at
+/// depth 2 is `/system.slice/x.service`): a systemd unit or a container, not each of
+/// its sub-cgroups. Depth 0 is `/`.
+pub fn cgroup_label(path: &str, depth: usize) -> String {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .take(depth)
+        .collect();
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(on_cpu_ns: u64) -> ThreadStats {
+        let mut s = ThreadStats::zeroed();
+        s.on_cpu_ns = on_cpu_ns;
+        s.slices = 1;
+        s
+    }
+
+    fn owner(pid: u32) -> Owner<'static> {
+        Owner {
+            pid,
+            comm: "w",
+            cgroup: "/a",
+        }
+    }
+
+    #[test]
+    fn process_series_are_bounded_and_the_rest_is_other() {
+        let mut b = Book::new(2, 10);
+        for pid in 1..=4 {
+            b.add_thread(owner(pid), &stats(100), 1);
+        }
+        assert_eq!(b.processes.len(), 2);
+        assert_eq!(b.other.totals.on_cpu_ns, 200);
+        assert_eq!(b.cgroups["/a"].totals.on_cpu_ns, 400);
+        assert_eq!(b.overflowed, 2);
+        // An existing series keeps growing at the limit.
+        b.add_thread(owner(1), &stats(5), 2);
+        assert_eq!(b.processes[&1].series.totals.on_cpu_ns, 105);
+    }
+
+    #[test]
+    fn idle_series_expire_and_make_room() {
+        let mut b = Book::new(1, 10);
+        b.add_thread(owner(1), &stats(1), 100);
+        assert_eq!(b.expire(105, |_| false), 0);
+        assert_eq!(
+            b.expire(111, |_| true),
+            1,
+            "the process; its cgroup is still there"
+        );
+        assert_eq!(b.expire(111, |_| false), 1, "the cgroup, removed");
+        b.add_thread(owner(2), &stats(1), 112);
+        assert!(b.processes.contains_key(&2));
+        assert_eq!(b.expired, 2);
+    }
+
+    #[test]
+    fn cgroup_labels_cut_at_depth() {
+        assert_eq!(
+            cgroup_label("/system.slice/x.service/y", 2),
+            "/system.slice/x.service"
+        );
+        assert_eq!(cgroup_label("/", 2), "/");
+        assert_eq!(cgroup_label("/user.slice", 0), "/");
+        assert_eq!(cgroup_label("/a/b", 9), "/a/b");
+    }
+}

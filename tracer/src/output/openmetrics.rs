@@ -1,0 +1,478 @@
+//! `tracer serve`'s exposition: the exporter's series as Prometheus metrics, encoded by
+//! the official `prometheus-client` crate in the format the scraper asked for (OpenMetrics
+//! text, or the classic 0.0.4 text that `promtool check metrics` and older scrapers read).
+//!
+//! Histograms go out with their kernel counts, never re-sampled: the classic `le` bounds
+//! are powers of two of nanoseconds (1.024 µs, 2.048 µs, ... by default), which are edges
+//! of the in-kernel log-linear buckets, so each `_bucket` sums whole kernel buckets.
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric},
+    metrics::{counter::ConstCounter, gauge::ConstGauge, MetricType},
+    registry::{Registry, Unit},
+};
+use tracer_common::hist::{bucket_upper, N_BUCKETS};
+
+use crate::model::{
+    hist::Histogram,
+    series::{Exposition, Series},
+};
+
+/// The exposition formats a scraper can ask for (`Accept`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `application/openmetrics-text; version=1.0.0`.
+    OpenMetrics,
+    /// `text/plain; version=0.0.4`: the default, what every scraper reads.
+    Classic,
+}
+
+impl Format {
+    /// Picks the format from an `Accept` header, as mature exporters negotiate.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Classic,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Classic => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// Default classic bucket bounds: 2^10 ns (1.024 µs) to 2^34 ns (17.2 s).
+pub fn default_bounds_ns() -> Vec<u64> {
+    (10..=34).map(|k| 1u64 << k).collect()
+}
+
+/// Encodes everything in `x` as `format`.
+pub fn encode(x: Arc<Mutex<Exposition>>, format: Format) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(View(x)));
+    let mut out = String::new();
+    match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
+        Format::Classic => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct View(Arc<Mutex<Exposition>>);
+
+impl Collector for View {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // A poisoned lock means a panic elsewhere: encode what is there.
+        let x = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        encode_all(&x, &mut enc)
+    }
+}
+
+/// A series' labels.
+type Labels = Vec<(String, String)>;
+
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    rows: &[(Labels, f64)],
+) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// Classic buckets from kernel buckets: `(le in seconds, count in (previous le, le])`,
+/// then `+Inf`. A kernel bucket goes to the first bound at or above its largest value.
+pub fn classic_buckets(h: &Histogram, bounds_ns: &[u64]) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = bounds_ns.iter().map(|&b| (secs(b), 0)).collect();
+    out.push((f64::INFINITY, 0));
+    for i in 0..N_BUCKETS {
+        let c = h.bucket(i);
+        if c == 0 {
+            continue;
+        }
+        // Values in kernel bucket i are integers <= bucket_upper(i).
+        let up = bucket_upper(i);
+        let slot = bounds_ns.partition_point(|&b| b < up);
+        out[slot].1 += c;
+    }
+    out
+}
+
+/// One histogram family over many series.
+fn histogram(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, &Histogram)],
+    bounds_ns: &[u64],
+) -> Result<(), std::fmt::Error> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    for (labels, h) in rows {
+        let buckets = classic_buckets(h, bounds_ns);
+        m.encode_family(labels)?
+            .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                secs(h.sum_ns),
+                h.count(),
+                &buckets,
+                None,
+            )?;
+    }
+    Ok(())
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Every (labels, series) pair of one scope.
+fn scoped(x: &Exposition) -> [(&'static str, Vec<(Labels, &Series)>); 2] {
+    let cg: Vec<(Labels, &Series)> = x
+        .book
+        .cgroups
+        .iter()
+        .map(|(name, s)| (labels(&[("cgroup", name)]), s))
+        .collect();
+    let mut pr: Vec<(Labels, &Series)> = x
+        .book
+        .processes
+        .values()
+        .map(|p| {
+            let pid = p.pid.to_string();
+            (
+                labels(&[("pid", &pid), ("comm", &p.comm), ("cgroup", &p.cgroup)]),
+                &p.series,
+            )
+        })
+        .collect();
+    if x.book.other.last_active_ns > 0 {
+        pr.push((
+            labels(&[("pid", "other"), ("comm", "other"), ("cgroup", "other")]),
+            &x.book.other,
+        ));
+    }
+    [("cgroup", cg), ("process", pr)]
+}
+
+fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let s = Some(&Unit::Seconds);
+    gauge(
+        enc,
+        "tracer_info",
+        "The tracer: version, probe mode and where run-queue waits come from (always 1)",
+        None,
+        &[(
+            labels(&[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("probe", &x.probe),
+                ("runq_source", &x.runq_source),
+            ]),
+            1.0,
+        )],
+    )?;
+    for (scope, rows) in scoped(x) {
+        let each = |f: &dyn Fn(&Series) -> f64| -> Vec<(Labels, f64)> {
+            rows.iter().map(|(l, s)| (l.clone(), f(s))).collect()
+        };
+        counter(
+            enc,
+            &format!("tracer_{scope}_on_cpu"),
+            &format!("Time on a CPU per {scope}, summed over its threads"),
+            s,
+            &each(&|s| secs(s.totals.on_cpu_ns)),
+        )?;
+        counter(
+            enc,
+            &format!("tracer_{scope}_runq_wait"),
+            &format!("Time runnable but waiting for a CPU per {scope} (wakeup or preemption to switch-in)"),
+            s,
+            &each(&|s| secs(s.totals.runq_wait_ns)),
+        )?;
+        let mut off = Vec::new();
+        let mut switches = Vec::new();
+        for (l, sr) in &rows {
+            for (state, v) in [
+                ("blocked", sr.totals.blocked_ns),
+                ("preempted", sr.totals.preempted_ns),
+            ] {
+                let mut l = l.clone();
+                l.push(("state".into(), state.into()));
+                off.push((l, secs(v)));
+            }
+            for (kind, v) in [
+                ("voluntary", sr.totals.voluntary),
+                ("involuntary", sr.totals.involuntary),
+            ] {
+                let mut l = l.clone();
+                l.push(("kind".into(), kind.into()));
+                switches.push((l, v as f64));
+            }
+        }
+        counter(
+            enc,
+            &format!("tracer_{scope}_off_cpu"),
+            &format!(
+                "Time off the CPU per {scope}: blocked (asleep) or preempted (runnable, waiting)"
+            ),
+            s,
+            &off,
+        )?;
+        counter(
+            enc,
+            &format!("tracer_{scope}_context_switches"),
+            &format!("Switches out per {scope}: voluntary (blocking) or involuntary (preempted)"),
+            None,
+            &switches,
+        )?;
+        counter(
+            enc,
+            &format!("tracer_{scope}_migrations"),
+            &format!("Switch-ins on another CPU than the previous one per {scope}"),
+            None,
+            &each(&|s| s.totals.migrations as f64),
+        )?;
+        for (name, help, pick) in [
+            (
+                "runq_latency",
+                "Run-queue latency: runnable (woken, new or preempted) until it runs",
+                (|s: &Series| &s.hist.runq) as fn(&Series) -> &Histogram,
+            ),
+            (
+                "on_cpu_slice",
+                "On-CPU slices: switch-in to switch-out",
+                |s: &Series| &s.hist.on_cpu,
+            ),
+            (
+                "off_cpu",
+                "Off-CPU periods: switch-out to the next switch-in",
+                |s: &Series| &s.hist.off_cpu,
+            ),
+        ] {
+            let hrows: Vec<(Labels, &Histogram)> =
+                rows.iter().map(|(l, s)| (l.clone(), pick(s))).collect();
+            histogram(
+                enc,
+                &format!("tracer_{scope}_{name}"),
+                &format!("{help}, per {scope}"),
+                &hrows,
+                &x.bounds_ns,
+            )?;
+        }
+    }
+    let per_cpu = |v: &[u64]| -> Vec<(Labels, f64)> {
+        v.iter()
+            .enumerate()
+            .map(|(cpu, ns)| (labels(&[("cpu", &cpu.to_string())]), secs(*ns)))
+            .collect()
+    };
+    counter(
+        enc,
+        "tracer_cpu_busy",
+        "Time each CPU ran threads (idle excluded)",
+        s,
+        &per_cpu(&x.cpu_busy_ns),
+    )?;
+    counter(
+        enc,
+        "tracer_cpu_steal",
+        "Time the hypervisor kept each vCPU from running (steal, /proc/stat)",
+        s,
+        &per_cpu(&x.cpu_steal_ns),
+    )?;
+    let drops: Vec<(Labels, f64)> = x
+        .drops
+        .iter()
+        .map(|(kind, n)| (labels(&[("kind", kind)]), *n as f64))
+        .collect();
+    counter(
+        enc,
+        "tracer_drops",
+        "Events the kernel programs could not record, by kind",
+        None,
+        &drops,
+    )?;
+    let progs: Vec<(Labels, f64)> = x
+        .programs
+        .iter()
+        .map(|p| (labels(&[("program", &p.name)]), secs(p.run_time_ns)))
+        .collect();
+    counter(
+        enc,
+        "tracer_bpf_run_time",
+        "Time the kernel spent in each of the tracer's programs (BPF run-time statistics)",
+        s,
+        &progs,
+    )?;
+    let runs: Vec<(Labels, f64)> = x
+        .programs
+        .iter()
+        .map(|p| (labels(&[("program", &p.name)]), p.run_count as f64))
+        .collect();
+    counter(
+        enc,
+        "tracer_bpf_runs",
+        "Runs of each of the tracer's programs",
+        None,
+        &runs,
+    )?;
+    gauge(
+        enc,
+        "tracer_map_entries",
+        "Entries in the per-thread map (live threads)",
+        None,
+        &[(Labels::new(), x.map_entries as f64)],
+    )?;
+    gauge(
+        enc,
+        "tracer_series",
+        "Series kept, by scope (process series are bounded by --max-series)",
+        None,
+        &[
+            (labels(&[("scope", "cgroup")]), x.book.cgroups.len() as f64),
+            (
+                labels(&[("scope", "process")]),
+                x.book.processes.len() as f64,
+            ),
+        ],
+    )?;
+    counter(
+        enc,
+        "tracer_series_expired",
+        "Series removed after --expiry without activity",
+        None,
+        &[(Labels::new(), x.book.expired as f64)],
+    )?;
+    counter(
+        enc,
+        "tracer_series_overflow",
+        "Process deltas summed into pid=\"other\" because --max-series was reached",
+        None,
+        &[(Labels::new(), x.book.overflowed as f64)],
+    )?;
+    counter(
+        enc,
+        "process_cpu",
+        "The tracer's own user and system CPU time",
+        s,
+        &[(Labels::new(), x.self_cpu_s)],
+    )?;
+    gauge(
+        enc,
+        "process_resident_memory",
+        "The tracer's own resident memory",
+        Some(&Unit::Bytes),
+        &[(Labels::new(), x.self_rss_bytes as f64)],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::series::{Book, Owner};
+
+    fn exposition() -> Exposition {
+        let mut book = Book::new(10, u64::MAX);
+        let mut d = tracer_common::ThreadStats::zeroed();
+        d.on_cpu_ns = 1_500_000_000;
+        d.voluntary = 3;
+        let o = Owner {
+            pid: 42,
+            comm: "w\"x",
+            cgroup: "/system.slice/a.service",
+        };
+        book.add_thread(o, &d, 1);
+        let mut h = crate::model::snapshot::HistSet::new();
+        h.runq.record(1500);
+        h.runq.record(3_000_000);
+        book.add_hist(o, &h, 1);
+        Exposition {
+            book,
+            bounds_ns: default_bounds_ns(),
+            probe: "tp-btf".into(),
+            runq_source: "wakeup".into(),
+            cpu_busy_ns: vec![5, 6],
+            cpu_steal_ns: vec![0, 0],
+            drops: vec![("ring_full".into(), 0)],
+            programs: Vec::new(),
+            map_entries: 3,
+            self_cpu_s: 0.5,
+            self_rss_bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn both_formats_name_units_and_escape_labels() {
+        let x = Arc::new(Mutex::new(exposition()));
+        let om = encode(x.clone(), Format::OpenMetrics).unwrap();
+        assert!(
+            om.contains("# TYPE tracer_process_on_cpu_seconds counter"),
+            "{om}"
+        );
+        assert!(om.contains(
+            "tracer_process_on_cpu_seconds_total{pid=\"42\",comm=\"w\\\"x\",cgroup=\"/system.slice/a.service\"} 1.5"
+        ), "{om}");
+        assert!(om.ends_with("# EOF\n"));
+        let classic = encode(x, Format::Classic).unwrap();
+        assert!(
+            classic.contains("# TYPE tracer_process_on_cpu_seconds_total counter"),
+            "{classic}"
+        );
+        assert!(!classic.contains("# EOF"));
+    }
+
+    #[test]
+    fn classic_buckets_hold_whole_kernel_buckets() {
+        let mut h = Histogram::new();
+        h.record(1023); // below 2^10 ns
+        h.record(1024); // at 2^10: above the first bound
+        h.record(5_000_000_000_000); // beyond the last bound
+        let b = classic_buckets(&h, &default_bounds_ns());
+        assert_eq!(b[0], (1.024e-6, 1));
+        assert_eq!(b[1].1, 1);
+        assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 3);
+    }
+}
