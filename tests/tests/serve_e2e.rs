@@ -212,7 +212,11 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
     std::thread::sleep(Duration::from_secs(3));
 
     let truth = read_truth(&truth_file);
-    assert!(truth.len() >= 2, "a truth line per worker thread: {}", truth.len());
+    assert!(
+        truth.len() >= 2,
+        "a truth line per worker thread: {}",
+        truth.len()
+    );
     let truth_ns: u64 = truth.iter().map(|t| t.run_ns).sum();
     let sel = format!("{{job=\"tracer\",pid=\"{pid}\"}}");
     let on_cpu = prom
