@@ -338,6 +338,43 @@ fn top_restores_the_terminal_on_ctrl_c_and_sigterm() {
     t.assert_restored("SIGTERM");
 }
 
+/// A terminal that goes away (the tmux server killed: a hung-up pty) ends `tracer top`:
+/// it once kept spinning on the dead terminal's reads, waiting for its key thread.
+#[test]
+#[ignore = "needs root"]
+fn top_ends_when_its_terminal_goes_away() {
+    require_root();
+    let w = workload();
+    let pid = w.0.id();
+    let t = Tmux::new("hangup");
+    t.start_top(&format!("-i 500ms -p {pid}"));
+    let shell: u32 = t.format("#{pane_pid}").parse().unwrap();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let tracer: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    let _ = Command::new("tmux")
+        .args(["kill-session", "-t", &t.name])
+        .status();
+    let start = std::time::Instant::now();
+    // Gone, or a zombie nobody reaps yet: either way it ended.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{tracer}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+            .is_some_and(|zombie| !zombie)
+    };
+    while running() {
+        if start.elapsed() > std::time::Duration::from_secs(15) {
+            // SAFETY: a signal to a process this test started.
+            unsafe { libc::kill(tracer as i32, libc::SIGKILL) };
+            panic!("tracer top still running 15 s after its terminal went away");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn top_without_a_terminal_says_so() {

@@ -86,7 +86,16 @@ impl TuiSink {
     fn restore(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.keys.take() {
-            let _ = h.join();
+            // The key thread sees `stop` within its 100 ms poll, unless the terminal is
+            // gone (a hung-up pty: crossterm's read then never returns): it is left behind
+            // rather than waited for, or the tracer would never exit.
+            let t = std::time::Instant::now();
+            while !h.is_finished() && t.elapsed() < Duration::from_millis(500) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
         }
         let mut s = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if s.term.take().is_some() {
