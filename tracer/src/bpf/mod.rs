@@ -2,6 +2,7 @@
 //! (`compat`), and reading their maps into [`crate::model::snapshot::Snapshot`]s.
 pub mod collect;
 pub mod compat;
+pub mod config;
 pub mod loader;
 pub mod record;
 pub mod stacks;
