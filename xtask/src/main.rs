@@ -315,7 +315,9 @@ fn test(unit_only: bool) -> Result<()> {
         )?;
         // The end-to-end tests measure CPU time: run them one at a time.
         let mut e2e = cargo(None, "test", &target);
+        // Every test binary runs even after one fails: CI shows all failures at once.
         e2e.args([
+            "--no-fail-fast",
             "--package",
             "tracer-tests",
             "--",
