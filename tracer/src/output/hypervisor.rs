@@ -61,21 +61,9 @@ pub fn format_text(r: &HypervisorReport) -> String {
 mod tests {
     use super::*;
     use crate::pseries::{
-        hypervisor::{report, CpuSteal, Snapshot},
+        hypervisor::{report, tests::snap},
         vcpudispatch::{DispatchCounters, VcpuCounters},
     };
-
-    fn snap(steal: &[(u32, u64)], hz: u64) -> Snapshot {
-        Snapshot {
-            steal: steal
-                .iter()
-                .map(|&(cpu, steal_ticks)| CpuSteal { cpu, steal_ticks })
-                .collect(),
-            dispatch: None,
-            user_hz: hz,
-            notes: vec![],
-        }
-    }
 
     #[test]
     fn steal_rows_and_words() {

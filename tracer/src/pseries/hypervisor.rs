@@ -234,7 +234,7 @@ pub fn report(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::pseries::vcpudispatch::DispatchCounters;
 
@@ -243,7 +243,8 @@ cpu0 5 0 5 50 0 0 0 3 0 0\n\
 cpu1 5 0 5 50 0 0 0 4 0 0\n\
 intr 12345 0 0\nctxt 999\nbtime 1700000000\n";
 
-    fn snap(steal: &[(u32, u64)], hz: u64) -> Snapshot {
+    /// A snapshot with these (CPU, steal ticks), for tests here and in `output`.
+    pub(crate) fn snap(steal: &[(u32, u64)], hz: u64) -> Snapshot {
         Snapshot {
             steal: steal
                 .iter()

@@ -174,22 +174,8 @@ pub struct VcpuDtl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pseries::dtl::decode::DtlEntry;
+    use crate::pseries::dtl::decode::tests::entry;
 
-    fn entry(d: u8, p: u8, e2d: u32, tb: u64) -> DtlEntry {
-        DtlEntry {
-            dispatch_reason: d,
-            preempt_reason: p,
-            processor_id: 0x1234,
-            enqueue_to_dispatch_time: e2d,
-            ready_to_enqueue_time: 512,
-            waiting_to_ready_time: 1024,
-            timebase: tb,
-            fault_addr: 0xdead_beef,
-            srr0: 0xc000_0000_0000_1000,
-            srr1: 0x8000_0000_0000_1033,
-        }
-    }
     #[test]
     fn analyzer_counts_reasons_latencies_and_gaps() {
         let mut an = DtlAnalyzer::new(512_000_000);

@@ -182,10 +182,11 @@ pub fn ticks_to_ns(ticks: u64, tb_hz: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn entry(d: u8, p: u8, e2d: u32, tb: u64) -> DtlEntry {
+    /// An entry with these reasons, delay and timebase (tests here and in `analyze`).
+    pub(crate) fn entry(d: u8, p: u8, e2d: u32, tb: u64) -> DtlEntry {
         DtlEntry {
             dispatch_reason: d,
             preempt_reason: p,
