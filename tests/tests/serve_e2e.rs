@@ -289,8 +289,19 @@ fn promtool_accepts_the_exposition_and_bad_requests_get_4xx() {
     let listen = format!("127.0.0.1:{port}");
     let url = format!("http://{listen}/metrics");
     let _serve = start_serve(&["--listen", &listen], &url, &[]);
-    let (code, body) = curl(&[&url]);
-    assert_eq!(code, 200);
+    // The first scrape may come before anything waited in a run queue: histogram series
+    // appear with their first observation, so wait for one (the machine always has some).
+    let t = Instant::now();
+    let body = loop {
+        let (code, body) = curl(&[&url]);
+        assert_eq!(code, 200);
+        if body.contains("tracer_cgroup_runq_latency_seconds_bucket")
+            || t.elapsed() > Duration::from_secs(20)
+        {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let dir = scratch("serve-promtool");
     let file = dir.join("metrics.txt");
     std::fs::write(&file, &body).unwrap();
