@@ -317,7 +317,14 @@ pub fn build_static(release: bool) -> Result<PathBuf> {
     let ebpf_obj = crate::build_ebpf(&tools, &target_dir)?;
     let target = static_target();
     crate::toolchain::ensure_rust_target(&target)?;
+    // `ring` (TLS for `tracer serve`) compiles C: it needs a compiler for musl, which
+    // cc-rs looks for as `<arch>-linux-musl-gcc`; Debian's musl-tools names it musl-gcc.
+    crate::apt::ensure("a C compiler for musl (ring)", &["musl-tools"])?;
     let mut cargo = crate::cargo(None, "build", &target_dir);
+    cargo.env(
+        format!("CC_{}", target.replace('-', "_")),
+        musl_cc().unwrap_or_else(|| "musl-gcc".into()),
+    );
     cargo
         .args([
             "--package",
@@ -360,6 +367,12 @@ pub fn build_static(release: bool) -> Result<PathBuf> {
         );
     }
     Ok(bin)
+}
+
+/// The C compiler for the musl target the user set, if any (else musl-gcc from musl-tools).
+fn musl_cc() -> Option<String> {
+    let var = format!("CC_{}", static_target().replace('-', "_"));
+    env::var(var).ok()
 }
 
 /// Runs `bin --version` and `bin check` inside a chroot holding nothing but the binary
