@@ -126,8 +126,10 @@ impl ValueEnum for SortKey {
     }
 }
 
+/// What to trace, shared by every tracing command: processes, threads, a cgroup, or a
+/// command started here (none of them: the whole machine).
 #[derive(Args, Debug, Clone)]
-pub struct RunArgs {
+pub struct TargetArgs {
     /// Trace this process and its threads (repeatable).
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
@@ -137,6 +139,18 @@ pub struct RunArgs {
     /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
+    /// Run COMMAND as root even when started through sudo.
+    #[arg(long)]
+    pub as_root: bool,
+    /// Command to start and trace with everything it spawns.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -189,12 +203,6 @@ pub struct RunArgs {
     /// accumulators too).
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
     pub max_threads: u32,
-    /// Run COMMAND as root even when started through sudo.
-    #[arg(long)]
-    pub as_root: bool,
-    /// Command to start and trace with everything it spawns.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
     /// Write run-queue, on-CPU and off-CPU latency heatmaps of the intervals (x: time,
     /// y: latency, colour: count) to FILE as SVG when the run ends (needs -i).
     #[arg(long, value_name = "FILE", requires = "interval")]
@@ -203,15 +211,8 @@ pub struct RunArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct TopArgs {
-    /// Trace this process and its threads (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Trace this thread only (repeatable).
-    #[arg(short = 't', long = "tid", value_name = "TID")]
-    pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Refresh every DURATION (at least 10ms).
     #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s")]
     pub interval: Duration,
@@ -227,27 +228,21 @@ pub struct TopArgs {
     /// Capacity of the per-thread maps.
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
     pub max_threads: u32,
-    /// Run COMMAND as root even when started through sudo.
-    #[arg(long)]
-    pub as_root: bool,
-    /// Command to start and trace with everything it spawns.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 impl From<TopArgs> for crate::cmd::top::TopConfig {
     fn from(a: TopArgs) -> Self {
         Self {
-            pids: a.pids,
-            tids: a.tids,
-            cgroup: a.cgroup,
+            pids: a.target.pids,
+            tids: a.target.tids,
+            cgroup: a.target.cgroup,
             interval: a.interval,
             duration: a.duration,
             probe: a.probe,
             runq_from: a.runq_from,
             max_threads: a.max_threads,
-            as_root: a.as_root,
-            command: a.command,
+            as_root: a.target.as_root,
+            command: a.target.command,
         }
     }
 }
@@ -349,15 +344,8 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct OffcpuArgs {
-    /// Trace this process and its threads (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Trace this thread only (repeatable).
-    #[arg(short = 't', long = "tid", value_name = "TID")]
-    pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Stop after this long; default: until Ctrl-C or COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -391,12 +379,6 @@ pub struct OffcpuArgs {
     /// Slots of the stack map (distinct user and kernel stacks).
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_max_threads)]
     pub stack_entries: u32,
-    /// Run COMMAND as root even when started through sudo.
-    #[arg(long)]
-    pub as_root: bool,
-    /// Command to start and trace with everything it spawns.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 impl ValueEnum for StateFilter {
@@ -416,9 +398,9 @@ impl ValueEnum for StateFilter {
 impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
     fn from(a: OffcpuArgs) -> Self {
         Self {
-            pids: a.pids,
-            tids: a.tids,
-            cgroup: a.cgroup,
+            pids: a.target.pids,
+            tids: a.target.tids,
+            cgroup: a.target.cgroup,
             duration: a.duration,
             states: a.state,
             min: a.min,
@@ -430,8 +412,8 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
             top: a.top,
             max_threads: a.max_threads,
             stack_entries: a.stack_entries,
-            as_root: a.as_root,
-            command: a.command,
+            as_root: a.target.as_root,
+            command: a.target.command,
         }
     }
 }
@@ -439,9 +421,9 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
 impl From<RunArgs> for crate::cmd::run::RunConfig {
     fn from(a: RunArgs) -> Self {
         Self {
-            pids: a.pids,
-            tids: a.tids,
-            cgroup: a.cgroup,
+            pids: a.target.pids,
+            tids: a.target.tids,
+            cgroup: a.target.cgroup,
             duration: a.duration,
             interval: a.interval,
             count: a.count,
@@ -457,8 +439,8 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             probe: a.probe,
             runq_from: a.runq_from,
             max_threads: a.max_threads,
-            as_root: a.as_root,
-            command: a.command,
+            as_root: a.target.as_root,
+            command: a.target.command,
             hook: Default::default(),
             heatmap: a.heatmap,
         }

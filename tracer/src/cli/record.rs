@@ -5,7 +5,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, FromArgMatches as _};
 
 use crate::{
-    cli::RunArgs,
+    cli::{RunArgs, TargetArgs},
     cmd::{record::RecordConfig, run::RunConfig, slow::SlowConfig},
     model::options::ProbeMode,
     sys::parse::{parse_buffer_size, parse_duration},
@@ -43,15 +43,8 @@ pub struct SlowArgs {
     /// One JSON object per line.
     #[arg(long)]
     pub json: bool,
-    /// Trace this process and its threads (repeatable).
-    #[arg(short = 'p', long = "pid", value_name = "PID")]
-    pub pids: Vec<u32>,
-    /// Trace this thread only (repeatable).
-    #[arg(short = 't', long = "tid", value_name = "TID")]
-    pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
+    #[command(flatten)]
+    pub target: TargetArgs,
     /// Stop after this long; default: until Ctrl-C or COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -61,12 +54,6 @@ pub struct SlowArgs {
     /// Size of the kernel ring buffer the events pass through.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_buffer_size)]
     pub buffer_size: u32,
-    /// Run COMMAND as root even when started through sudo.
-    #[arg(long)]
-    pub as_root: bool,
-    /// Command to start and trace with everything it spawns.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 /// `tracer run`'s options at their defaults (the session `tracer slow` runs inside).
@@ -91,13 +78,13 @@ impl From<RecordArgs> for RecordConfig {
 impl From<SlowArgs> for SlowConfig {
     fn from(a: SlowArgs) -> Self {
         let mut run: RunConfig = default_run_args().into();
-        run.pids = a.pids;
-        run.tids = a.tids;
-        run.cgroup = a.cgroup;
+        run.pids = a.target.pids;
+        run.tids = a.target.tids;
+        run.cgroup = a.target.cgroup;
         run.duration = a.duration;
         run.probe = a.probe;
-        run.as_root = a.as_root;
-        run.command = a.command;
+        run.as_root = a.target.as_root;
+        run.command = a.target.command;
         SlowConfig {
             min: a.min,
             off_cpu: a.off_cpu,
