@@ -389,3 +389,55 @@ fn top_without_a_terminal_says_so() {
     assert!(err.contains("tracer top draws on a terminal"), "{err}");
     assert!(out.stdout.is_empty(), "nothing drawn on a pipe");
 }
+
+/// `tracer top -- COMMAND`: the command's output would scribble over the screen; it goes
+/// to a file instead, named when top ends, and the command's threads are on the screen.
+#[test]
+#[ignore = "needs root"]
+fn a_commands_output_stays_off_the_screen_and_is_kept() {
+    require_root();
+    let t = Tmux::new("cmd");
+    t.start_top("-i 300ms -- sh -c 'echo PID $$; while :; do echo NOISE-LINE; sleep 0.05; done'");
+    let s = t.wait(10, "the command's shell in the table", |s| {
+        s.contains(" sh")
+    });
+    assert!(
+        !s.contains("NOISE-LINE"),
+        "the command wrote on the screen:\n{s}"
+    );
+    sleep(Duration::from_millis(600));
+    let s = t.screen();
+    assert!(
+        !s.contains("NOISE-LINE"),
+        "the command wrote on the screen:\n{s}"
+    );
+    t.keys(&["q"]);
+    t.assert_restored("q");
+    let s = t.screen();
+    let path = s
+        .lines()
+        .find_map(|l| {
+            l.split_once("the command's output is in ")
+                .map(|(_, p)| p.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("top did not say where the output went:\n{s}"));
+    // `q` ends the window; the command goes on untraced (as documented): stop it here,
+    // then read what it wrote up to then.
+    let log = std::fs::read_to_string(&path).expect("the command's output file");
+    let pid: i32 = log
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("PID "))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no PID line first: {log}"));
+    // SAFETY: a signal to the shell this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    sleep(Duration::from_millis(100));
+    let log = std::fs::read_to_string(&path).expect("the command's output file");
+    let _ = std::fs::remove_file(&path);
+    let noise: Vec<&str> = log.lines().skip(1).collect();
+    assert!(
+        noise.len() >= 5 && noise.iter().all(|l| *l == "NOISE-LINE"),
+        "{log}"
+    );
+}

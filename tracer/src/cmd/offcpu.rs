@@ -93,7 +93,7 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
         } else {
             privileges::sudo_user()
         };
-        Some(launch::spawn_held(&o.command, as_user)?)
+        Some(launch::spawn_held(&o.command, as_user, None)?)
     };
     let child = held.as_ref().map(|h| h.pid);
     let tracer = match start(&o, &root, child) {

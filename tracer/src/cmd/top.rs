@@ -4,7 +4,7 @@
 //! detail pane: the kernel runs the same programs as `tracer run -L -i 1s`.
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 
 use super::run::{self, Frontend, RunConfig};
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
@@ -76,13 +76,40 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         heatmap: None,
         hook: Default::default(),
     };
-    run::run_with(
+    // The command's output would scribble over the screen: it goes to a file, named at
+    // the end (and removed if the command wrote nothing).
+    let log = if cfg.command.is_empty() {
+        None
+    } else {
+        let path = std::env::temp_dir().join(format!("tracer-top-{}.log", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .with_context(|| format!("creating {} for the command's output", path.display()))?;
+        Some((path, file))
+    };
+    let (log_path, command_output) = match log {
+        Some((p, f)) => (Some(p), Some(f)),
+        None => (None, None),
+    };
+    let result = run::run_with(
         cfg,
         root,
         Frontend {
             sink: Box::new(sink),
             quit: Some(rx),
             banner: false,
+            command_output,
         },
-    )
+    );
+    if let Some(p) = log_path {
+        if std::fs::metadata(&p).is_ok_and(|m| m.len() > 0) {
+            eprintln!("tracer top: the command's output is in {}", p.display());
+        } else {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+    result
 }

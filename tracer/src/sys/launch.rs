@@ -133,10 +133,16 @@ fn write_full(fd: &OwnedFd, buf: &[u8]) -> std::io::Result<()> {
 
 /// Starts `argv` blocked before exec until [`Held::release`]. `as_user` = (uid, gid) to
 /// run it as (`Command` also drops the supplementary groups, as `setgroups(0)` did).
+/// `output`: where its standard output and error go instead of ours (its input is then
+/// /dev/null): a front end that owns the terminal keeps the command off it.
 ///
 /// `Command::spawn` returns only after exec, so it runs on a thread of its own while the
 /// child, in its pre-exec hook, sends its PID on one pipe and waits for a byte on another.
-pub fn spawn_held(argv: &[String], as_user: Option<(u32, u32)>) -> Result<Held, TracerError> {
+pub fn spawn_held(
+    argv: &[String],
+    as_user: Option<(u32, u32)>,
+    output: Option<std::fs::File>,
+) -> Result<Held, TracerError> {
     let command = argv.join(" ");
     let start_err = |source| TracerError::CommandStart {
         command: command.clone(),
@@ -176,6 +182,12 @@ pub fn spawn_held(argv: &[String], as_user: Option<(u32, u32)>) -> Result<Held, 
     cmd.args(&argv[1..]);
     if let Some((uid, gid)) = as_user {
         cmd.uid(uid).gid(gid);
+    }
+    if let Some(out) = output {
+        let err = out.try_clone().map_err(start_err)?;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err);
     }
     let hold = move || -> std::io::Result<()> {
         // SAFETY: we are in the child between fork and exec; reset_signals makes only

@@ -188,6 +188,7 @@ pub(super) async fn event_loop(
         mut sink,
         mut quit,
         banner,
+        ..
     } = front;
     sink.start(&s.header)?;
     // SIGCHLD wakes us; waitpid(WNOHANG) reaps. No blocking thread, so the run ends at

@@ -85,6 +85,8 @@ pub struct Frontend {
     pub quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
     /// bcc's "Tracing ... Hit Ctrl-C to end." on a terminal's stderr.
     pub banner: bool,
+    /// Where COMMAND's output goes when the front end owns the terminal (else ours).
+    pub command_output: Option<std::fs::File>,
 }
 
 pub fn run(args: RunConfig, root: Root) -> Result<i32> {
@@ -102,13 +104,14 @@ pub fn run(args: RunConfig, root: Root) -> Result<i32> {
             sink,
             quit: None,
             banner: true,
+            command_output: None,
         },
     )
 }
 
 /// Validates, starts the command held, loads, attaches and runs the window, reporting to
 /// `front`: the one path `tracer run` and `tracer top` share.
-pub fn run_with(args: RunConfig, root: Root, front: Frontend) -> Result<i32> {
+pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32> {
     if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
@@ -149,7 +152,11 @@ pub fn run_with(args: RunConfig, root: Root, front: Frontend) -> Result<i32> {
         } else {
             privileges::sudo_user()
         };
-        Some(launch::spawn_held(&args.command, as_user)?)
+        Some(launch::spawn_held(
+            &args.command,
+            as_user,
+            front.command_output.take(),
+        )?)
     };
     trace(&args, &root, held, &event_specs, front)
 }
