@@ -415,7 +415,7 @@ mod tests {
     #[test]
     fn the_command_execs_only_when_released_and_its_status_comes_back() {
         let a = argv(&["sh", "-c", "exit 7"]);
-        let held = spawn_held(&a, None).expect("spawn");
+        let held = spawn_held(&a, None, None).expect("spawn");
         let pid = held.pid;
         // Held: still the fork of the launching thread (it has that thread's name), not sh.
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn a_signal_ends_the_command_as_a_shell_reports_it() {
         let a = argv(&["sh", "-c", "kill -TERM $$"]);
-        let pid = spawn_held(&a, None).unwrap().release(&a).unwrap();
+        let pid = spawn_held(&a, None, None).unwrap().release(&a).unwrap();
         assert_eq!(wait_exit(pid), 128 + libc::SIGTERM);
     }
 
@@ -439,17 +439,17 @@ mod tests {
         let file = dir.join("not-executable");
         std::fs::write(&file, "x").unwrap();
         let a = vec![file.to_string_lossy().into_owned()];
-        let e = spawn_held(&a, None).unwrap().release(&a).unwrap_err();
+        let e = spawn_held(&a, None, None).unwrap().release(&a).unwrap_err();
         assert!(e.to_string().contains("Permission denied"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
 
-        let e = spawn_held(&argv(&["no-such-command-here"]), None)
+        let e = spawn_held(&argv(&["no-such-command-here"]), None, None)
             .err()
             .unwrap();
         assert!(e.to_string().contains("command not found"), "{e}");
 
         let a = argv(&["sleep", "100"]);
-        let held = spawn_held(&a, None).unwrap();
+        let held = spawn_held(&a, None, None).unwrap();
         let pid = held.pid;
         held.abort();
         assert!(
