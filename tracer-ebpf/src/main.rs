@@ -7,6 +7,9 @@
 //! `CONFIG` (resolved from kernel BTF and tracefs at load time).
 #![no_std]
 #![no_main]
+// `atomic_xadd` for the task-event counters (record.rs): bpfel's core lacks fetch_add.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod account;
 mod maps;

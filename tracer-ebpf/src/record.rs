@@ -21,6 +21,8 @@ use tracer_common::{
     COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
 };
 
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
+
 use crate::{account, config, maps::CPU_STATE, Task};
 
 /// `BPF_RB_NO_WAKEUP`: switches and wakeups do not wake the reader, which drains on a
@@ -45,6 +47,20 @@ fn bump(i: u32) {
     if let Some(p) = REC_STATS.get_ptr_mut(i) {
         // SAFETY: per-CPU slot; the programs that send events do not nest on a CPU.
         unsafe { *p += 1 };
+    }
+}
+
+/// `bump` for the task-event programs: `task_newtask`, `sched_process_exit` and
+/// `sched_process_exec` run where the task may be preempted, and a switch on this CPU
+/// may send events between a plain load and store; one atomic add cannot be split.
+/// (The switch and wakeup programs run with interrupts off: their plain `bump` is whole.)
+#[inline(always)]
+fn bump_atomic(i: u32) {
+    if let Some(p) = REC_STATS.get_ptr_mut(i) {
+        // SAFETY: a per-CPU u64 slot, suitably aligned. core has no `AtomicU64::fetch_add`
+        // on bpfel (it declares load/store atomics only); the intrinsic lowers to BPF's
+        // atomic add all the same.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
     }
 }
 
@@ -281,9 +297,9 @@ pub fn wakeup(p: &Task, new: bool) {
 /// Queues one task event; `fill` writes what the kind carries over zeroed fields.
 #[inline(always)]
 fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
-    bump(stat::SENT);
+    bump_atomic(stat::SENT);
     let Some(mut e) = EVENTS.reserve::<TaskEvent>(0) else {
-        bump(stat::DROPPED);
+        bump_atomic(stat::DROPPED);
         return;
     };
     let p = e.as_mut_ptr();
