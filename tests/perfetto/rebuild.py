@@ -28,6 +28,8 @@ def main(path):
         "threads_named": {},
         "processes_named": {},
     }
+    out["ftrace_events"] = []  # task events: {ts, cpu, common_pid, type, fields...}
+    out["event_order_errors"] = 0
     switches = []  # (ts, cpu, next_pid, prev_state, comm)
     wakings = []  # (ts, cpu, pid, target_cpu)
     for p in trace.packet:
@@ -49,6 +51,17 @@ def main(path):
             b = p.ftrace_events
             if b.lost_events:
                 out["lost_bundles"] += 1
+            last = 0
+            for e in b.event:
+                if e.timestamp < last:
+                    out["event_order_errors"] += 1
+                last = e.timestamp
+                which = e.WhichOneof("event")
+                # FtraceEvent.pid is ftrace's common_pid: the task running then.
+                d = {"ts": e.timestamp, "cpu": b.cpu, "common_pid": e.pid, "type": which}
+                for f, v in getattr(e, which).ListFields():
+                    d[f.name] = v
+                out["ftrace_events"].append(d)
             cs = b.compact_sched
             n = len(cs.switch_timestamp)
             for arr in (cs.switch_prev_state, cs.switch_next_pid, cs.switch_next_prio,

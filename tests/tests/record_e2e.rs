@@ -102,9 +102,19 @@ fn check_accounting(doc: &Value, rb: &Value) {
         );
     }
     assert_eq!(
-        u(&rec["switches"]) + u(&rec["wakeups"]),
+        u(&rec["switches"]) + u(&rec["wakeups"]) + u(&rec["task_events"]),
         read.iter().sum::<u64>(),
         "everything read is written"
+    );
+    assert_eq!(
+        rb["ftrace_events"].as_array().expect("ftrace_events").len() as u64,
+        u(&rec["task_events"]),
+        "every task event is in the trace"
+    );
+    assert_eq!(
+        u(&rb["event_order_errors"]),
+        0,
+        "ftrace events in timestamp order in each bundle"
     );
     assert_eq!(u(&rb["switches"]), u(&rec["switches"]));
     assert_eq!(u(&rb["wakings"]), u(&rec["wakeups"]));
@@ -255,6 +265,119 @@ fn trace_rebuilds_schedstat_and_the_summary() {
         "{checked} workers checked strictly, {estimated} next to gaps (gap tids {gap_tids:?})"
     );
     assert_eq!(checked + estimated, workers.len());
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&truth_file);
+}
+
+const TASK_EVENTS: &str = env!("CARGO_BIN_EXE_task-events");
+
+/// The task events of the trace that match `pred`.
+fn events<'a>(rb: &'a Value, kind: &str, pred: impl Fn(&Value) -> bool) -> Vec<&'a Value> {
+    rb["ftrace_events"]
+        .as_array()
+        .expect("ftrace_events")
+        .iter()
+        .filter(|e| e["type"] == kind && pred(e))
+        .collect()
+}
+
+/// A workload that starts a thread (which renames itself and moves to another CPU),
+/// forks, and execs from the child's second thread: each is in the trace as the ftrace
+/// event Perfetto defines, with the TIDs, comms and CPUs the workload itself saw, and the
+/// thread names follow the rename and the exec. Every switch is still accounted.
+#[test]
+#[ignore = "needs root"]
+fn forks_execs_renames_and_migrations_are_in_the_trace() {
+    require_root();
+    let trace = scratch("tasks.pftrace");
+    let truth_file = scratch("tasks.truth");
+    let _ = std::fs::remove_file(&truth_file);
+    let out = run_tracer(&[
+        "record",
+        "-o",
+        trace.to_str().unwrap(),
+        "--json",
+        "--",
+        TASK_EVENTS,
+        "--out",
+        truth_file.to_str().unwrap(),
+    ]);
+    let doc = final_report(&out);
+    let rb = rebuild(&trace);
+    check_accounting(&doc, &rb);
+    let truth: Vec<Value> = std::fs::read_to_string(&truth_file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let get = |ev: &str| -> &Value {
+        truth
+            .iter()
+            .find(|t| t["ev"] == ev)
+            .unwrap_or_else(|| panic!("no {ev} line in the truth file"))
+    };
+    let (thread, fork, exec, execd) = (get("thread"), get("fork"), get("exec"), get("execd"));
+    eprintln!("truth: {thread} {fork} {exec} {execd}");
+    for e in rb["ftrace_events"].as_array().unwrap() {
+        eprintln!("{e}");
+    }
+    const CLONE_THREAD: u64 = 0x10000;
+    // The thread: created by the main thread with CLONE_THREAD.
+    let tid = u(&thread["tid"]);
+    let new = events(&rb, "task_newtask", |e| u(&e["pid"]) == tid);
+    assert_eq!(new.len(), 1, "task_newtask of thread {tid}");
+    // ftrace's common_pid of task_newtask is the parent.
+    assert_eq!(u(&new[0]["common_pid"]), u(&thread["parent_tid"]));
+    assert!(u(&new[0]["clone_flags"]) & CLONE_THREAD != 0, "{}", new[0]);
+    // Its rename.
+    let ren = events(&rb, "task_rename", |e| u(&e["pid"]) == tid);
+    assert_eq!(ren.len(), 1, "task_rename of {tid}");
+    assert_eq!(ren[0]["oldcomm"], thread["old_comm"]);
+    assert_eq!(ren[0]["newcomm"], thread["new_comm"]);
+    assert_eq!(
+        rb["threads_named"][tid.to_string()]["name"],
+        thread["new_comm"]
+    );
+    // Its move to the CPU it asked for.
+    let (before, after) = (u(&thread["cpu_before"]), u(&thread["cpu_after"]));
+    assert_ne!(before, after, "the workload moved");
+    let mig = events(&rb, "sched_migrate_task", |e| {
+        u(&e["pid"]) == tid && u(&e["dest_cpu"]) == after
+    });
+    assert_eq!(mig.len(), 1, "sched_migrate_task of {tid} to CPU {after}");
+    assert_eq!(u(&mig[0]["orig_cpu"]), before);
+    assert_eq!(mig[0]["comm"], thread["new_comm"]);
+    // Its exit, under its new name.
+    let exit = events(&rb, "sched_process_exit", |e| u(&e["pid"]) == tid);
+    assert_eq!(exit.len(), 1, "sched_process_exit of {tid}");
+    assert_eq!(exit[0]["comm"], thread["new_comm"]);
+    assert_eq!(u(&exit[0]["tgid"]), u(&thread["parent_tid"]));
+    // The fork: a new process, not a thread.
+    let child = u(&fork["child"]);
+    let forked = events(&rb, "task_newtask", |e| u(&e["pid"]) == child);
+    assert_eq!(forked.len(), 1, "task_newtask of child {child}");
+    assert_eq!(u(&forked[0]["common_pid"]), u(&fork["parent_tid"]));
+    assert_eq!(u(&forked[0]["clone_flags"]) & CLONE_THREAD, 0);
+    // The exec from the child's second thread: it takes the child's PID.
+    let old_tid = u(&exec["old_tid"]);
+    assert_ne!(old_tid, child);
+    let ex = events(&rb, "sched_process_exec", |e| u(&e["pid"]) == child);
+    assert_eq!(ex.len(), 1, "sched_process_exec of {child}");
+    assert_eq!(u(&ex[0]["old_pid"]), old_tid);
+    assert_eq!(ex[0]["filename"], exec["filename"]);
+    assert_eq!(
+        u(&execd["tid"]),
+        child,
+        "the exec'd program runs as the child's PID"
+    );
+    assert_eq!(
+        rb["threads_named"][child.to_string()]["name"],
+        execd["comm"]
+    );
+    let exit = events(&rb, "sched_process_exit", |e| {
+        u(&e["pid"]) == child && e["comm"] == execd["comm"]
+    });
+    assert_eq!(exit.len(), 1, "sched_process_exit of the exec'd {child}");
     let _ = std::fs::remove_file(&trace);
     let _ = std::fs::remove_file(&truth_file);
 }

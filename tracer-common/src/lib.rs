@@ -270,7 +270,8 @@ pub struct Config {
     /// `task_struct::cpu`; 0: unknown), read only when recording.
     pub task_prio_off: u32,
     pub task_cpu_off: u32,
-    pub _pad_record: u32,
+    /// Offset of `linux_binprm::filename` (the exec's path, recorded only).
+    pub bprm_filename_off: u32,
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
 }

@@ -20,7 +20,18 @@ pub mod kind {
     pub const WAKEUP_NEW: u32 = 3;
     pub const SLOW_RUNQ: u32 = 4;
     pub const SLOW_OFF_CPU: u32 = 5;
+    /// [`TaskEvent`]s (`tracer record` only): a task created (`task_newtask`), an exec,
+    /// an exit, a comm change (`task_rename`), a migration (`sched_migrate_task`).
+    pub const NEWTASK: u32 = 6;
+    pub const EXEC: u32 = 7;
+    pub const EXIT: u32 = 8;
+    pub const RENAME: u32 = 9;
+    pub const MIGRATE: u32 = 10;
 }
+
+/// Bytes of an exec's filename kept in a [`TaskEvent`] (longer paths are cut, the
+/// NUL included).
+pub const FILENAME_LEN: usize = 128;
 
 /// `SchedEvent::flags` of a switch: the previous task was preempted (still runnable).
 pub const SWITCH_PREEMPT: u32 = 1;
@@ -82,6 +93,35 @@ pub struct SchedEvent {
     pub comm: [u8; crate::COMM_LEN],
 }
 
+/// A task's life and identity (`tracer record`): rare next to switches, so one roomy
+/// layout serves all five kinds.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskEvent {
+    pub head: EventHead,
+    /// The task it is about: the new task, the task that exec'd (its TID after exec),
+    /// exited, was renamed or migrated.
+    pub tid: u32,
+    pub tgid: u32,
+    /// `current` when it happened (the parent of a new task).
+    pub actor_tid: u32,
+    /// `task_struct::prio` of `tid` (exit, migrate).
+    pub prio: i32,
+    /// Exec: the TID before exec (differs when a non-main thread execs); migrate: the
+    /// CPU it leaves.
+    pub old: u32,
+    /// Migrate: the CPU it goes to.
+    pub dest_cpu: u32,
+    /// New task: the clone flags.
+    pub clone_flags: u64,
+    /// `tid`'s comm; rename: the new comm.
+    pub comm: [u8; crate::COMM_LEN],
+    /// Rename: the comm before it.
+    pub old_comm: [u8; crate::COMM_LEN],
+    /// Exec: the filename passed to exec, NUL-terminated (cut at [`FILENAME_LEN`]).
+    pub filename: [u8; FILENAME_LEN],
+}
+
 /// A wait at or above the threshold (`tracer slow`), sent as it ends at a switch-in.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -127,6 +167,7 @@ const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
 const _: () = assert!(core::mem::size_of::<RecCpu>() == 24);
+const _: () = assert!(core::mem::size_of::<TaskEvent>() == 208);
 
 #[cfg(feature = "user")]
 mod pod {

@@ -7,6 +7,9 @@
 //! `CONFIG` (resolved from kernel BTF and tracefs at load time).
 #![no_std]
 #![no_main]
+// `atomic_xadd` for the task-event counters (record.rs): bpfel's core lacks fetch_add.
+#![allow(internal_features)]
+#![feature(core_intrinsics)]
 
 mod account;
 mod maps;
@@ -56,7 +59,7 @@ static CONFIG: Config = Config {
     record: 0,
     task_prio_off: 0,
     task_cpu_off: 0,
-    _pad_record: 0,
+    bprm_filename_off: 0,
     slow_min_ns: 0,
 };
 
@@ -279,6 +282,15 @@ fn on_fork(child: *const u8, trusted: bool) {
     account::fork(current_task(), task_from_btf(child, trusted));
 }
 
+#[inline(always)]
+fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
+    let t = task_from_btf(p, trusted);
+    account::exec(t.tid, old as u32);
+    if config().record != 0 {
+        record::exec(&t, old as u32, bprm);
+    }
+}
+
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
     on_switch(ctx.arg(0), ctx.arg(2), ctx.arg(3), true);
@@ -307,9 +319,39 @@ pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
 /// leader's TID (`de_thread()`); the entries keyed by TID follow it.
 #[btf_tracepoint(function = "sched_process_exec")]
 pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
-    let p: *const u8 = ctx.arg(0);
-    let old: u64 = ctx.arg(1);
-    account::exec(task_from_btf(p, true).tid, old as u32);
+    on_exec(ctx.arg(0), ctx.arg(1), ctx.arg(2), true);
+    0
+}
+
+// Task events of `tracer record` (attached only when recording; see `record`).
+
+#[btf_tracepoint(function = "task_newtask")]
+pub fn rec_newtask_btf(ctx: BtfTracePointContext) -> u32 {
+    record::newtask(
+        &task_from_btf(ctx.arg(0), true),
+        ctx.arg(1),
+        &current_task_btf(),
+    );
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn rec_exit_btf(_ctx: BtfTracePointContext) -> u32 {
+    record::exit(&current_task_btf());
+    0
+}
+
+#[btf_tracepoint(function = "task_rename")]
+pub fn rec_rename_btf(ctx: BtfTracePointContext) -> u32 {
+    let comm: u64 = ctx.arg(1);
+    record::rename(&task_from_btf(ctx.arg(0), true), comm as *const u8);
+    0
+}
+
+#[btf_tracepoint(function = "sched_migrate_task")]
+pub fn rec_migrate_btf(ctx: BtfTracePointContext) -> u32 {
+    let dest: u64 = ctx.arg(1);
+    record::migrate(&task_from_btf(ctx.arg(0), true), dest as u32);
     0
 }
 
@@ -350,9 +392,39 @@ pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
 pub fn sched_exec_raw(ctx: RawTracePointContext) -> i32 {
-    let p: *const u8 = ctx.arg(0);
-    let old: u64 = ctx.arg(1);
-    account::exec(task_from_btf(p, false).tid, old as u32);
+    on_exec(ctx.arg(0), ctx.arg(1), ctx.arg(2), false);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "task_newtask")]
+pub fn rec_newtask_raw(ctx: RawTracePointContext) -> i32 {
+    record::newtask(
+        &task_from_btf(ctx.arg(0), false),
+        ctx.arg(1),
+        &current_task(),
+    );
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn rec_exit_raw(_ctx: RawTracePointContext) -> i32 {
+    let mut t = current_task();
+    t.ptr = unsafe { bpf_get_current_task() } as *const u8;
+    record::exit(&t);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "task_rename")]
+pub fn rec_rename_raw(ctx: RawTracePointContext) -> i32 {
+    let comm: u64 = ctx.arg(1);
+    record::rename(&task_from_btf(ctx.arg(0), false), comm as *const u8);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_migrate_task")]
+pub fn rec_migrate_raw(ctx: RawTracePointContext) -> i32 {
+    let dest: u64 = ctx.arg(1);
+    record::migrate(&task_from_btf(ctx.arg(0), false), dest as u32);
     0
 }
 

@@ -6,7 +6,8 @@
 use aya_ebpf::{
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_boot_ns, bpf_ktime_get_ns,
+        bpf_ktime_get_boot_ns, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_str_bytes,
     },
     macros::map,
     maps::{PerCpuArray, RingBuf},
@@ -14,10 +15,13 @@ use aya_ebpf::{
 use tracer_common::{
     filter,
     record::{
-        how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, SWITCH_REPAIRED, WOKEN_NEW,
+        how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent, SWITCH_REPAIRED,
+        WOKEN_NEW,
     },
     COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
 };
+
+use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use crate::{account, config, maps::CPU_STATE, Task};
 
@@ -43,6 +47,20 @@ fn bump(i: u32) {
     if let Some(p) = REC_STATS.get_ptr_mut(i) {
         // SAFETY: per-CPU slot; the programs that send events do not nest on a CPU.
         unsafe { *p += 1 };
+    }
+}
+
+/// `bump` for the task-event programs: `task_newtask`, `sched_process_exit` and
+/// `sched_process_exec` run where the task may be preempted, and a switch on this CPU
+/// may send events between a plain load and store; one atomic add cannot be split.
+/// (The switch and wakeup programs run with interrupts off: their plain `bump` is whole.)
+#[inline(always)]
+fn bump_atomic(i: u32) {
+    if let Some(p) = REC_STATS.get_ptr_mut(i) {
+        // SAFETY: a per-CPU u64 slot, suitably aligned. core has no `AtomicU64::fetch_add`
+        // on bpfel (it declares load/store atomics only); the intrinsic lowers to BPF's
+        // atomic add all the same.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(p, 1) };
     }
 }
 
@@ -269,4 +287,112 @@ pub fn wakeup(p: &Task, new: bool) {
         (*ptr).comm = comm(p);
     }
     e.submit(NO_WAKEUP);
+}
+
+// ---------------------------------------------------------------- task events
+// Fork, exec, exit, rename and migration of the traced set (`tracer record` only). Their
+// programs are attached only when recording; exec shares the program `tracer run` has,
+// where the `Config::record` test is dead code with it 0.
+
+/// Queues one task event; `fill` writes what the kind carries over zeroed fields.
+#[inline(always)]
+fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
+    bump_atomic(stat::SENT);
+    let Some(mut e) = EVENTS.reserve::<TaskEvent>(0) else {
+        bump_atomic(stat::DROPPED);
+        return;
+    };
+    let p = e.as_mut_ptr();
+    // SAFETY: the reservation holds one TaskEvent; the fixed fields are written here,
+    // the rest zeroed first.
+    unsafe {
+        core::ptr::write_bytes(p as *mut u8, 0, core::mem::size_of::<TaskEvent>());
+        (*p).head = head(bpf_ktime_get_boot_ns(), k);
+        (*p).tid = t.tid;
+        (*p).tgid = t.tgid();
+        (*p).actor_tid = bpf_get_current_pid_tgid() as u32;
+        (*p).comm = comm(t);
+        fill(&mut *p);
+    }
+    e.submit(NO_WAKEUP);
+}
+
+#[inline(always)]
+fn recording(t: &Task) -> bool {
+    config().record & on::SCHED != 0 && account::traced(t).is_some()
+}
+
+/// `task_newtask(task, clone_flags)`: a task created by `current`, sent when the parent
+/// is traced (the child joins the traced set only at `sched_process_fork`, after this).
+#[inline(always)]
+pub fn newtask(child: &Task, clone_flags: u64, parent: &Task) {
+    if !recording(parent) {
+        return;
+    }
+    send_task(kind::NEWTASK, child, |e| e.clone_flags = clone_flags);
+}
+
+/// `sched_process_exec(p, old_pid, bprm)`, after the accounting moved `old`'s entries
+/// to `p`: the new comm is already in place (`begin_new_exec()` set it).
+#[inline(always)]
+pub fn exec(p: &Task, old: u32, bprm: *const u8) {
+    if !recording(p) {
+        return;
+    }
+    let off = config().bprm_filename_off;
+    send_task(kind::EXEC, p, |e| {
+        e.old = old;
+        if off != 0 && !bprm.is_null() {
+            // SAFETY: probe reads validate both addresses.
+            unsafe {
+                if let Ok(name) = bpf_probe_read_kernel(bprm.add(off as usize) as *const *const u8)
+                {
+                    let _ = bpf_probe_read_kernel_str_bytes(name, &mut e.filename);
+                }
+            }
+        }
+    });
+}
+
+/// `sched_process_exit(p, group_dead)`: `p` is `current`.
+#[inline(always)]
+pub fn exit(p: &Task) {
+    if !recording(p) {
+        return;
+    }
+    send_task(kind::EXIT, p, |e| e.prio = prio(p));
+}
+
+/// `task_rename(task, comm)`: runs before the new comm is copied in, so the task's comm
+/// is the old one.
+#[inline(always)]
+pub fn rename(t: &Task, new_comm: *const u8) {
+    if !recording(t) {
+        return;
+    }
+    send_task(kind::RENAME, t, |e| {
+        e.old_comm = e.comm;
+        // SAFETY: a probe read validates the address.
+        e.comm = unsafe { bpf_probe_read_kernel(new_comm as *const [u8; COMM_LEN]) }
+            .unwrap_or([0; COMM_LEN]);
+    });
+}
+
+/// `sched_migrate_task(p, dest_cpu)`: runs before `set_task_cpu()` moves it, so the
+/// task's CPU is the one it leaves.
+#[inline(always)]
+pub fn migrate(p: &Task, dest_cpu: u32) {
+    if !recording(p) {
+        return;
+    }
+    let c = config();
+    let orig = match c.task_cpu_off {
+        0 => u32::MAX,
+        off => p.field::<u32>(off).unwrap_or(u32::MAX),
+    };
+    send_task(kind::MIGRATE, p, |e| {
+        e.prio = prio(p);
+        e.old = orig;
+        e.dest_cpu = dest_cpu;
+    });
 }

@@ -259,6 +259,7 @@ impl Tracer {
             if cfg.tp_runtime_val != 0 {
                 progs.push(("sched_stat_runtime_tp", "sched_stat_runtime"));
             }
+            progs.extend(crate::bpf::record::task_programs(&opts.record, mode));
             for (name, target) in &progs {
                 load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
                     .with_context(|| format!("loading {name}"))?;

@@ -46,6 +46,8 @@ pub fn config(
     cfg.record = rec.on;
     cfg.slow_min_ns = rec.slow_min_ns;
     cfg.task_prio_off = kbtf.member_offset("task_struct", "prio")?;
+    // The exec's path; without it the exec event still has the new comm.
+    cfg.bprm_filename_off = kbtf.member_offset("linux_binprm", "filename").unwrap_or(0);
     // The CPU moved from task_struct into thread_info with THREAD_INFO_IN_TASK (5.16).
     cfg.task_cpu_off = if kbtf.has_member("task_struct", "cpu") {
         kbtf.member_offset("task_struct", "cpu")?
@@ -55,6 +57,30 @@ pub fn config(
             .unwrap_or(0)
     };
     Ok(())
+}
+
+/// The programs only `tracer record` attaches: a task's creation, exit, comm change and
+/// migration (exec rides on the exec program every mode has). `tracer run` and `tracer
+/// slow` never attach them, so they cost nothing there.
+pub fn task_programs(rec: &RecordLoad, mode: ProbeMode) -> Vec<(&'static str, &'static str)> {
+    if rec.on & tracer_common::record::on::SCHED == 0 {
+        return Vec::new();
+    }
+    match mode {
+        ProbeMode::TpBtf => vec![
+            ("rec_newtask_btf", "task_newtask"),
+            ("rec_exit_btf", "sched_process_exit"),
+            ("rec_rename_btf", "task_rename"),
+            ("rec_migrate_btf", "sched_migrate_task"),
+        ],
+        ProbeMode::RawTp => vec![
+            ("rec_newtask_raw", "task_newtask"),
+            ("rec_exit_raw", "sched_process_exit"),
+            ("rec_rename_raw", "task_rename"),
+            ("rec_migrate_raw", "sched_migrate_task"),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 /// Per-CPU sums of the `REC_STATS` array: (events sent, events lost), indexed by CPU.

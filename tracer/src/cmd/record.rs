@@ -24,7 +24,7 @@ use crate::{
         hook::{Extension, Hook},
         RunConfig,
     },
-    model::events::{decode, Event},
+    model::events::{decode, Event, TaskChange},
     output::{
         perfetto::{self, TraceWriter, Written},
         report::RecordSummary,
@@ -153,11 +153,12 @@ impl Extension for Recorder {
 fn summary(path: &Path, o: &Outcome) -> (Option<RecordSummary>, Vec<String>) {
     let w = o.written;
     let lost: u64 = o.lost.iter().sum();
-    let events = w.switches + w.wakings;
+    let events = w.switches + w.wakings + w.tasks;
     let record = RecordSummary {
         output: path.display().to_string(),
         switches: w.switches,
         wakeups: w.wakings,
+        task_events: w.tasks,
         bytes: w.bytes,
         packets: w.packets,
         bytes_per_event: if events > 0 {
@@ -262,6 +263,17 @@ fn read_loop(
                         *n += 1;
                     }
                     w.wakeup(e);
+                }
+                Ok(Event::Task(t)) => {
+                    if let Some(n) = read.get_mut(t.cpu as usize) {
+                        *n += 1;
+                    }
+                    let exec = matches!(t.change, TaskChange::Exec { .. }).then_some(t.tgid);
+                    w.task(t);
+                    if let Some((argv, ppid)) = exec.and_then(proc_cmdline) {
+                        // A new program: its command line, if it is still there.
+                        w.process_cmdline(exec.unwrap_or(0), argv, ppid);
+                    }
                 }
                 Ok(Event::Slow(_)) | Err(_) => undecodable += 1,
             }

@@ -1,6 +1,6 @@
 //! Ring-buffer records (`tracer_common::record`) to typed events.
 use tracer_common::record::{
-    how, kind, EventHead, SchedEvent, SlowEvent, SWITCH_PREEMPT, SWITCH_REPAIRED,
+    how, kind, EventHead, SchedEvent, SlowEvent, TaskEvent, SWITCH_PREEMPT, SWITCH_REPAIRED,
 };
 
 /// A context switch on `cpu`: `prev_tid` leaves, `next_tid` runs.
@@ -37,6 +37,46 @@ pub struct Wakeup {
     pub prio: i32,
     pub comm: String,
     pub new: bool,
+}
+
+/// What happened to a task (`tracer record`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TaskChange {
+    /// Created by `actor_tid` (`task_newtask`).
+    New {
+        clone_flags: u64,
+    },
+    /// Exec'd; `old_tid` is its TID before (a non-main thread takes the leader's).
+    Exec {
+        old_tid: u32,
+        filename: String,
+    },
+    Exit,
+    /// Its comm changed from `old_comm` to the event's `comm`.
+    Rename {
+        old_comm: String,
+    },
+    /// Moved from `orig_cpu` to `dest_cpu`.
+    Migrate {
+        orig_cpu: u32,
+        dest_cpu: u32,
+    },
+}
+
+/// A task event, seen on `cpu`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskEv {
+    /// CLOCK_BOOTTIME ns.
+    pub ts: u64,
+    pub cpu: u32,
+    pub tid: u32,
+    pub tgid: u32,
+    /// `current` when it happened (the parent of a new task).
+    pub actor_tid: u32,
+    pub prio: i32,
+    /// `tid`'s comm (after a rename or exec: the new one).
+    pub comm: String,
+    pub change: TaskChange,
 }
 
 /// What a slow event measured.
@@ -93,6 +133,7 @@ pub enum Event {
     Switch(Switch),
     Wakeup(Wakeup),
     Slow(Slow),
+    Task(TaskEv),
 }
 
 /// A record that is not one of ours (short, or an unknown kind): a bug, reported.
@@ -173,6 +214,36 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 prev_tid: e.prev_tid,
                 prev_comm: comm_str(&e.prev_comm),
                 prev_ran_ns: e.prev_ran_ns,
+            }))
+        }
+        kind::NEWTASK..=kind::MIGRATE => {
+            let e: TaskEvent = read(b).ok_or(bad(h.kind))?;
+            let change = match h.kind {
+                kind::NEWTASK => TaskChange::New {
+                    clone_flags: e.clone_flags,
+                },
+                kind::EXEC => TaskChange::Exec {
+                    old_tid: e.old,
+                    filename: comm_str(&e.filename),
+                },
+                kind::EXIT => TaskChange::Exit,
+                kind::RENAME => TaskChange::Rename {
+                    old_comm: comm_str(&e.old_comm),
+                },
+                _ => TaskChange::Migrate {
+                    orig_cpu: e.old,
+                    dest_cpu: e.dest_cpu,
+                },
+            };
+            Ok(Event::Task(TaskEv {
+                ts: h.ts_ns,
+                cpu: h.cpu,
+                tid: e.tid,
+                tgid: e.tgid,
+                actor_tid: e.actor_tid,
+                prio: e.prio,
+                comm: comm_str(&e.comm),
+                change,
             }))
         }
         k => Err(bad(k)),

@@ -14,11 +14,13 @@
 //! `prev_state` by kernel version), an `FtraceStats` at the start and at the end (per-CPU
 //! `overrun`: events the ring buffer lost), and per flush one `ProcessTree` packet (threads
 //! and processes first seen or renamed since the last one) and, per CPU, one
-//! `FtraceEventBundle` with `compact_sched` arrays: switches and wakings. Timestamps are
+//! `FtraceEventBundle` with `compact_sched` arrays (switches and wakings) and, in
+//! timestamp order, the task events as regular ftrace events (`task_newtask`,
+//! `sched_process_exec`, `sched_process_exit`, `task_rename`, `sched_migrate_task`). Timestamps are
 //! CLOCK_BOOTTIME, Perfetto's default trace clock.
 use std::{collections::BTreeMap, collections::HashMap, io::Write};
 
-use crate::model::events::{ftrace_prev_state, Switch, Wakeup};
+use crate::model::events::{ftrace_prev_state, Switch, TaskChange, TaskEv, Wakeup};
 
 /// The messages, with Perfetto's field numbers (protos/perfetto/trace/...).
 pub mod pb {
@@ -46,6 +48,85 @@ pub mod pb {
         pub lost_events: Option<bool>,
         #[prost(message, optional, tag = "4")]
         pub compact_sched: Option<CompactSched>,
+        /// Events other than switches and wakings, in timestamp order.
+        #[prost(message, repeated, tag = "2")]
+        pub event: Vec<FtraceEvent>,
+    }
+
+    /// One ftrace event: `pid` is the task that was running (ftrace's common_pid);
+    /// exactly one of the event fields (a oneof in the .proto) is set.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FtraceEvent {
+        #[prost(uint64, optional, tag = "1")]
+        pub timestamp: Option<u64>,
+        #[prost(uint32, optional, tag = "2")]
+        pub pid: Option<u32>,
+        #[prost(message, optional, tag = "235")]
+        pub task_newtask: Option<TaskNewtask>,
+        #[prost(message, optional, tag = "236")]
+        pub task_rename: Option<TaskRename>,
+        #[prost(message, optional, tag = "237")]
+        pub sched_process_exec: Option<SchedProcessExec>,
+        #[prost(message, optional, tag = "238")]
+        pub sched_process_exit: Option<SchedProcessExit>,
+        #[prost(message, optional, tag = "491")]
+        pub sched_migrate_task: Option<SchedMigrateTask>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TaskNewtask {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(string, optional, tag = "2")]
+        pub comm: Option<String>,
+        #[prost(uint64, optional, tag = "3")]
+        pub clone_flags: Option<u64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TaskRename {
+        #[prost(int32, optional, tag = "1")]
+        pub pid: Option<i32>,
+        #[prost(string, optional, tag = "2")]
+        pub oldcomm: Option<String>,
+        #[prost(string, optional, tag = "3")]
+        pub newcomm: Option<String>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SchedProcessExec {
+        #[prost(string, optional, tag = "1")]
+        pub filename: Option<String>,
+        #[prost(int32, optional, tag = "2")]
+        pub pid: Option<i32>,
+        #[prost(int32, optional, tag = "3")]
+        pub old_pid: Option<i32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SchedProcessExit {
+        #[prost(string, optional, tag = "1")]
+        pub comm: Option<String>,
+        #[prost(int32, optional, tag = "2")]
+        pub pid: Option<i32>,
+        #[prost(int32, optional, tag = "3")]
+        pub tgid: Option<i32>,
+        #[prost(int32, optional, tag = "4")]
+        pub prio: Option<i32>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SchedMigrateTask {
+        #[prost(string, optional, tag = "1")]
+        pub comm: Option<String>,
+        #[prost(int32, optional, tag = "2")]
+        pub pid: Option<i32>,
+        #[prost(int32, optional, tag = "3")]
+        pub prio: Option<i32>,
+        #[prost(int32, optional, tag = "4")]
+        pub orig_cpu: Option<i32>,
+        #[prost(int32, optional, tag = "5")]
+        pub dest_cpu: Option<i32>,
     }
 
     /// Parallel arrays; timestamps delta-encoded (the first absolute). Numeric arrays
@@ -167,9 +248,12 @@ pub const MAX_PENDING: usize = 8192;
 struct CpuPending {
     switches: Vec<Switch>,
     wakings: Vec<Wakeup>,
-    /// The last timestamp written (switches, wakings), so bundles never go back.
+    tasks: Vec<TaskEv>,
+    /// The last timestamp written (switches, wakings, task events), so bundles never go
+    /// back.
     last_switch: u64,
     last_waking: u64,
+    last_task: u64,
     /// Overruns counted when this CPU's last bundle was written.
     overrun_seen: u64,
     /// A switch was missing from the stream since the last bundle.
@@ -192,6 +276,8 @@ pub struct SystemFacts {
 pub struct Written {
     pub switches: u64,
     pub wakings: u64,
+    /// Task events: new tasks, execs, exits, renames, migrations.
+    pub tasks: u64,
     pub packets: u64,
     pub bytes: u64,
     /// Switches the programs did not see (the kernel skipped them, see
@@ -376,6 +462,26 @@ impl<W: Write> TraceWriter<W> {
         self.pending += 1;
     }
 
+    /// A task event: an ftrace event in its CPU's bundle; a new, renamed or exec'd
+    /// thread is (re)named in the next process tree, an exec'd process too.
+    pub fn task(&mut self, t: TaskEv) {
+        match &t.change {
+            TaskChange::Exec { .. } => {
+                // The process is a new program: named again (by its comm, then by its
+                // command line if the caller still finds it in /proc).
+                self.processes.remove(&t.tgid);
+                self.threads.remove(&t.tid);
+                self.saw_thread(t.ts, t.tid, t.tgid, &t.comm);
+            }
+            TaskChange::New { .. } | TaskChange::Rename { .. } => {
+                self.saw_thread(t.ts, t.tid, t.tgid, &t.comm)
+            }
+            TaskChange::Exit | TaskChange::Migrate { .. } => {}
+        }
+        self.cpus.entry(t.cpu).or_default().tasks.push(t);
+        self.pending += 1;
+    }
+
     /// Writes what is pending: the names first, then one bundle per CPU. `overrun`: the
     /// per-CPU count of events lost so far; a CPU that lost events since its last
     /// bundle has `lost_events` set in the next.
@@ -406,11 +512,19 @@ impl<W: Write> TraceWriter<W> {
 
     fn bundle(&mut self, cpu: u32, lost_now: u64) -> Option<pb::FtraceEventBundle> {
         let p = self.cpus.get_mut(&cpu)?;
-        if p.switches.is_empty() && p.wakings.is_empty() {
+        if p.switches.is_empty() && p.wakings.is_empty() && p.tasks.is_empty() {
             return None;
         }
         let mut switches = std::mem::take(&mut p.switches);
         let mut wakings = std::mem::take(&mut p.wakings);
+        let mut tasks = std::mem::take(&mut p.tasks);
+        tasks.sort_by_key(|t| t.ts);
+        let mut event = Vec::with_capacity(tasks.len());
+        for t in &tasks {
+            let ts = t.ts.max(p.last_task);
+            p.last_task = ts;
+            event.push(ftrace_event(ts, t));
+        }
         // One CPU's records arrive in order; sorting keeps the deltas unsigned anyway.
         switches.sort_by_key(|s| s.ts);
         wakings.sort_by_key(|w| w.ts);
@@ -460,10 +574,12 @@ impl<W: Write> TraceWriter<W> {
         p.gap = false;
         self.written.switches += switches.len() as u64;
         self.written.wakings += wakings.len() as u64;
+        self.written.tasks += tasks.len() as u64;
         Some(pb::FtraceEventBundle {
             cpu: Some(cpu),
             lost_events: lost.then_some(true),
             compact_sched: Some(cs),
+            event,
         })
     }
 
@@ -484,6 +600,58 @@ impl<W: Write> TraceWriter<W> {
     pub fn into_inner(self) -> W {
         self.out
     }
+}
+
+/// A task event as the ftrace event Perfetto defines for it (the kernel's own
+/// tracepoint of the same name has the same fields).
+fn ftrace_event(ts: u64, t: &TaskEv) -> pb::FtraceEvent {
+    let mut e = pb::FtraceEvent {
+        timestamp: Some(ts),
+        pid: Some(t.actor_tid),
+        ..Default::default()
+    };
+    let (tid, comm) = (Some(t.tid as i32), Some(t.comm.clone()));
+    match &t.change {
+        TaskChange::New { clone_flags } => {
+            e.task_newtask = Some(pb::TaskNewtask {
+                pid: tid,
+                comm,
+                clone_flags: Some(*clone_flags),
+            })
+        }
+        TaskChange::Rename { old_comm } => {
+            e.task_rename = Some(pb::TaskRename {
+                pid: tid,
+                oldcomm: Some(old_comm.clone()),
+                newcomm: comm,
+            })
+        }
+        TaskChange::Exec { old_tid, filename } => {
+            e.sched_process_exec = Some(pb::SchedProcessExec {
+                filename: Some(filename.clone()),
+                pid: tid,
+                old_pid: Some(*old_tid as i32),
+            })
+        }
+        TaskChange::Exit => {
+            e.sched_process_exit = Some(pb::SchedProcessExit {
+                comm,
+                pid: tid,
+                tgid: Some(t.tgid as i32),
+                prio: Some(t.prio),
+            })
+        }
+        TaskChange::Migrate { orig_cpu, dest_cpu } => {
+            e.sched_migrate_task = Some(pb::SchedMigrateTask {
+                comm,
+                pid: tid,
+                prio: Some(t.prio),
+                orig_cpu: Some(*orig_cpu as i32),
+                dest_cpu: Some(*dest_cpu as i32),
+            })
+        }
+    }
+    e
 }
 
 /// This machine's `SystemInfo` facts (uname, CPUs, page size).
@@ -626,5 +794,54 @@ mod tests {
         assert_eq!(trees.len(), 2);
         assert_eq!(trees[0].threads.len(), 1);
         assert_eq!(trees[1].threads[0].name.as_deref(), Some("renamed"));
+    }
+
+    #[test]
+    fn task_events_are_ftrace_events_in_order_and_rename_the_thread() {
+        let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+        let ev = |ts, change| TaskEv {
+            ts,
+            cpu: 0,
+            tid: 11,
+            tgid: 10,
+            actor_tid: 10,
+            prio: 120,
+            comm: "new".into(),
+            change,
+        };
+        w.switch(sw(1, 0, 0, 11, "old"));
+        w.task(ev(
+            5,
+            TaskChange::Migrate {
+                orig_cpu: 1,
+                dest_cpu: 0,
+            },
+        ));
+        w.task(ev(
+            3,
+            TaskChange::Rename {
+                old_comm: "old".into(),
+            },
+        ));
+        w.finish(&[], &[]).unwrap();
+        assert_eq!(w.written().tasks, 2);
+        let p = packets(&w.into_inner());
+        let tree = p.iter().find_map(|p| p.process_tree.clone()).unwrap();
+        let names: Vec<_> = tree
+            .threads
+            .iter()
+            .map(|t| t.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, vec!["old", "new"]);
+        let b = p.into_iter().find_map(|p| p.ftrace_events).unwrap();
+        let ts: Vec<_> = b.event.iter().map(|e| e.timestamp.unwrap()).collect();
+        assert_eq!(ts, vec![3, 5]);
+        let r = b.event[0].task_rename.as_ref().unwrap();
+        assert_eq!(
+            (r.pid, r.oldcomm.as_deref(), r.newcomm.as_deref()),
+            (Some(11), Some("old"), Some("new"))
+        );
+        let m = b.event[1].sched_migrate_task.as_ref().unwrap();
+        assert_eq!((m.orig_cpu, m.dest_cpu), (Some(1), Some(0)));
     }
 }

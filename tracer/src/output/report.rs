@@ -27,6 +27,8 @@ pub struct RecordSummary {
     pub output: String,
     pub switches: u64,
     pub wakeups: u64,
+    /// New tasks, execs, exits, renames and migrations.
+    pub task_events: u64,
     pub bytes: u64,
     pub packets: u64,
     pub bytes_per_event: f64,
@@ -46,9 +48,10 @@ impl RecordSummary {
     /// The summary's line in the text report.
     pub fn text(&self) -> String {
         format!(
-            "Recorded {} switches and {} wakeups to {} ({} bytes, {:.1} bytes/event); lost {} (ring buffer full), per CPU: {:?}",
+            "Recorded {} switches, {} wakeups and {} task events to {} ({} bytes, {:.1} bytes/event); lost {} (ring buffer full), per CPU: {:?}",
             self.switches,
             self.wakeups,
+            self.task_events,
             self.output,
             self.bytes,
             self.bytes_per_event,

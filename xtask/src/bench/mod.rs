@@ -55,6 +55,7 @@ use anyhow::{ensure, Context, Result};
 
 mod inspect;
 mod measure;
+mod recorders;
 mod report;
 mod results;
 mod system;
@@ -81,6 +82,10 @@ pub struct BenchArgs {
     /// Benchmark this tracer binary instead of building one with `cargo xtask build --release`
     #[arg(long, value_name = "PATH")]
     tracer: Option<PathBuf>,
+    /// Only the recorders: `tracer record` beside `perf sched record` on the pipe storm
+    /// (throughput loss, bytes per switch, recorder CPU), about a minute
+    #[arg(long)]
+    record_only: bool,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -140,6 +145,15 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             msg_loops: 150,
         }
     };
+    if args.record_only {
+        let rows = record_rows(&perf, &tracer, &cfg, &logs, &out)?;
+        println!(
+            "\nxtask bench: wrote {} in {:.0} s",
+            rows.display(),
+            clock.elapsed().as_secs_f64()
+        );
+        return Ok(());
+    }
     let stats_sysctl_before = read_stats_sysctl()?;
     let stats_method = BpfStats::on()?.method();
     let load_before = loadavg();
@@ -334,6 +348,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "kernel.bpf_stats_enabled is {stats_sysctl_after}, was {stats_sysctl_before}"
     );
 
+    let record_json = record_rows(&perf, &tracer, &cfg, &logs, &out)?;
     let report = Report {
         rows,
         tools: &tools,
@@ -356,9 +371,55 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
     fs::write(&out, report.json()).with_context(|| format!("writing {}", out.display()))?;
     println!(
-        "\nxtask bench: wrote {} in {:.0} s",
+        "\nxtask bench: wrote {} and {} in {:.0} s",
         out.display(),
+        record_json.display(),
         report.elapsed.as_secs_f64()
     );
     Ok(())
+}
+
+/// `tracer record` and `perf sched record` on the pipe storm (see `recorders`); the
+/// table is printed, the runs written to `record.json` beside `out`. Returns its path.
+fn record_rows(
+    perf: &Path,
+    tracer: &Path,
+    cfg: &Config,
+    logs: &Path,
+    out: &Path,
+) -> Result<PathBuf> {
+    let s = |p: &Path| p.to_string_lossy().to_string();
+    let (tf, pf) = (logs.join("rec-tracer.pftrace"), logs.join("rec-perf.data"));
+    let recs = [
+        recorders::Recorder {
+            key: "tracer-record",
+            label: "tracer record -o FILE",
+            argv: vec![s(tracer), "record".into(), "-o".into(), s(&tf)],
+            output: tf,
+        },
+        recorders::Recorder {
+            key: "perf-sched-record",
+            label: "perf sched record -o FILE",
+            argv: vec![
+                s(perf),
+                "sched".into(),
+                "record".into(),
+                "-o".into(),
+                s(&pf),
+            ],
+            output: pf,
+        },
+    ];
+    // About 2 s per run on the 2-vCPU VM: seconds per row.
+    let load = Load::pipe(perf, cfg.pipe_loops * 2);
+    let runs = cfg.runs.min(3);
+    let rows = recorders::measure(&recs, &load, runs, logs)?;
+    recorders::print(&rows, &load, runs);
+    let path = out.with_file_name("record.json");
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(&path, recorders::json(&rows, &load))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
