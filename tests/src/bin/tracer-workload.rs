@@ -99,6 +99,9 @@ fn main() {
         }
         "spin" => {
             let cpu = arg(&args, "--cpu", 0) as usize;
+            // Pinned before the spawns too, so the threads inherit the mask: a thread
+            // that pinned only itself could first wait (and run) on another CPU.
+            pin(cpu);
             for _ in 0..arg(&args, "--threads", 3) {
                 let out = out.clone();
                 handles.push(std::thread::spawn(move || {
