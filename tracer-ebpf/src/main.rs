@@ -56,7 +56,7 @@ static CONFIG: Config = Config {
     record: 0,
     task_prio_off: 0,
     task_cpu_off: 0,
-    _pad_record: 0,
+    hist_pow2: 0,
     slow_min_ns: 0,
 };
 
