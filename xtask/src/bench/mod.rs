@@ -86,6 +86,9 @@ pub struct BenchArgs {
     /// its JSON goes to serve.json beside --out
     #[arg(long)]
     serve_only: bool,
+    /// Live processes for the `serve` row
+    #[arg(long, value_name = "N", default_value_t = serve::SERVE_PROCS)]
+    serve_procs: usize,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -130,7 +133,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     ensure!(tracer.is_file(), "no tracer binary at {}", tracer.display());
     interrupted()?;
     if args.serve_only {
-        let row = serve::measure(&tracer, &bpftool, &logs, args.quick)?;
+        let row = serve::measure(&tracer, &bpftool, &logs, args.quick, args.serve_procs)?;
         serve::print(&row);
         let file = out.with_file_name("serve.json");
         let mut text = serde_json::to_string_pretty(&row)?;
@@ -347,7 +350,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         "[{:6.1}s] tracer serve with ~1000 live processes",
         clock.elapsed().as_secs_f64()
     );
-    let serve_row = serve::measure(&tracer, &bpftool, &logs, args.quick)?;
+    let serve_row = serve::measure(&tracer, &bpftool, &logs, args.quick, args.serve_procs)?;
     let stats_sysctl_after = read_stats_sysctl()?;
     ensure!(
         stats_sysctl_after == stats_sysctl_before,

@@ -33,8 +33,8 @@ use super::{
     workloads::strings,
 };
 
-/// Live processes of the load.
-const SERVE_PROCS: usize = 1000;
+/// Live processes of the load, by default.
+pub(super) const SERVE_PROCS: usize = 1000;
 
 /// The figures of the row, as written to the JSON.
 #[derive(Serialize)]
@@ -53,6 +53,10 @@ pub(super) struct ServeRow {
     pub(super) scrape_ms_median: f64,
     pub(super) scrape_ms_max: f64,
     pub(super) body_kib: f64,
+    /// Entries in the per-process histogram map at the end (capacity 65536), and the
+    /// increments lost because it was full.
+    pub(super) hist_map_entries: f64,
+    pub(super) hist_map_full_drops: f64,
 }
 
 /// utime and stime, seconds.
@@ -75,8 +79,8 @@ fn vm_rss_kib(pid: u32) -> Result<u64> {
         .context("no VmRSS in /proc/PID/status")
 }
 
-/// One GET of `/metrics`: (status line ok, body bytes).
-fn scrape(port: u16) -> Result<usize> {
+/// One GET of `/metrics`: the whole response.
+fn scrape(port: u16) -> Result<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
@@ -87,7 +91,14 @@ fn scrape(port: u16) -> Result<usize> {
         "GET /metrics: {}",
         String::from_utf8_lossy(&resp[..resp.len().min(80)])
     );
-    Ok(resp.len())
+    Ok(String::from_utf8_lossy(&resp).into_owned())
+}
+
+/// A sample's value from the exposition (`name{labels}` as printed).
+fn value(body: &str, key: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(f64::NAN)
 }
 
 /// (total run time of the exporter's programs, runs of its sched_switch program).
@@ -103,7 +114,13 @@ fn program_stats(pid: u32, switch_ids: &[u32]) -> Result<(u64, u64)> {
 }
 
 /// Runs the row: `quick` shortens the window.
-pub(super) fn measure(tracer: &Path, bpftool: &Path, logs: &Path, quick: bool) -> Result<ServeRow> {
+pub(super) fn measure(
+    tracer: &Path,
+    bpftool: &Path,
+    logs: &Path,
+    quick: bool,
+    procs: usize,
+) -> Result<ServeRow> {
     let (warm, window) = if quick { (3, 8) } else { (5, 20) };
     let mut load = Proc::spawn(
         "serve-load",
@@ -111,7 +128,7 @@ pub(super) fn measure(tracer: &Path, bpftool: &Path, logs: &Path, quick: bool) -
             "perl",
             "-e",
             &format!(
-                "for (1..{SERVE_PROCS}) {{ fork or do {{ select(undef, undef, undef, 0.1) while 1 }} }} sleep"
+                "for (1..{procs}) {{ fork or do {{ select(undef, undef, undef, 0.1) while 1 }} }} sleep"
             ),
         ]),
         logs,
@@ -156,7 +173,7 @@ pub(super) fn measure(tracer: &Path, bpftool: &Path, logs: &Path, quick: bool) -
     let (bt0, br0) = program_stats(pid, &switch_ids)?;
     let t0 = Instant::now();
     let mut times = Vec::new();
-    let mut body = 0;
+    let mut body = String::new();
     for i in 1..=window {
         let next = t0 + Duration::from_secs(i);
         if let Some(d) = next.checked_duration_since(Instant::now()) {
@@ -190,7 +207,9 @@ pub(super) fn measure(tracer: &Path, bpftool: &Path, logs: &Path, quick: bool) -
         switches_per_s: round(runs as f64 / secs, 0),
         scrape_ms_median: round(median(&times), 2),
         scrape_ms_max: round(times.iter().copied().fold(0.0, f64::max), 2),
-        body_kib: round(body as f64 / 1024.0, 1),
+        body_kib: round(body.len() as f64 / 1024.0, 1),
+        hist_map_entries: value(&body, "tracer_map_entries{map=\"hist_scoped\"}"),
+        hist_map_full_drops: value(&body, "tracer_drops_total{kind=\"hist_map_full\"}"),
     })
 }
 
@@ -212,7 +231,7 @@ fn count_group(pgid: u32) -> usize {
 
 pub(super) fn print(r: &ServeRow) {
     println!(
-        "\ntracer serve with {} live processes (each waking every 100 ms), /metrics GET every 1 s for {} s:",
+        "\ntracer serve with {} live processes (load and its leader; each child wakes every 100 ms), /metrics GET every 1 s for {} s:",
         r.processes, r.window_s
     );
     print_table(&[
@@ -226,6 +245,8 @@ pub(super) fn print(r: &ServeRow) {
             "switches/s",
             "scrape ms (median, max)",
             "body KiB",
+            "hist map entries",
+            "hist_map_full drops",
         ]),
         vec![
             format!("{:.2}%", r.cpu_per_s * 100.0),
@@ -237,6 +258,8 @@ pub(super) fn print(r: &ServeRow) {
             format!("{:.0}", r.switches_per_s),
             format!("{:.1}, {:.1}", r.scrape_ms_median, r.scrape_ms_max),
             format!("{:.1}", r.body_kib),
+            format!("{}", r.hist_map_entries),
+            format!("{}", r.hist_map_full_drops),
         ],
     ]);
 }
