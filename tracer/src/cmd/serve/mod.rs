@@ -30,7 +30,7 @@ use crate::{
         snapshot::{Snapshot, DROP_NAMES},
     },
     output::openmetrics,
-    pseries::{dtl, hypervisor},
+    pseries::{dtl, hypervisor, vcpudispatch},
     sys::{privileges, procfs, root::Root, selfstat, webconfig::WebConfig},
 };
 
@@ -79,6 +79,14 @@ pub fn run(cfg: ServeConfig, root: Root) -> Result<i32> {
              not for everyone to read. Give --web.config.file with tls_server_config and \
              basic_auth_users, or --insecure-listen to serve it anyway",
             cfg.listen
+        ));
+    }
+    // Before anything is attached; and not on other machines: mounting debugfs there
+    // would be a side effect for nothing.
+    if cfg.dtl && !vcpudispatch::is_pseries(&root) {
+        return Err(anyhow!(
+            "--dtl: no Dispatch Trace Log here ({} is missing: not a pseries partition)",
+            vcpudispatch::STATS_PATH
         ));
     }
     privileges::check()?;
@@ -141,11 +149,9 @@ async fn serve(
     // The debugfs logs are root's: opened before the drop, read through the fds after.
     let dtl = if cfg.dtl {
         dtl::read::ensure_debugfs(&root);
+        let files = dtl::read::open_all(&root)?;
         let tb = dtl::read::read_timebase(&root)?;
-        Some((
-            dtl::read::open_all(&root)?,
-            dtl::analyze::DtlAnalyzer::new(tb),
-        ))
+        Some((files, dtl::analyze::DtlAnalyzer::new(tb)))
     } else {
         None
     };
