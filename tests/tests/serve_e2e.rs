@@ -508,7 +508,7 @@ fn samples(body: &str, prefixes: &[&str]) -> std::collections::BTreeMap<String, 
 /// between two scrapes that both show the series (process series are left out: one idle
 /// for --expiry goes and restarts, which Prometheus reads as a reset, as documented).
 ///
-/// Measured here (README): release build, 5 min of this churn, RSS 16.1-18.8 MiB
+/// Measured here (README): release build, 5 min of this churn, RSS 16.3-18.6 MiB
 /// throughout; this test with the debug build, 19.6-22.3 MiB. A leak of what the churn
 /// makes would be far beyond the margins (each second ~1000 processes with ~7 histogram
 /// entries each, and 300 thread entries).
