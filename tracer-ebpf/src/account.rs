@@ -17,7 +17,7 @@ use aya_ebpf::helpers::{
 };
 use tracer_common::{
     drop, filter,
-    hist::{bucket_index, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
+    hist::{bucket_index, msb, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS, SUB},
     scope, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
     OFF_PREEMPTED, TRACK_INHERIT,
 };
@@ -67,8 +67,14 @@ pub(crate) fn join_cgroup(prev: &Task) -> bool {
 
 #[inline(always)]
 fn hist_add(kind: u32, id: u32, v: u64) {
-    let b = bucket_index(v);
     let c = config();
+    // A value's power of two (its first sub-bucket; values below SUB have exact buckets
+    // and keep them): the same classic power-of-two buckets, far fewer keys per process.
+    let b = if c.hist_pow2 != 0 && v >= SUB {
+        bucket_index(1u64 << msb(v))
+    } else {
+        bucket_index(v)
+    };
     if c.hist_scope == scope::ALL {
         if let Some(p) = HIST.get_ptr_mut(kind * N_BUCKETS as u32 + b as u32) {
             // SAFETY: per-CPU slot.
@@ -86,7 +92,13 @@ fn hist_add(kind: u32, id: u32, v: u64) {
         Some(p) => unsafe { *p += 1 },
         None => {
             if HIST_SCOPED.insert(key, 1, BPF_NOEXIST as u64).is_err() {
-                count_drop(drop::HIST_FULL);
+                // Another CPU may have inserted the same key meanwhile (EEXIST, seen
+                // under process churn): count there; only a missing key is a loss.
+                match HIST_SCOPED.get_ptr_mut(key) {
+                    // SAFETY: per-CPU value.
+                    Some(p) => unsafe { *p += 1 },
+                    None => count_drop(drop::HIST_FULL),
+                }
             }
         }
     }

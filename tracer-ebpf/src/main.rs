@@ -60,6 +60,8 @@ static CONFIG: Config = Config {
     task_prio_off: 0,
     task_cpu_off: 0,
     bprm_filename_off: 0,
+    hist_pow2: 0,
+    _pad: 0,
     slow_min_ns: 0,
 };
 

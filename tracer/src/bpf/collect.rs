@@ -73,6 +73,9 @@ pub struct Collector {
     runq: RunqSource,
     /// `RunqSource::RunDelay`: that wait is read from the thread's schedstat here.
     root: Root,
+    /// Entries in the per-process/thread histogram map at the last snapshot (its
+    /// occupancy, which `tracer serve` shows to prove it stays bounded).
+    pub scoped_entries: usize,
 }
 
 impl Collector {
@@ -90,6 +93,7 @@ impl Collector {
             dead_pending: Vec::new(),
             runq,
             root,
+            scoped_entries: 0,
         })
     }
 
@@ -198,8 +202,10 @@ impl Collector {
             let map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
                 ebpf.map("HIST_SCOPED").context("HIST_SCOPED map missing")?,
             )?;
+            self.scoped_entries = 0;
             for item in map.iter() {
                 let Ok((k, v)) = item else { continue };
+                self.scoped_entries += 1;
                 let n: u64 = v.iter().sum();
                 let set = scoped.entry(k.id).or_default();
                 if let Some(h) = set.kind_mut(k.kind as u32) {

@@ -41,6 +41,8 @@ pub struct LoadOptions {
     pub runq_from: RunqFrom,
     /// Events streamed by `tracer record` / `tracer slow` (nothing for `tracer run`).
     pub record: crate::bpf::record::RecordLoad,
+    /// Per-scope histograms at power-of-two resolution (`tracer serve`, see `Config`).
+    pub hist_pow2: bool,
 }
 
 /// Loaded and attached programs with their maps.
@@ -177,6 +179,7 @@ impl Tracer {
             filter: opts.filter,
             hist_scope: opts.hist_scope,
             n_counters: opts.n_counters,
+            hist_pow2: opts.hist_pow2 as u32,
             ..Default::default()
         };
         let with_fork = opts.filter != tracer_common::filter::ALL;

@@ -282,6 +282,10 @@ pub struct ServeArgs {
     /// Capacity of the per-thread maps (outside tp-btf mode).
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
     pub max_threads: u32,
+    /// pseries: also serve the Dispatch Trace Log's dispatch latency per vCPU (turns the
+    /// hypervisor's logging on while serving; `tracer dtl` cannot read it meanwhile).
+    #[arg(long)]
+    pub dtl: bool,
 }
 
 /// `--max-series`: 1 ..= 100000 (each process series holds three histograms).
@@ -312,6 +316,7 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             probe: a.probe,
             runq_from: a.runq_from,
             max_threads: a.max_threads,
+            dtl: a.dtl,
         })
     }
 }

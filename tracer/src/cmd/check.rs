@@ -89,6 +89,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         max_threads: 4096,
         runq_from: crate::model::options::RunqFrom::Wakeup,
         record: Default::default(),
+        hist_pow2: false,
     };
     match Tracer::start(&opts, root, &|_| Ok(())) {
         Ok(mut t) => {

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use tracer_common::ThreadStats;
 
-use crate::model::snapshot::HistSet;
+use crate::model::{hist::Histogram, snapshot::HistSet};
 
 /// Counter totals of a series (ns and counts, as the kernel keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -209,9 +209,27 @@ pub struct Exposition {
     pub programs: Vec<ProgramStats>,
     /// Live entries in the per-thread map.
     pub map_entries: usize,
+    /// Entries in the per-process histogram map (one per process, kind and bucket).
+    pub hist_entries: usize,
     /// The tracer's own CPU time (user + system), seconds, and resident memory.
     pub self_cpu_s: f64,
     pub self_rss_bytes: u64,
+    /// pseries with vcpudispatch_stats on: per vCPU, the hypervisor's eight dispatch
+    /// counters in the kernel's order (`pseries::vcpudispatch::COUNTER_NAMES`).
+    pub vcpu_dispatch: Vec<(u32, [u64; 8])>,
+    /// pseries with `--dtl`: per vCPU, the Dispatch Trace Log read since the start.
+    pub dtl: Vec<DtlVcpu>,
+}
+
+/// One vCPU's Dispatch Trace Log, cumulative.
+#[derive(Clone, Debug, Default)]
+pub struct DtlVcpu {
+    pub cpu: u32,
+    /// enqueue_to_dispatch_time: ready on the hypervisor's queue until dispatched, ns.
+    pub dispatch: Histogram,
+    pub entries: u64,
+    /// Gaps where entries were lost (a lower bound on lost entries).
+    pub gaps: u64,
 }
 
 fn hist_is_empty(h: &HistSet) -> bool {

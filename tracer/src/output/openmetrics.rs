@@ -15,9 +15,12 @@ use prometheus_client::{
 };
 use tracer_common::hist::{bucket_upper, N_BUCKETS};
 
-use crate::model::{
-    hist::Histogram,
-    series::{Exposition, Series},
+use crate::{
+    model::{
+        hist::Histogram,
+        series::{Exposition, Series},
+    },
+    pseries::vcpudispatch::COUNTER_NAMES,
 };
 
 /// The exposition formats a scraper can ask for (`Accept`).
@@ -321,6 +324,7 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
         s,
         &per_cpu(&x.cpu_steal_ns),
     )?;
+    pseries(x, enc)?;
     let drops: Vec<(Labels, f64)> = x
         .drops
         .iter()
@@ -360,9 +364,13 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
     gauge(
         enc,
         "tracer_map_entries",
-        "Entries in the per-thread map (live threads)",
+        "Entries in the kernel maps that grow with the machine: per-thread totals (live \
+         threads) and per-process histograms (one per process, kind and bucket)",
         None,
-        &[(Labels::new(), x.map_entries as f64)],
+        &[
+            (labels(&[("map", "threads")]), x.map_entries as f64),
+            (labels(&[("map", "hist_scoped")]), x.hist_entries as f64),
+        ],
     )?;
     gauge(
         enc,
@@ -408,6 +416,89 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
     Ok(())
 }
 
+/// pseries: the hypervisor's dispatch counters per vCPU (vcpudispatch_stats) and the
+/// Dispatch Trace Log's dispatch latency; nothing where the files are absent. The counters
+/// are split so that no family mixes a total with its parts (a `sum()` over one family
+/// counts each dispatch once): the total, where on the machine it happened, and where
+/// relative to the vCPU's home NUMA node.
+fn pseries(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let counters = |range: std::ops::Range<usize>, label: &str, strip: &str| {
+        x.vcpu_dispatch
+            .iter()
+            .flat_map(|(cpu, c)| {
+                range.clone().map(move |i| {
+                    let mut l = labels(&[("cpu", &cpu.to_string())]);
+                    if !label.is_empty() {
+                        let name = COUNTER_NAMES[i].trim_end_matches("_disp");
+                        l.push((label.into(), name.trim_start_matches(strip).into()));
+                    }
+                    (l, c[i] as f64)
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    counter(
+        enc,
+        "tracer_vcpu_dispatches",
+        "Times the hypervisor dispatched each vCPU since vcpudispatch_stats was enabled \
+         (pseries; a re-enable restarts it)",
+        None,
+        &counters(0..1, "", ""),
+    )?;
+    counter(
+        enc,
+        "tracer_vcpu_dispatch_placement",
+        "vCPU dispatches by where the physical CPU was relative to the previous one: \
+         same_cpu (or an SMT sibling), same_chip, diff_chip, far_chip (pseries)",
+        None,
+        &counters(1..5, "placement", ""),
+    )?;
+    counter(
+        enc,
+        "tracer_vcpu_dispatch_numa",
+        "vCPU dispatches by NUMA distance from the vCPU's home node: home, remote, far \
+         (pseries)",
+        None,
+        &counters(5..8, "node", "numa_"),
+    )?;
+    let cpu_label = |cpu: u32| labels(&[("cpu", &cpu.to_string())]);
+    let hrows: Vec<(Labels, &Histogram)> = x
+        .dtl
+        .iter()
+        .map(|d| (cpu_label(d.cpu), &d.dispatch))
+        .collect();
+    histogram(
+        enc,
+        "tracer_dtl_dispatch_latency",
+        "Dispatch Trace Log: time each vCPU was ready on the hypervisor's queue until it \
+         was dispatched (enqueue_to_dispatch_time, pseries, --dtl)",
+        &hrows,
+        &x.bounds_ns,
+    )?;
+    let per = |f: fn(&crate::model::series::DtlVcpu) -> u64| -> Vec<(Labels, f64)> {
+        x.dtl
+            .iter()
+            .map(|d| (cpu_label(d.cpu), f(d) as f64))
+            .collect()
+    };
+    counter(
+        enc,
+        "tracer_dtl_entries",
+        "Dispatch Trace Log entries read per vCPU (pseries, --dtl)",
+        None,
+        &per(|d| d.entries),
+    )?;
+    counter(
+        enc,
+        "tracer_dtl_gaps",
+        "Places where Dispatch Trace Log entries were lost (the log wrapped before it was \
+         read), per vCPU: a lower bound on lost entries",
+        None,
+        &per(|d| d.gaps),
+    )?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,8 +529,11 @@ mod tests {
             drops: vec![("ring_full".into(), 0)],
             programs: Vec::new(),
             map_entries: 3,
+            hist_entries: 2,
             self_cpu_s: 0.5,
             self_rss_bytes: 1 << 20,
+            vcpu_dispatch: Vec::new(),
+            dtl: Vec::new(),
         }
     }
 
@@ -474,5 +568,42 @@ mod tests {
         assert_eq!(b[1].1, 1);
         assert_eq!(b.last().unwrap(), &(f64::INFINITY, 1));
         assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 3);
+    }
+
+    /// The pseries families of an exposition, in the classic text.
+    fn pseries_lines(x: Exposition) -> Vec<String> {
+        let text = encode(Arc::new(Mutex::new(x)), Format::Classic).unwrap();
+        text.lines()
+            .filter(|l| l.contains("tracer_vcpu_") || l.contains("tracer_dtl_"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn pseries_dispatch_counters_and_dtl_latency_from_fixtures() {
+        use crate::pseries::{
+            dtl::{analyze::DtlAnalyzer, decode::tests::entry},
+            vcpudispatch::{parse_stats, stats::tests::DOC, StatsState, STATS_PATH},
+        };
+        // Absent files, absent families.
+        assert!(pseries_lines(exposition()).is_empty());
+        let StatsState::On(v) = parse_stats(DOC, std::path::Path::new(STATS_PATH)).unwrap() else {
+            panic!("the fixture has counters")
+        };
+        let mut x = exposition();
+        x.vcpu_dispatch = v.iter().map(|c| (c.cpu, c.counters.to_array())).collect();
+        // 512 MHz timebase: 512 ticks = 1 us, 1024 = 2 us; vCPU 1 read a full ring once.
+        let mut an = DtlAnalyzer::new(512_000_000);
+        an.feed(0, &[entry(3, 2, 512, 100), entry(3, 2, 1024, 200)], false);
+        an.feed(1, &[entry(3, 2, 512, 100)], true);
+        x.dtl = an.vcpus();
+        let got = pseries_lines(x);
+        // The golden file, checked by hand against the fixtures: DOC's counters (cpu0 6839
+        // 4126 2683 30 0 6821 18 0) split into three families; 1 us in the (1.024 us]
+        // bucket, 2 us in (2.048 us]; entries 2 and 1; one gap on vCPU 1.
+        let want: Vec<&str> = include_str!("../../tests/golden/serve_pseries.txt")
+            .lines()
+            .collect();
+        assert_eq!(got, want, "got:\n{}", got.join("\n"));
     }
 }

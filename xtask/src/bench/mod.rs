@@ -58,6 +58,7 @@ mod measure;
 mod recorders;
 mod report;
 mod results;
+mod serve;
 mod system;
 mod tools;
 mod workloads;
@@ -86,6 +87,13 @@ pub struct BenchArgs {
     /// (throughput loss, bytes per switch, recorder CPU), about a minute
     #[arg(long)]
     record_only: bool,
+    /// Only the `serve` row (tracer serve with ~1000 live processes, scraped every 1 s);
+    /// its JSON goes to serve.json beside --out
+    #[arg(long)]
+    serve_only: bool,
+    /// Live processes for the `serve` row
+    #[arg(long, value_name = "N", default_value_t = serve::SERVE_PROCS)]
+    serve_procs: usize,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -129,6 +137,16 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     };
     ensure!(tracer.is_file(), "no tracer binary at {}", tracer.display());
     interrupted()?;
+    if args.serve_only {
+        let row = serve::measure(&tracer, &bpftool, &logs, args.quick, args.serve_procs)?;
+        serve::print(&row);
+        let file = out.with_file_name("serve.json");
+        let mut text = serde_json::to_string_pretty(&row)?;
+        text.push('\n');
+        fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+        println!("\nxtask bench: wrote {}", file.display());
+        return Ok(());
+    }
 
     let cfg = if args.quick {
         Config {
@@ -342,6 +360,11 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         rows.extend(load_rows);
     }
     waker.stop(Duration::from_secs(2))?;
+    eprintln!(
+        "[{:6.1}s] tracer serve with ~1000 live processes",
+        clock.elapsed().as_secs_f64()
+    );
+    let serve_row = serve::measure(&tracer, &bpftool, &logs, args.quick, args.serve_procs)?;
     let stats_sysctl_after = read_stats_sysctl()?;
     ensure!(
         stats_sysctl_after == stats_sysctl_before,
@@ -364,8 +387,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         load_before,
         load_after: loadavg(),
         elapsed: clock.elapsed(),
+        serve: Some(serve_row),
     };
     report.print();
+    if let Some(r) = &report.serve {
+        serve::print(r);
+    }
     if let Some(dir) = out.parent() {
         fs::create_dir_all(dir)?;
     }

@@ -71,6 +71,7 @@ pub(super) struct Report<'a> {
     pub(super) load_before: String,
     pub(super) load_after: String,
     pub(super) elapsed: Duration,
+    pub(super) serve: Option<super::serve::ServeRow>,
 }
 
 impl Report<'_> {

@@ -47,7 +47,7 @@ pub(super) struct Target {
 }
 
 #[derive(Serialize)]
-struct Results {
+struct Results<'a> {
     schema: &'static str,
     unix_time: u64,
     mode: &'static str,
@@ -63,6 +63,8 @@ struct Results {
     method: Method,
     results: Vec<RowResult>,
     targets: Vec<Target>,
+    /// `tracer serve` with ~1000 live processes and a 1 s scrape (see bench/serve.rs).
+    serve: Option<&'a super::serve::ServeRow>,
 }
 
 #[derive(Serialize)]
@@ -208,7 +210,7 @@ impl Report<'_> {
         text
     }
 
-    fn results(&self) -> Results {
+    fn results(&self) -> Results<'_> {
         let root = crate::workspace_root().to_string_lossy().to_string();
         let results = self.rows.iter().map(|r| {
             let s = self.summary(r);
@@ -349,6 +351,7 @@ impl Report<'_> {
             method: METHOD,
             results: results.collect(),
             targets: self.targets().into_iter().map(|t| t.1).collect(),
+            serve: self.serve.as_ref(),
         }
     }
 }

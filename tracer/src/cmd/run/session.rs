@@ -133,6 +133,7 @@ pub(super) fn setup(
         max_threads: args.max_threads,
         runq_from: args.runq_from,
         record: args.hook.load(),
+        hist_pow2: false,
     };
     let seed = |ebpf: &mut Ebpf| -> Result<()> {
         if targets.seed.is_empty() {

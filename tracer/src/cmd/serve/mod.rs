@@ -30,7 +30,7 @@ use crate::{
         snapshot::{Snapshot, DROP_NAMES},
     },
     output::openmetrics,
-    pseries::hypervisor,
+    pseries::{dtl, hypervisor, vcpudispatch},
     sys::{privileges, procfs, root::Root, selfstat, webconfig::WebConfig},
 };
 
@@ -53,6 +53,9 @@ pub struct ServeConfig {
     pub probe: ProbeMode,
     pub runq_from: RunqFrom,
     pub max_threads: u32,
+    /// pseries: read the Dispatch Trace Log (enables the hypervisor's logging while it
+    /// runs; `tracer dtl` cannot read it meanwhile).
+    pub dtl: bool,
 }
 
 /// Reads between scrapes so exit records and dead processes' histograms are collected
@@ -78,6 +81,14 @@ pub fn run(cfg: ServeConfig, root: Root) -> Result<i32> {
             cfg.listen
         ));
     }
+    // Before anything is attached; and not on other machines: mounting debugfs there
+    // would be a side effect for nothing.
+    if cfg.dtl && !vcpudispatch::is_pseries(&root) {
+        return Err(anyhow!(
+            "--dtl: no Dispatch Trace Log here ({} is missing: not a pseries partition)",
+            vcpudispatch::STATS_PATH
+        ));
+    }
     privileges::check()?;
     crate::bpf::loader::object()?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -100,6 +111,8 @@ struct State {
     exposition: Arc<Mutex<Exposition>>,
     last_read: Instant,
     _stats_fd: Option<OwnedFd>,
+    /// `--dtl`: the open debugfs logs and what was read from them.
+    dtl: Option<(Vec<dtl::read::DtlFile>, dtl::analyze::DtlAnalyzer)>,
 }
 
 async fn serve(
@@ -111,6 +124,11 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
+    let bounds_ns = if cfg.bounds_ns.is_empty() {
+        openmetrics::default_bounds_ns()
+    } else {
+        cfg.bounds_ns.clone()
+    };
     let opts = LoadOptions {
         probe: cfg.probe,
         filter: filter::ALL,
@@ -120,21 +138,29 @@ async fn serve(
         max_threads: cfg.max_threads,
         runq_from: cfg.runq_from,
         record: Default::default(),
+        // Bounds that are all powers of two of ns (the default) need no more from the
+        // kernel: 1 to 3 map entries per process and octave instead of up to 96, so the
+        // map holds ~30x more processes before it is full.
+        hist_pow2: bounds_ns.iter().all(|b| b.is_power_of_two()),
     };
     let mut tracer = Tracer::start(&opts, &root, &|_| Ok(()))?;
     // In-kernel cost for the self-monitoring series; needs CAP_SYS_ADMIN, so before the drop.
     let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
+    // The debugfs logs are root's: opened before the drop, read through the fds after.
+    let dtl = if cfg.dtl {
+        dtl::read::ensure_debugfs(&root);
+        let files = dtl::read::open_all(&root)?;
+        let tb = dtl::read::read_timebase(&root)?;
+        Some((files, dtl::analyze::DtlAnalyzer::new(tb)))
+    } else {
+        None
+    };
     let mut collector =
         Collector::new(&mut tracer.ebpf, scope::PROCESS, tracer.runq, root.clone())?;
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
     if let Err(e) = privileges::drop_all() {
         log::warn!("could not drop capabilities after attaching: {e}");
     }
-    let bounds_ns = if cfg.bounds_ns.is_empty() {
-        openmetrics::default_bounds_ns()
-    } else {
-        cfg.bounds_ns.clone()
-    };
     let exposition = Arc::new(Mutex::new(Exposition {
         book: Book::new(cfg.max_series, cfg.expiry.as_nanos() as u64),
         bounds_ns,
@@ -145,8 +171,11 @@ async fn serve(
         drops: Vec::new(),
         programs: Vec::new(),
         map_entries: 0,
+        hist_entries: 0,
         self_cpu_s: 0.0,
         self_rss_bytes: 0,
+        vcpu_dispatch: Vec::new(),
+        dtl: Vec::new(),
     }));
     let scheme = if tls.is_some() { "https" } else { "http" };
     let (tx, mut rx) = mpsc::channel::<oneshot::Sender<()>>(MAX_WAITING);
@@ -167,6 +196,7 @@ async fn serve(
         exposition,
         last_read: Instant::now(),
         _stats_fd: stats_fd,
+        dtl,
     };
     st.read()?;
     let server = tokio::spawn(http::serve(listener, tls, shared));
@@ -218,7 +248,13 @@ impl State {
         let read_keys: HashSet<_> = snap.threads.keys().copied().collect();
         snap.adopt_missing(&self.prev, scope::PROCESS);
         snap.raise_to(&self.prev, scope::PROCESS);
+        // The per-process histograms' growth is taken below, only for processes whose
+        // histograms changed: a dense copy of every process's three histograms (29 KiB
+        // each) at every read was a third of the exporter's peak memory.
+        let scoped = std::mem::take(&mut snap.scoped);
+        let prev_scoped = std::mem::take(&mut self.prev.scoped);
         let delta = snap.delta(&self.prev);
+        snap.scoped = scoped;
         let now = snap.at_ns;
         let expo = self.exposition.clone();
         let mut x = expo.lock().unwrap_or_else(|e| e.into_inner());
@@ -238,7 +274,13 @@ impl State {
                 now,
             );
         }
-        for (&pid, h) in &delta.scoped {
+        drop(delta);
+        for (&pid, h) in &snap.scoped {
+            let grown = match prev_scoped.get(&pid) {
+                Some(e) if e == h => continue,
+                Some(e) => h.saturating_sub(e),
+                None => h.clone(),
+            };
             let (comm, cgroup) = self.process(pid, &[0u8; 16]);
             x.book.add_hist(
                 Owner {
@@ -246,10 +288,11 @@ impl State {
                     comm: &comm,
                     cgroup: &cgroup,
                 },
-                h,
+                &grown,
                 now,
             );
         }
+        drop(prev_scoped);
         // Forget what is counted and cannot grow any more: exit records, threads carried
         // over from an earlier read that are gone, dead processes' histograms.
         self.collector.forget_exited();
@@ -279,6 +322,15 @@ impl State {
         drop(x);
         self.prev = snap;
         self.last_read = Instant::now();
+        // What a read allocates and frees (snapshots of every process's histograms) is
+        // scattered through the heap: give the free pages back, so the resident size is
+        // what is live (the churn test checks that it stays flat) rather than the
+        // largest read's high-water mark. Cheap once a read (a walk of glibc's bins).
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         Ok(())
     }
 
@@ -306,7 +358,7 @@ impl State {
     }
 
     /// Copies the figures the endpoint shows.
-    fn publish(&self, snap: &Snapshot, x: &mut Exposition) {
+    fn publish(&mut self, snap: &Snapshot, x: &mut Exposition) {
         let steal = hypervisor::Snapshot::take(&self.root).ok();
         let programs = self
             .tracer
@@ -337,6 +389,18 @@ impl State {
                 v[c.cpu as usize] = c.steal_ticks.saturating_mul(ns_per_tick);
             }
             x.cpu_steal_ns = v;
+            x.vcpu_dispatch = s
+                .dispatch
+                .iter()
+                .flatten()
+                .map(|c| (c.cpu, c.counters.to_array()))
+                .collect();
+        }
+        if let Some((files, an)) = &mut self.dtl {
+            if let Err(e) = dtl::read::read_available(files, an, true) {
+                log::warn!("reading the Dispatch Trace Log: {e}");
+            }
+            x.dtl = an.vcpus();
         }
         x.drops = DROP_NAMES
             .iter()
@@ -345,6 +409,7 @@ impl State {
             .collect();
         x.programs = programs;
         x.map_entries = snap.live_entries;
+        x.hist_entries = self.collector.scoped_entries;
         x.self_cpu_s = cpu_s;
         x.self_rss_bytes = rss;
     }

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::{
-    model::hist::{HistSummary, Histogram},
+    model::{
+        hist::{HistSummary, Histogram},
+        series::DtlVcpu,
+    },
     pseries::dtl::decode::{dispatch_reason_name, preempt_reason_name, ticks_to_ns, DtlEntry},
 };
 
@@ -106,6 +109,19 @@ impl DtlAnalyzer {
         self.streams
             .iter()
             .map(|(&c, s)| (c, s.hists.clone()))
+            .collect()
+    }
+
+    /// Per vCPU, what `tracer serve` exposes: the dispatch latency, entries and gaps.
+    pub fn vcpus(&self) -> Vec<DtlVcpu> {
+        self.streams
+            .iter()
+            .map(|(&cpu, s)| DtlVcpu {
+                cpu,
+                dispatch: s.hists.dispatch.clone(),
+                entries: s.entries,
+                gaps: s.lost,
+            })
             .collect()
     }
 

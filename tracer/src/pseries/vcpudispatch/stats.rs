@@ -332,10 +332,12 @@ pub fn vcpu_reports(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const DOC: &str = "cpu0 6839 4126 2683 30 0 6821 18 0\ncpu1 2515 1274 1229 12 0 2509 6 0\n";
+    /// The statistics file as the kernel documents it (tests here and in `output`).
+    pub(crate) const DOC: &str =
+        "cpu0 6839 4126 2683 30 0 6821 18 0\ncpu1 2515 1274 1229 12 0 2509 6 0\n";
 
     #[test]
     fn parses_the_documented_example() {
