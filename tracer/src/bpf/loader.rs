@@ -264,8 +264,10 @@ impl Tracer {
             }
             progs.extend(crate::bpf::record::task_programs(&opts.record, mode));
             for (name, target) in &progs {
+                let t = std::time::Instant::now();
                 load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
                     .with_context(|| format!("loading {name}"))?;
+                log::debug!("{name}: verified in {:?}", t.elapsed());
             }
             if runq == RunqSource::TaskStorage {
                 // Attached per snapshot, not here; stays loaded after detach() so the
