@@ -246,16 +246,19 @@ pub(crate) fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
 // prev, next, unsigned int prev_state), sched_wakeup(p), sched_process_fork(parent, child).
 
 /// `trusted`: the arguments are BTF pointers (tp_btf), not plain numbers (raw_tp).
+/// `REC`: the switch program of `tracer record` / `tracer slow` (`*_rec_*`), which also
+/// streams events; `tracer run` loads the one without, so the kernel's verifier never
+/// walks the record path at its start-up (it cost ~50 ms there, even when skipped).
 #[inline(always)]
-fn on_switch(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
+fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
     let prev = if trusted {
         current_task_btf()
     } else {
         current_task()
     };
     let next = task_from_btf(next, trusted);
-    // One read of the flag: with it 0 (`tracer run`) the verifier knows both branches dead.
-    let rec = config().record;
+    // One read of the flag (a record program streams only when asked to).
+    let rec = if REC { config().record } else { 0 };
     if rec != 0 {
         // Before the accounting: a dying thread leaves the traced set there.
         record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
@@ -295,7 +298,13 @@ fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch_btf(ctx: BtfTracePointContext) -> u32 {
-    on_switch(ctx.arg(0), ctx.arg(2), ctx.arg(3), true);
+    on_switch::<false>(ctx.arg(0), ctx.arg(2), ctx.arg(3), true);
+    0
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch_rec_btf(ctx: BtfTracePointContext) -> u32 {
+    on_switch::<true>(ctx.arg(0), ctx.arg(2), ctx.arg(3), true);
     0
 }
 
@@ -370,7 +379,13 @@ pub fn floor_switch(_ctx: BtfTracePointContext) -> u32 {
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn sched_switch_raw(ctx: RawTracePointContext) -> i32 {
-    on_switch(ctx.arg(0), ctx.arg(2), ctx.arg(3), false);
+    on_switch::<false>(ctx.arg(0), ctx.arg(2), ctx.arg(3), false);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn sched_switch_rec_raw(ctx: RawTracePointContext) -> i32 {
+    on_switch::<true>(ctx.arg(0), ctx.arg(2), ctx.arg(3), false);
     0
 }
 

@@ -262,6 +262,17 @@ impl Tracer {
             if cfg.tp_runtime_val != 0 {
                 progs.push(("sched_stat_runtime_tp", "sched_stat_runtime"));
             }
+            if opts.record.on != 0 {
+                // The switch program that also streams events (see the eBPF side's
+                // `on_switch`): `tracer run` never has the verifier walk that path.
+                for p in progs.iter_mut() {
+                    p.0 = match p.0 {
+                        "sched_switch_btf" => "sched_switch_rec_btf",
+                        "sched_switch_raw" => "sched_switch_rec_raw",
+                        other => other,
+                    };
+                }
+            }
             progs.extend(crate::bpf::record::task_programs(&opts.record, mode));
             for (name, target) in &progs {
                 let t = std::time::Instant::now();
