@@ -147,6 +147,21 @@ pub struct TargetArgs {
     pub command: Vec<String>,
 }
 
+/// How the programs attach and size their maps, shared by run, top and serve.
+#[derive(Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// Attach mode.
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
+    /// Where run-queue waits come from.
+    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
+    pub runq_from: RunqFrom,
+    /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
+    /// accumulators too).
+    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
+    pub max_threads: u32,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -193,16 +208,8 @@ pub struct RunArgs {
     /// Events read in the kernel at every switch for per-thread, per-slice deltas (at most 2).
     #[arg(long = "slice-event", value_name = "EVENT", value_delimiter = ',')]
     pub slice_events: Vec<String>,
-    /// Attach mode.
-    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
-    pub probe: ProbeMode,
-    /// Where run-queue waits come from.
-    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
-    pub runq_from: RunqFrom,
-    /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
-    /// accumulators too).
-    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
-    pub max_threads: u32,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// Write run-queue, on-CPU and off-CPU latency heatmaps of the intervals (x: time,
     /// y: latency, colour: count) to FILE as SVG when the run ends (needs -i).
     #[arg(long, value_name = "FILE", requires = "interval")]
@@ -219,15 +226,8 @@ pub struct TopArgs {
     /// Stop after this long; default: until q, Ctrl-C or COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
-    /// Attach mode.
-    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
-    pub probe: ProbeMode,
-    /// Where run-queue waits come from.
-    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
-    pub runq_from: RunqFrom,
-    /// Capacity of the per-thread maps.
-    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
-    pub max_threads: u32,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
 }
 
 impl From<TopArgs> for crate::cmd::top::TopConfig {
@@ -238,9 +238,9 @@ impl From<TopArgs> for crate::cmd::top::TopConfig {
             cgroup: a.target.cgroup,
             interval: a.interval,
             duration: a.duration,
-            probe: a.probe,
-            runq_from: a.runq_from,
-            max_threads: a.max_threads,
+            probe: a.probe.probe,
+            runq_from: a.probe.runq_from,
+            max_threads: a.probe.max_threads,
             as_root: a.target.as_root,
             command: a.target.command,
         }
@@ -273,15 +273,8 @@ pub struct ServeArgs {
     /// powers of two of nanoseconds from 1.024us to 17.2s, edges of the kernel's buckets.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_duration)]
     pub buckets: Vec<Duration>,
-    /// Attach mode.
-    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
-    pub probe: ProbeMode,
-    /// Where run-queue waits come from.
-    #[arg(long, value_enum, default_value_t = RunqFrom::Wakeup)]
-    pub runq_from: RunqFrom,
-    /// Capacity of the per-thread maps (outside tp-btf mode).
-    #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
-    pub max_threads: u32,
+    #[command(flatten)]
+    pub probe: ProbeArgs,
     /// pseries: also serve the Dispatch Trace Log's dispatch latency per vCPU (turns the
     /// hypervisor's logging on while serving; `tracer dtl` cannot read it meanwhile).
     #[arg(long)]
@@ -313,9 +306,9 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             max_series: a.max_series,
             expiry: a.expiry,
             bounds_ns: bounds,
-            probe: a.probe,
-            runq_from: a.runq_from,
-            max_threads: a.max_threads,
+            probe: a.probe.probe,
+            runq_from: a.probe.runq_from,
+            max_threads: a.probe.max_threads,
             dtl: a.dtl,
         })
     }
@@ -441,9 +434,9 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             events: a.events,
             per_thread: a.per_thread,
             slice_events: a.slice_events,
-            probe: a.probe,
-            runq_from: a.runq_from,
-            max_threads: a.max_threads,
+            probe: a.probe.probe,
+            runq_from: a.probe.runq_from,
+            max_threads: a.probe.max_threads,
             as_root: a.target.as_root,
             command: a.target.command,
             hook: Default::default(),
