@@ -194,7 +194,9 @@ pub mod filter {
     pub const ALL: u32 = 0;
     /// Only threads in the `TRACKED` map.
     pub const TRACKED: u32 = 1;
-    /// Threads whose cgroup v2 id equals `Config::cgroup_id` (joined to `TRACKED` lazily).
+    /// Threads in the cgroup v2 directory of `Config::cgroup_id` or below it (only in it
+    /// with `Config::cgroup_node_only`), checked at every switch-out; `TRACKED` caches
+    /// the members for the programs that see other tasks than `current` (wakeups).
     pub const CGROUP: u32 = 2;
 }
 
@@ -276,8 +278,9 @@ pub struct Config {
     /// two (`tracer serve`, whose classic bounds are powers of two and which keeps a
     /// histogram for every process: ~7x fewer `HIST_SCOPED` entries per process).
     pub hist_pow2: u32,
-    /// Keeps `slow_min_ns` 8-aligned without implicit padding.
-    pub _pad: u32,
+    /// `filter::CGROUP`: 1 traces the cgroup alone, 0 (default) it and every cgroup
+    /// below it (`bpf_current_task_under_cgroup` against `CGROUP_TARGET`).
+    pub cgroup_node_only: u32,
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
 }

@@ -25,8 +25,8 @@ use tracer_common::{
 use crate::{
     config,
     maps::{
-        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL, SLICE_COUNTER0,
-        SLICE_COUNTER1, TASK_STATS, THREADS, TRACKED, WINDOW,
+        count_drop, CGROUP_TARGET, CPU_STATE, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL,
+        SLICE_COUNTER0, SLICE_COUNTER1, TASK_STATS, THREADS, TRACKED, WINDOW,
     },
     Leave, Task,
 };
@@ -44,25 +44,45 @@ pub(crate) fn traced(t: &Task) -> Option<u32> {
     unsafe { TRACKED.get(t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
 }
 
-/// cgroup mode: a thread found running in the target cgroup joins the traced set at its
-/// first switch-out (it is `current` there, so the cgroup id is one helper call away).
+/// cgroup mode: whether `current` (the thread leaving the CPU, `prev`) is in the
+/// target cgroup, or below it unless `cgroup_node_only`. Asked at every switch-out,
+/// so a thread that moves out stops counting at once; `TRACKED` follows, as the cache
+/// of members that the wakeup programs (which see other tasks than `current`) read.
 #[inline(always)]
-pub(crate) fn join_cgroup(prev: &Task) -> bool {
+fn cgroup_member(prev: &Task) -> bool {
     let c = config();
-    if c.filter != filter::CGROUP || prev.tid == 0 {
+    if prev.tid == 0 {
         return false;
     }
-    if unsafe { bpf_get_current_cgroup_id() } != c.cgroup_id {
-        return false;
-    }
-    let v = Tracked {
-        tgid: prev.tgid,
-        flags: TRACK_INHERIT,
+    let inside = if c.cgroup_node_only != 0 {
+        (unsafe { bpf_get_current_cgroup_id() }) == c.cgroup_id
+    } else {
+        CGROUP_TARGET.current_task_under_cgroup(0).unwrap_or(false)
     };
-    if TRACKED.insert(prev.tid, v, 0).is_err() {
-        count_drop(drop::TRACKED_FULL);
+    // SAFETY: the value is only tested for presence.
+    let cached = unsafe { TRACKED.get(prev.tid) }.is_some();
+    if inside && !cached {
+        let v = Tracked {
+            tgid: prev.tgid,
+            flags: TRACK_INHERIT,
+        };
+        if TRACKED.insert(prev.tid, v, 0).is_err() {
+            count_drop(drop::TRACKED_FULL);
+        }
+    } else if !inside && cached {
+        let _ = TRACKED.remove(prev.tid);
     }
-    true
+    inside
+}
+
+/// Whether `prev` (`current`) is in the traced set now.
+#[inline(always)]
+pub(crate) fn member(prev: &Task) -> bool {
+    if config().filter == filter::CGROUP {
+        cgroup_member(prev)
+    } else {
+        traced(prev).is_some()
+    }
 }
 
 #[inline(always)]
@@ -137,9 +157,12 @@ pub(crate) fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
 }
 
 /// The thread's entry, created on first sight: in task-local storage (one pointer chase
-/// from the task) in tp_btf mode, else in the `THREADS` hash.
+/// from the task) in tp_btf mode, else in the `THREADS` hash. A new entry's off-CPU
+/// time runs from `born` (a thread created in the window: `sched_wakeup_new`), else
+/// from the window's opening: a thread first seen now has existed off-CPU since then,
+/// so one asleep at the opening still has its on + off equal to its time in the window.
 #[inline(always)]
-fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
+fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mut ThreadStats> {
     if in_storage(t) {
         // SAFETY: a trusted task pointer.
         if let Some(p) = unsafe { TASK_STATS.get(t.ptr, None) } {
@@ -158,6 +181,10 @@ fn thread_entry(t: &Task, tgid: u32) -> Option<*mut ThreadStats> {
     };
     s.last_cpu = u32::MAX;
     s.serial = next_serial();
+    s.last_off_ns = match born {
+        Some(t) => t,
+        None => window().0,
+    };
     s.tgid = if tgid != 0 { tgid } else { t.tgid() };
     s.comm = t.comm.read();
     if in_storage(t) {
@@ -239,18 +266,22 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let at_open = cs.slice_start_ns == 0;
+    let cgroup_mode = c.filter == filter::CGROUP;
     let (prev_traced, start) = if at_open {
         // First switch on this CPU since load: prev has run since before the programs
         // attached; its slice counts from the opening, written before they attached.
-        (
-            open != 0 && (traced(&prev).is_some() || join_cgroup(&prev)),
-            open,
-        )
+        (open != 0 && member(&prev), open)
     } else if cs.tid == prev.tid && prev.tid != 0 {
-        // A thread joining the cgroup mid-slice: `switch_in_at` timed every switch-in in
-        // cgroup mode, so the slice's start is known even though it was not traced then.
-        (cs.traced != 0 || join_cgroup(&prev), cs.slice_start_ns)
-    } else if prev.tid != 0 && traced(&prev).is_some() {
+        // Its switch-in was seen. In cgroup mode `switch_in_at` timed every switch-in,
+        // and membership is what it is now: a thread that joined the cgroup mid-slice
+        // counts from the switch-in, one that left does not count.
+        let traced_now = if cgroup_mode {
+            cgroup_member(&prev)
+        } else {
+            cs.traced != 0
+        };
+        (traced_now, cs.slice_start_ns)
+    } else if prev.tid != 0 && member(&prev) {
         // The switch-in was not seen under this TID (a program run the kernel skipped,
         // or a TID changed by exec): the slice's start is unknown (0). It is counted
         // from the scheduler's runtime where it can be, and the loss said.
@@ -265,9 +296,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         cs.slice_start_ns = 1;
     }
     if !prev_traced {
-        // A slice not timed (begun after the window's close, or its start unknown):
-        // a traced thread dying in it still hands over its totals.
-        if leave == Leave::Dead && prev.tid != 0 && traced(&prev).is_some() {
+        // A slice not timed (begun after the window's close, its start unknown, or a
+        // thread no longer in the traced set): a thread with an entry that dies in it
+        // still hands over its totals.
+        if leave == Leave::Dead && prev.tid != 0 {
             if let Some(s) = existing_entry(&prev) {
                 // SAFETY: map value or task storage.
                 flush_dead(&prev, unsafe { &mut *s });
@@ -290,7 +322,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // After the close the slice is cut there.
     let cut = close != 0 && now > close;
     let end = if cut { close } else { now };
-    let Some(s) = thread_entry(&prev, prev.tgid) else {
+    let Some(s) = thread_entry(&prev, prev.tgid, None) else {
         return now;
     };
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
@@ -371,15 +403,24 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // What ended when this slice began: its off-CPU time, less what the scheduler
     // credited to the slice from before its switch-in (its clock update is skipped
     // after a wakeup preemption): that is on-CPU time by its account, so not off-CPU
-    // too, and on-CPU plus off-CPU never exceed the window.
+    // too, and on-CPU plus off-CPU never exceed the window. A slice whose switch-in
+    // was not seen (running at the attach, or unseen) began `slice` ago by the
+    // scheduler's account.
     let wall = if at_open || start == 0 {
         u64::MAX
     } else {
         end.saturating_sub(start)
     };
     let credit = slice.saturating_sub(wall);
-    if s.last_off_ns != 0 && start > s.last_off_ns {
-        let d = (start - s.last_off_ns).saturating_sub(credit);
+    let begun = if wall != u64::MAX {
+        start
+    } else if has_slice {
+        now.saturating_sub(slice)
+    } else {
+        0
+    };
+    if s.last_off_ns != 0 && begun > s.last_off_ns {
+        let d = (begun - s.last_off_ns).saturating_sub(credit);
         if d != 0 {
             s.off_cpu_ns += d;
             if s.off_state == OFF_PREEMPTED {
@@ -390,6 +431,16 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             hist_add(KIND_OFF_CPU, id, d);
         }
     }
+    // The other side of that credit: the slice the scheduler charged is shorter than
+    // the wall time since the switch-in (the thread that preempts it is charged from
+    // the wakeup; interrupts and steal are not run time either). By the scheduler's
+    // account this thread left the CPU that much earlier, so its off-CPU time starts
+    // there: on + off stay equal to its time in the window.
+    let gap = if has_slice && wall != u64::MAX {
+        wall.saturating_sub(slice)
+    } else {
+        0
+    };
     // The CPU's busy time is the thread's slice, but never more than the wall time
     // since its switch-in: after a wakeup preemption the scheduler credits the woken
     // thread with time before it ran (its clock update is skipped), which on a CPU would
@@ -408,7 +459,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             }
         }
     }
-    s.last_off_ns = now;
+    s.last_off_ns = now - gap;
     s.runnable_ns = 0;
     match leave {
         Leave::Preempted => {
@@ -450,7 +501,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     let c = config();
     if traced(&next).is_none() {
         if c.filter == filter::CGROUP && next.tid != 0 {
-            // It may join the cgroup before it leaves the CPU (`join_cgroup`): its
+            // It may join the cgroup before it leaves the CPU (`cgroup_member`): its
             // slice then counts from here, so the start must be known.
             if now == 0 {
                 now = unsafe { bpf_ktime_get_ns() };
@@ -565,14 +616,15 @@ pub fn add_runtime(pid: u32, runtime: u64) {
     }
 }
 
-/// A thread became runnable: its run-queue wait starts now.
+/// A thread became runnable: its run-queue wait starts now. `new`: it was just created
+/// (`sched_wakeup_new`), so its time in the window starts now too.
 #[inline(always)]
-pub fn wakeup(p: Task) {
+pub fn wakeup(p: Task, new: bool) {
     let Some(tgid) = traced(&p) else {
         return;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(s) = thread_entry(&p, tgid) {
+    if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
         // SAFETY: map value or task storage.
         unsafe { (*s).runnable_ns = now };
     }

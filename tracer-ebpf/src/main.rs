@@ -61,7 +61,7 @@ static CONFIG: Config = Config {
     task_cpu_off: 0,
     bprm_filename_off: 0,
     hist_pow2: 0,
-    _pad: 0,
+    cgroup_node_only: 0,
     slow_min_ns: 0,
 };
 
@@ -276,7 +276,7 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
 #[inline(always)]
 fn on_wakeup(p: *const u8, trusted: bool, new: bool) {
     let p = task_from_btf(p, trusted);
-    account::wakeup(p);
+    account::wakeup(p, new);
     if config().record != 0 {
         record::wakeup(&p, new);
     }
@@ -495,13 +495,13 @@ fn woken_from_record(ctx: &TracePointContext) -> Task {
 
 #[tracepoint(category = "sched", name = "sched_wakeup")]
 pub fn sched_wakeup_tp(ctx: TracePointContext) -> u32 {
-    account::wakeup(woken_from_record(&ctx));
+    account::wakeup(woken_from_record(&ctx), false);
     0
 }
 
 #[tracepoint(category = "sched", name = "sched_wakeup_new")]
 pub fn sched_wakeup_new_tp(ctx: TracePointContext) -> u32 {
-    account::wakeup(woken_from_record(&ctx));
+    account::wakeup(woken_from_record(&ctx), true);
     0
 }
 

@@ -2,7 +2,7 @@
 //! maps before load (`--max-threads`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
+    maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
 use tracer_common::{
     drop,
@@ -26,6 +26,11 @@ pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536,
 /// The traced set (TID -> TGID) when a target is given; children join it at fork.
 #[map]
 pub static TRACKED: HashMap<u32, Tracked> = HashMap::with_max_entries(65536, 0);
+
+/// `--cgroup DIR` (unless node only): DIR's fd at index 0, for
+/// `bpf_current_task_under_cgroup` (the task is in DIR or below it).
+#[map]
+pub static CGROUP_TARGET: CgroupArray = CgroupArray::with_max_entries(1, 0);
 
 /// Final totals of threads that died, so their `THREADS` entries can go at once.
 #[map]

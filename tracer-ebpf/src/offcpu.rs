@@ -98,12 +98,10 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
         Leave::Dead => 0,
     };
     if state & oc.states != 0 && prev.tid != 0 {
-        if let Some(tgid) =
-            account::traced(&prev).or_else(|| account::join_cgroup(&prev).then_some(prev.tgid))
-        {
+        if account::member(&prev) {
             let start = OffStart {
                 ts_ns: now,
-                tgid: if tgid != 0 { tgid } else { prev.tgid },
+                tgid: prev.tgid,
                 user_stack: if oc.user_stacks != 0 {
                     stack_id(&ctx, true)
                 } else {

@@ -190,6 +190,11 @@ fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> 
         local_time: "16:22:05".into(),
         duration_ns,
         run: RunHeader {
+            target: if with_counters {
+                "PID 10".into()
+            } else {
+                "all CPUs".into()
+            },
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
             runq_source: if with_counters {

@@ -82,6 +82,7 @@ fn report(i: u64) -> Report {
         local_time: format!("16:22:{:02}", 5 + i),
         duration_ns: 1000 * MS,
         run: RunHeader {
+            target: "all CPUs".into(),
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
             runq_source: RunqSource::ThreadEntry,

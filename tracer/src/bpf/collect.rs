@@ -24,6 +24,7 @@ use crate::model::{
     snapshot::{
         fold_exited, parse_records, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP,
     },
+    window::{add_open_off_periods, never_ran},
 };
 use crate::sys::root::Root;
 
@@ -76,10 +77,22 @@ pub struct Collector {
     /// Entries in the per-process/thread histogram map at the last snapshot (its
     /// occupancy, which `tracer serve` shows to prove it stays bounded).
     pub scoped_entries: usize,
+    /// The window's opening (CLOCK_MONOTONIC ns).
+    open_ns: u64,
+    /// A target was given: threads of the traced set (`TRACKED`) that never ran are
+    /// listed too, off-CPU all window.
+    list_idle: bool,
 }
 
 impl Collector {
-    pub fn new(ebpf: &mut Ebpf, hist_scope: u32, runq: RunqSource, root: Root) -> Result<Self> {
+    pub fn new(
+        ebpf: &mut Ebpf,
+        hist_scope: u32,
+        runq: RunqSource,
+        root: Root,
+        open_ns: u64,
+        list_idle: bool,
+    ) -> Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EXITED")
                 .context("EXITED map missing from the eBPF object")?,
@@ -94,6 +107,8 @@ impl Collector {
             runq,
             root,
             scoped_entries: 0,
+            open_ns,
+            list_idle,
         })
     }
 
@@ -346,6 +361,9 @@ impl Collector {
                 // process and name now, while it lives (a report may come after it).
                 let mut stats = ThreadStats::zeroed();
                 stats.last_cpu = cpu as u32;
+                // It existed off-CPU since the opening (one born since has an entry
+                // from its first wakeup).
+                stats.last_off_ns = self.open_ns;
                 stats.tgid = crate::sys::procfs::tgid_of(&self.root, cs.tid).unwrap_or(0);
                 if let Some(c) = crate::sys::procfs::comm(&self.root, cs.tid, cs.tid) {
                     set_comm(&mut stats.comm, &c);
@@ -386,6 +404,17 @@ impl Collector {
             }
         }
 
+        // Off-CPU periods still open, and threads of the target that never ran.
+        let on_cpu: HashMap<u32, u64> = after
+            .iter()
+            .filter(|cs| cs.tid != 0 && cs.slice_start_ns > 1)
+            .map(|cs| (cs.tid, cs.slice_start_ns))
+            .collect();
+        add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
+        if self.list_idle {
+            self.add_never_ran(ebpf, &mut threads, &live_by_tid, &on_cpu, end)?;
+        }
+
         for (tid, tgid, d) in pending {
             let b = tracer_common::hist::bucket_index(d);
             let pick = |set: &mut HistSet| set.runq.add_bucket(b, 1);
@@ -414,6 +443,36 @@ impl Collector {
         };
         snap.set_hist_sums(self.hist_scope);
         Ok(snap)
+    }
+
+    /// The traced set's threads that have no entry, no record and no slice on a CPU:
+    /// alive, they were off-CPU all window.
+    fn add_never_ran(
+        &self,
+        ebpf: &Ebpf,
+        threads: &mut BTreeMap<ThreadKey, ThreadRecord>,
+        live: &HashMap<u32, ThreadKey>,
+        on_cpu: &HashMap<u32, u64>,
+        end: u64,
+    ) -> Result<()> {
+        let tracked: BpfHashMap<_, u32, tracer_common::Tracked> =
+            BpfHashMap::try_from(ebpf.map("TRACKED").context("TRACKED map missing")?)?;
+        let seen: std::collections::HashSet<u32> = threads.values().map(|r| r.tid).collect();
+        for (tid, t) in tracked.iter().filter_map(|i| i.ok()) {
+            if live.contains_key(&tid) || on_cpu.contains_key(&tid) || seen.contains(&tid) {
+                continue;
+            }
+            // Gone: it exited before the window, or left the set.
+            let Some(name) = crate::sys::procfs::comm(&self.root, tid, tid) else {
+                continue;
+            };
+            let mut comm = [0u8; 16];
+            set_comm(&mut comm, &name);
+            let tgid = if t.tgid != 0 { t.tgid } else { 0 };
+            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
+            threads.insert(key, never_ran(tid, tgid, comm, self.open_ns, end));
+        }
+        Ok(())
     }
 
     /// `-L`: moves the histograms of dead threads out of the kernel map so it stays

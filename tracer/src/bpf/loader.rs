@@ -27,13 +27,54 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tr
 /// Where the kernel describes its own types.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
+/// `--cgroup DIR`: the directory's cgroup v2 id, and whether only DIR itself counts
+/// (else DIR and every cgroup below it, the default).
+#[derive(Clone, Debug)]
+pub struct CgroupTarget {
+    pub dir: std::path::PathBuf,
+    pub id: u64,
+    pub node_only: bool,
+}
+
+impl CgroupTarget {
+    /// The programs' view of it: the id, and DIR's fd in `CGROUP_TARGET` for
+    /// `bpf_current_task_under_cgroup` when its descendants count too.
+    pub(crate) fn configure(&self, cfg: &mut Config) {
+        cfg.cgroup_id = self.id;
+        cfg.cgroup_node_only = self.node_only as u32;
+    }
+
+    pub(crate) fn store(&self, ebpf: &mut Ebpf) -> Result<()> {
+        if self.node_only {
+            return Ok(());
+        }
+        use std::os::fd::AsRawFd as _;
+        let dir = std::fs::File::open(&self.dir)
+            .with_context(|| format!("opening the cgroup {}", self.dir.display()))?;
+        let mut m: aya::maps::CgroupArray<_> = aya::maps::CgroupArray::try_from(
+            ebpf.map_mut("CGROUP_TARGET")
+                .context("CGROUP_TARGET map missing")?,
+        )?;
+        m.set(0, dir.as_raw_fd(), 0)
+            .with_context(|| format!("storing the cgroup {}", self.dir.display()))?;
+        Ok(())
+    }
+}
+
+/// Programs that keep the traced set as tasks are born and exec: attached before the
+/// set is read from /proc (see [`Tracer::start`]).
+pub(crate) fn keeps_traced_set(name: &str) -> bool {
+    name.starts_with("sched_fork_") || name.starts_with("sched_exec_")
+}
+
 /// What user space decides before load.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     pub probe: ProbeMode,
     /// One of `tracer_common::filter`.
     pub filter: u32,
-    pub cgroup_id: u64,
+    /// With `filter::CGROUP`.
+    pub cgroup: Option<CgroupTarget>,
     /// One of `tracer_common::scope`.
     pub hist_scope: u32,
     pub n_counters: u32,
@@ -90,7 +131,11 @@ fn programs_of(
         ProbeMode::PerfSched | ProbeMode::Auto => vec![],
     };
     if !with_wakeup {
-        v.retain(|(name, _)| !name.starts_with("sched_wakeup"));
+        // Waits come from run_delay; a new thread's wakeup still starts its time in
+        // the window (and is rare enough to cost nothing).
+        v.retain(|(name, _)| {
+            !name.starts_with("sched_wakeup") || name.starts_with("sched_wakeup_new")
+        });
     }
     // A non-main thread that execs takes its leader's TID: every mode follows it.
     v.push(match mode {
@@ -126,12 +171,14 @@ pub fn new_loader<'a>() -> EbpfLoader<'a> {
 }
 
 impl Tracer {
-    /// Loads the programs for `opts.probe` (trying modes in order for `auto`), lets `seed`
-    /// fill the maps (the traced set) before anything is attached, then attaches.
+    /// Loads the programs for `opts.probe` (trying modes in order for `auto`), attaches
+    /// the ones that keep the traced set (fork, exec), lets `seed` fill the set (from
+    /// /proc: a thread born at any moment is then either in that scan or joins through
+    /// the fork program), opens the window and attaches the rest.
     pub fn start(
         opts: &LoadOptions,
         root: &Root,
-        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+        seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<Tracer> {
         let modes: &[ProbeMode] = match opts.probe {
             ProbeMode::Auto => &[ProbeMode::TpBtf, ProbeMode::RawTp, ProbeMode::Tracepoint],
@@ -172,16 +219,18 @@ impl Tracer {
         mode: ProbeMode,
         opts: &LoadOptions,
         root: &Root,
-        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+        seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<Tracer> {
         let mut cfg = Config {
-            cgroup_id: opts.cgroup_id,
             filter: opts.filter,
             hist_scope: opts.hist_scope,
             n_counters: opts.n_counters,
             hist_pow2: opts.hist_pow2 as u32,
             ..Default::default()
         };
+        if let Some(cg) = &opts.cgroup {
+            cg.configure(&mut cfg);
+        }
         let with_fork = opts.filter != tracer_common::filter::ALL;
         let t = std::time::Instant::now();
         let mut sched_hook_event = None;
@@ -298,14 +347,24 @@ impl Tracer {
             progs
         };
         log::debug!("{}: programs verified after {:?}", mode.name(), t.elapsed());
+        if let Some(cg) = &opts.cgroup {
+            cg.store(&mut ebpf)?;
+        }
+        let (tracking, rest): (Vec<_>, Vec<_>) =
+            progs.iter().partition(|(name, _)| keeps_traced_set(name));
+        let attach = |ebpf: &mut Ebpf, list: &[&(&'static str, &'static str)]| -> Result<()> {
+            for (name, target) in list {
+                attach_program(ebpf, name, target)
+                    .with_context(|| format!("attaching {name} to {target}"))?;
+            }
+            Ok(())
+        };
+        attach(&mut ebpf, &tracking)?;
         seed(&mut ebpf)?;
-        // The window opens before anything attaches: every slice the programs see then
+        // The window opens before the switch programs attach: every slice they see
         // begins inside it (a slice running at attach counts from here).
         let t0 = write_window(&mut ebpf, monotonic_ns(), 0)?;
-        for (name, target) in &progs {
-            attach_program(&mut ebpf, name, target)
-                .with_context(|| format!("attaching {name} to {target}"))?;
-        }
+        attach(&mut ebpf, &rest)?;
         log::debug!("{}: attached after {:?}", mode.name(), t.elapsed());
         Ok(Tracer {
             ebpf,

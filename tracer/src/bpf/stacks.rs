@@ -24,7 +24,8 @@ use crate::{
 pub struct OffcpuLoad {
     /// One of `tracer_common::filter`.
     pub filter: u32,
-    pub cgroup_id: u64,
+    /// With `filter::CGROUP`.
+    pub cgroup: Option<loader::CgroupTarget>,
     /// Capacity of the traced set.
     pub max_threads: u32,
     pub cfg: OffcpuConfig,
@@ -52,12 +53,13 @@ fn programs(with_fork: bool) -> Vec<(&'static str, &'static str)> {
 }
 
 impl OffcpuTracer {
-    /// Loads (tp_btf only: stacks need `current` at a BTF tracepoint), lets `seed` fill
-    /// the traced set, attaches.
+    /// Loads (tp_btf only: stacks need `current` at a BTF tracepoint), attaches the
+    /// programs that keep the traced set, lets `seed` fill it, attaches the rest (as
+    /// [`loader::Tracer::start`] does).
     pub fn start(
         opts: &OffcpuLoad,
         root: &Root,
-        seed: &dyn Fn(&mut Ebpf) -> Result<()>,
+        seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<OffcpuTracer> {
         let kbtf = KernelBtf::from_file(&root.path(loader::VMLINUX_BTF))
             .context("off-CPU stacks need kernel BTF (tp_btf)")?;
@@ -66,8 +68,7 @@ impl OffcpuTracer {
                 "this kernel's sched_switch tracepoint has no prev_state argument (before 5.18)"
             ));
         }
-        let cfg = Config {
-            cgroup_id: opts.cgroup_id,
+        let mut cfg = Config {
             filter: opts.filter,
             task_pid_off: kbtf.member_offset("task_struct", "pid")?,
             task_tgid_off: kbtf.member_offset("task_struct", "tgid")?,
@@ -76,6 +77,9 @@ impl OffcpuTracer {
             ..Default::default()
         };
         drop(kbtf);
+        if let Some(cg) = &opts.cgroup {
+            cg.configure(&mut cfg);
+        }
         let with_fork = opts.filter != tracer_common::filter::ALL;
         let mut ebpf = loader::new_loader()
             .override_global("CONFIG", &cfg, true)
@@ -96,15 +100,25 @@ impl OffcpuTracer {
             p.load(target, &btf)
                 .with_context(|| format!("loading {name}"))?;
         }
-        seed(&mut ebpf)?;
+        if let Some(cg) = &opts.cgroup {
+            cg.store(&mut ebpf)?;
+        }
         let mut attached = Vec::new();
-        for (name, _) in &progs {
-            let p: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("program {name} missing"))?
-                .try_into()?;
-            p.attach().with_context(|| format!("attaching {name}"))?;
-            attached.push(*name);
+        let (tracking, rest): (Vec<_>, Vec<_>) = progs
+            .iter()
+            .partition(|(name, _)| loader::keeps_traced_set(name));
+        for (i, list) in [tracking, rest].into_iter().enumerate() {
+            if i == 1 {
+                seed(&mut ebpf)?;
+            }
+            for &(name, _) in list {
+                let p: &mut BtfTracePoint = ebpf
+                    .program_mut(name)
+                    .ok_or_else(|| anyhow!("program {name} missing"))?
+                    .try_into()?;
+                p.attach().with_context(|| format!("attaching {name}"))?;
+                attached.push(name);
+            }
         }
         Ok(OffcpuTracer { ebpf, attached })
     }

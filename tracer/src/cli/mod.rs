@@ -136,15 +136,33 @@ pub struct TargetArgs {
     /// Trace this thread only (repeatable).
     #[arg(short = 't', long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
+    /// Trace only tasks in this cgroup v2 directory and the cgroups below it
+    /// (e.g. /sys/fs/cgroup/system.slice).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
+    /// With --cgroup: only tasks directly in PATH, not in the cgroups below it (perf's
+    /// cgroup counters, -e, always count the cgroups below too).
+    #[arg(long, requires = "cgroup")]
+    pub cgroup_node_only: bool,
     /// Run COMMAND as root even when started through sudo.
     #[arg(long)]
     pub as_root: bool,
     /// Command to start and trace with everything it spawns.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+impl From<TargetArgs> for crate::model::targets::Targets {
+    fn from(a: TargetArgs) -> Self {
+        Self {
+            pids: a.pids,
+            tids: a.tids,
+            cgroup: a.cgroup,
+            cgroup_node_only: a.cgroup_node_only,
+            as_root: a.as_root,
+            command: a.command,
+        }
+    }
 }
 
 /// How the programs attach and size their maps, shared by run, top and serve.
@@ -233,16 +251,12 @@ pub struct TopArgs {
 impl From<TopArgs> for crate::cmd::top::TopConfig {
     fn from(a: TopArgs) -> Self {
         Self {
-            pids: a.target.pids,
-            tids: a.target.tids,
-            cgroup: a.target.cgroup,
+            targets: a.target.into(),
             interval: a.interval,
             duration: a.duration,
             probe: a.probe.probe,
             runq_from: a.probe.runq_from,
             max_threads: a.probe.max_threads,
-            as_root: a.target.as_root,
-            command: a.target.command,
         }
     }
 }
@@ -396,9 +410,7 @@ impl ValueEnum for StateFilter {
 impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
     fn from(a: OffcpuArgs) -> Self {
         Self {
-            pids: a.target.pids,
-            tids: a.target.tids,
-            cgroup: a.target.cgroup,
+            targets: a.target.into(),
             duration: a.duration,
             states: a.state,
             min: a.min,
@@ -410,8 +422,6 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
             top: a.top,
             max_threads: a.max_threads,
             stack_entries: a.stack_entries,
-            as_root: a.target.as_root,
-            command: a.target.command,
         }
     }
 }
@@ -419,9 +429,7 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
 impl From<RunArgs> for crate::cmd::run::RunConfig {
     fn from(a: RunArgs) -> Self {
         Self {
-            pids: a.target.pids,
-            tids: a.target.tids,
-            cgroup: a.target.cgroup,
+            targets: a.target.into(),
             duration: a.duration,
             interval: a.interval,
             count: a.count,
@@ -437,8 +445,6 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             probe: a.probe.probe,
             runq_from: a.probe.runq_from,
             max_threads: a.probe.max_threads,
-            as_root: a.target.as_root,
-            command: a.target.command,
             hook: Default::default(),
             heatmap: a.heatmap,
         }

@@ -78,13 +78,9 @@ impl From<RecordArgs> for RecordConfig {
 impl From<SlowArgs> for SlowConfig {
     fn from(a: SlowArgs) -> Self {
         let mut run: RunConfig = default_run_args().into();
-        run.pids = a.target.pids;
-        run.tids = a.target.tids;
-        run.cgroup = a.target.cgroup;
+        run.targets = a.target.into();
         run.duration = a.duration;
         run.probe = a.probe;
-        run.as_root = a.target.as_root;
-        run.command = a.target.command;
         SlowConfig {
             min: a.min,
             off_cpu: a.off_cpu,

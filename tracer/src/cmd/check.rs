@@ -83,7 +83,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
     let opts = LoadOptions {
         probe: mode,
         filter: tracer_common::filter::ALL,
-        cgroup_id: 0,
+        cgroup: None,
         hist_scope: tracer_common::scope::ALL,
         n_counters: 0,
         max_threads: 4096,
@@ -91,7 +91,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         record: Default::default(),
         hist_pow2: false,
     };
-    match Tracer::start(&opts, root, &|_| Ok(())) {
+    match Tracer::start(&opts, root, &mut |_| Ok(())) {
         Ok(mut t) => {
             std::thread::sleep(std::time::Duration::from_millis(50));
             let seen = Collector::live_entries(&mut t.ebpf, t.runq).unwrap_or(0);

@@ -7,4 +7,5 @@ pub mod record;
 pub mod run;
 pub mod serve;
 pub mod slow;
+mod targets;
 pub mod top;

@@ -13,14 +13,10 @@ use std::{
 };
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use tracer_common::{
-    filter,
-    offcpu::{
-        offdrop, OffcpuConfig, STACK_COLLISION, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN,
-        STATE_BLOCKED, STATE_PREEMPTED,
-    },
-    Tracked, TRACK_INHERIT,
+use aya::Ebpf;
+use tracer_common::offcpu::{
+    offdrop, OffcpuConfig, STACK_COLLISION, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN,
+    STATE_BLOCKED, STATE_PREEMPTED,
 };
 
 use crate::{
@@ -28,9 +24,11 @@ use crate::{
         loader,
         stacks::{OffcpuLoad, OffcpuTracer},
     },
+    cmd::targets,
     model::stacks::{
         Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
     },
+    model::targets::Targets,
     output::{flamegraph, folded, stacks as text},
     sys::{
         clock::monotonic_ns,
@@ -44,9 +42,7 @@ use crate::{
 /// What `tracer offcpu` was asked for.
 #[derive(Clone, Debug)]
 pub struct OffcpuOptions {
-    pub pids: Vec<u32>,
-    pub tids: Vec<u32>,
-    pub cgroup: Option<PathBuf>,
+    pub targets: Targets,
     pub duration: Option<Duration>,
     pub states: StateFilter,
     pub min: Duration,
@@ -58,8 +54,6 @@ pub struct OffcpuOptions {
     pub top: usize,
     pub max_threads: u32,
     pub stack_entries: u32,
-    pub as_root: bool,
-    pub command: Vec<String>,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -69,15 +63,16 @@ extern "C" fn on_sigint(_: libc::c_int) {
 }
 
 pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
-    if !o.command.is_empty() && (!o.pids.is_empty() || !o.tids.is_empty()) {
+    if !o.targets.command.is_empty() && (!o.targets.pids.is_empty() || !o.targets.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
-    for &pid in &o.pids {
+    for &pid in &o.targets.pids {
         procfs::threads_of(&root, pid)?;
     }
-    for &tid in &o.tids {
+    for &tid in &o.targets.tids {
         procfs::tgid_of(&root, tid)?;
     }
+    let before = targets::descendants(&root, &o.targets.pids);
     // Opened before anything is traced: a bad path fails at once, not after the run.
     let svg = match &o.svg {
         Some(p) => Some(flamegraph::create(p).context("--svg")?),
@@ -85,18 +80,18 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     };
     privileges::check()?;
     loader::object()?;
-    let held: Option<Held> = if o.command.is_empty() {
+    let held: Option<Held> = if o.targets.command.is_empty() {
         None
     } else {
-        let as_user = if o.as_root {
+        let as_user = if o.targets.as_root {
             None
         } else {
             privileges::sudo_user()
         };
-        Some(launch::spawn_held(&o.command, as_user, None)?)
+        Some(launch::spawn_held(&o.targets.command, as_user, None)?)
     };
     let child = held.as_ref().map(|h| h.pid);
-    let tracer = match start(&o, &root, child) {
+    let tracer = match start(&o, &root, &before, child) {
         Ok(t) => t,
         Err(e) => {
             if let Some(h) = held {
@@ -106,73 +101,27 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
         }
     };
     let child = match held {
-        Some(h) => Some(h.release(&o.command)?),
+        Some(h) => Some(h.release(&o.targets.command)?),
         None => None,
     };
     trace(o, &root, tracer, child, svg)
 }
 
-fn start(o: &OffcpuOptions, root: &Root, child: Option<u32>) -> Result<OffcpuTracer> {
-    let mut seed: Vec<(u32, Tracked)> = Vec::new();
-    for &pid in &o.pids {
-        for tid in procfs::threads_of(root, pid)? {
-            seed.push((
-                tid,
-                Tracked {
-                    tgid: pid,
-                    flags: TRACK_INHERIT,
-                },
-            ));
-        }
-    }
-    for &tid in &o.tids {
-        let tgid = procfs::tgid_of(root, tid)?;
-        seed.push((tid, Tracked { tgid, flags: 0 }));
-    }
-    let mut f = if seed.is_empty() && child.is_none() {
-        filter::ALL
-    } else {
-        filter::TRACKED
-    };
-    let mut cgroup_id = 0;
-    if let Some(cg) = &o.cgroup {
-        cgroup_id = procfs::cgroup_id(cg)?;
-        for tid in procfs::cgroup_threads(cg)? {
-            let tgid = procfs::tgid_of(root, tid).unwrap_or(0);
-            seed.push((
-                tid,
-                Tracked {
-                    tgid,
-                    flags: TRACK_INHERIT,
-                },
-            ));
-        }
-        f = filter::CGROUP;
-    }
-    if let Some(pid) = child {
-        seed.push((
-            pid,
-            Tracked {
-                tgid: pid,
-                flags: TRACK_INHERIT,
-            },
-        ));
-    }
-    if seed.len() > o.max_threads as usize {
-        return Err(anyhow!(
-            "the traced set has {} threads but --max-threads is {}",
-            seed.len(),
-            o.max_threads
-        ));
-    }
+fn start(
+    o: &OffcpuOptions,
+    root: &Root,
+    before: &std::collections::BTreeSet<u32>,
+    child: Option<u32>,
+) -> Result<OffcpuTracer> {
+    let plan = targets::plan(&o.targets, child)?;
     let states = match o.states {
         StateFilter::Blocked => STATE_BLOCKED,
         StateFilter::Preempted => STATE_PREEMPTED,
         StateFilter::All => STATE_BLOCKED | STATE_PREEMPTED,
     };
     let load = OffcpuLoad {
-        filter: f,
-        cgroup_id,
+        filter: plan.filter,
+        cgroup: plan.cgroup,
         max_threads: o.max_threads,
         cfg: OffcpuConfig {
             min_ns: o.min.as_nanos().min(u64::MAX as u128) as u64,
@@ -184,34 +133,25 @@ fn start(o: &OffcpuOptions, root: &Root, child: Option<u32>) -> Result<OffcpuTra
         stack_entries: o.stack_entries,
         sum_entries: 65536,
     };
-    let fill = |ebpf: &mut Ebpf| -> Result<()> {
-        if seed.is_empty() {
-            return Ok(());
-        }
-        let mut m: BpfHashMap<_, u32, Tracked> =
-            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
-        for (tid, t) in &seed {
-            m.insert(tid, t, 0)
-                .with_context(|| format!("adding TID {tid} to the traced set"))?;
-        }
-        Ok(())
+    let mut fill = |ebpf: &mut Ebpf| -> Result<()> {
+        targets::seed(ebpf, root, &o.targets, before, child, o.max_threads).map(|_| ())
     };
-    OffcpuTracer::start(&load, root, &fill)
+    OffcpuTracer::start(&load, root, &mut fill)
 }
 
 /// What was traced, for the report's title.
 fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
-    if let Some(cg) = &o.cgroup {
+    if let Some(cg) = &o.targets.cgroup {
         return format!("cgroup {}", cg.display());
     }
     if let Some(pid) = child {
         return format!(
             "command {} (PID {pid})",
-            launch::short_command(&o.command, 200)
+            launch::short_command(&o.targets.command, 200)
         );
     }
-    let mut parts: Vec<String> = o.pids.iter().map(|p| format!("PID {p}")).collect();
-    parts.extend(o.tids.iter().map(|t| format!("TID {t}")));
+    let mut parts: Vec<String> = o.targets.pids.iter().map(|p| format!("PID {p}")).collect();
+    parts.extend(o.targets.tids.iter().map(|t| format!("TID {t}")));
     if parts.is_empty() {
         "all threads".to_string()
     } else {
@@ -235,21 +175,27 @@ fn trace(
         libc::signal(libc::SIGHUP, on_sigint as *const () as libc::sighandler_t);
     }
     // -p/-t: the run ends with its targets (a cgroup can gain tasks later: never).
-    let watch: Vec<procfs::Watched> = if o.cgroup.is_none() {
-        o.pids
+    let watch: Vec<procfs::Watched> = if o.targets.cgroup.is_none() {
+        o.targets
+            .pids
             .iter()
             .filter_map(|&p| procfs::watch_process(root, p))
-            .chain(o.tids.iter().filter_map(|&t| procfs::watch_thread(root, t)))
+            .chain(
+                o.targets
+                    .tids
+                    .iter()
+                    .filter_map(|&t| procfs::watch_thread(root, t)),
+            )
             .collect()
     } else {
         Vec::new()
     };
     let mut targets_exited = false;
     let mut sym = Symbolizer::new();
-    let mut known: BTreeSet<u32> = o.pids.iter().copied().chain(child).collect();
+    let mut known: BTreeSet<u32> = o.targets.pids.iter().copied().chain(child).collect();
     // Mappings are read while processes live: every 50 ms for a target (a process that
     // lives and dies between two reads is not symbolized), every 500 ms for everything.
-    let poll = if known.is_empty() && o.tids.is_empty() && o.cgroup.is_none() {
+    let poll = if known.is_empty() && o.targets.tids.is_empty() && o.targets.cgroup.is_none() {
         Duration::from_millis(500)
     } else {
         Duration::from_millis(50)

@@ -2,45 +2,33 @@
 //! same validation, targets, session and loop as `tracer run` (through
 //! [`run::run_with`]), with per-thread histograms on for the rows' percentiles and the
 //! detail pane: the kernel runs the same programs as `tracer run -L -i 1s`.
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 
 use super::run::{self, Frontend, RunConfig};
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
+use crate::model::targets::Targets;
 use crate::output::tui::term::TuiSink;
 use crate::sys::root::Root;
 
 /// What `tracer top` was asked to do.
 #[derive(Debug, Clone)]
 pub struct TopConfig {
-    pub pids: Vec<u32>,
-    pub tids: Vec<u32>,
-    pub cgroup: Option<PathBuf>,
+    pub targets: Targets,
     pub interval: Duration,
     pub duration: Option<Duration>,
     pub probe: ProbeMode,
     pub runq_from: RunqFrom,
     pub max_threads: u32,
-    pub as_root: bool,
-    pub command: Vec<String>,
 }
 
 /// The title line's account of the traced set.
 fn what(c: &TopConfig) -> String {
-    if let Some(cg) = &c.cgroup {
-        return format!("cgroup {}", cg.display());
+    if !c.targets.command.is_empty() {
+        return c.targets.command.join(" ");
     }
-    if !c.command.is_empty() {
-        return c.command.join(" ");
-    }
-    let mut parts: Vec<String> = c.pids.iter().map(|p| format!("PID {p}")).collect();
-    parts.extend(c.tids.iter().map(|t| format!("TID {t}")));
-    if parts.is_empty() {
-        "all CPUs".into()
-    } else {
-        parts.join(", ")
-    }
+    c.targets.describe()
 }
 
 pub fn run(c: TopConfig, root: Root) -> Result<i32> {
@@ -53,9 +41,7 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let sink = TuiSink::new(what(&c), color, tx);
     let cfg = RunConfig {
-        pids: c.pids,
-        tids: c.tids,
-        cgroup: c.cgroup,
+        targets: c.targets,
         duration: c.duration,
         interval: Some(c.interval),
         count: None,
@@ -71,14 +57,12 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         probe: c.probe,
         runq_from: c.runq_from,
         max_threads: c.max_threads,
-        as_root: c.as_root,
-        command: c.command,
         heatmap: None,
         hook: Default::default(),
     };
     // The command's output would scribble over the screen: it goes to a file, named at
     // the end (and removed if the command wrote nothing).
-    let log = if cfg.command.is_empty() {
+    let log = if cfg.targets.command.is_empty() {
         None
     } else {
         let path = std::env::temp_dir().join(format!("tracer-top-{}.log", std::process::id()));

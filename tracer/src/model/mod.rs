@@ -8,4 +8,6 @@ pub mod report;
 pub mod series;
 pub mod snapshot;
 pub mod stacks;
+pub mod targets;
+pub mod window;
 pub mod words;

@@ -58,6 +58,8 @@ impl ReportOptions {
 /// its header, and what a sink is given at the start.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunHeader {
+    /// What was traced: "all CPUs", "PID 42", "cgroup /x and the cgroups below".
+    pub target: String,
     pub probe: String,
     /// How the switch programs attach (tp_btf, raw_tracepoint, tracepoint, fentry, kprobe).
     pub probe_attach: String,

@@ -106,6 +106,7 @@ mod tests {
             local_time: "16:22:05".into(),
             duration_ns: 12_000_000,
             run: RunHeader {
+                target: "all CPUs".into(),
                 probe: "tp-btf".into(),
                 probe_attach: "tp_btf".into(),
                 runq_source: RunqSource::RunDelay,

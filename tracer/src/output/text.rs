@@ -67,6 +67,8 @@ pub fn format_text(r: &Report) -> String {
     if let Some(c) = &r.command {
         let shown = launch::short_command(&c.argv, launch::COMMAND_SHOWN);
         out += &format!("  command: {shown} ({})\n", c.state.describe());
+    } else if !r.run.system_wide {
+        out += &format!("  traced: {}\n", r.run.target);
     }
     out += "\n";
 

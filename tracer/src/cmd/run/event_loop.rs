@@ -9,10 +9,10 @@ use super::{
     hist_scope,
     report::{window_report, Mark},
     session::Session,
-    targets::{target_text, targets_alive, watch_list},
     Frontend, RunConfig,
 };
 use crate::{
+    cmd::targets::{targets_alive, watch_list},
     error::TracerError,
     model::report::{Command, ReportKind},
     pseries::hypervisor,
@@ -64,7 +64,7 @@ async fn wait_signal() -> &'static str {
 /// a terminal, so pipes, JSON and tests see nothing.
 fn show_life(args: &RunConfig) {
     use std::io::{IsTerminal as _, Write as _};
-    if !args.command.is_empty() || !std::io::stderr().is_terminal() {
+    if !args.targets.command.is_empty() || !std::io::stderr().is_terminal() {
         return;
     }
     let how_long = match args.duration {
@@ -79,7 +79,7 @@ fn show_life(args: &RunConfig) {
     let _ = writeln!(
         std::io::stderr().lock(),
         "Tracing scheduling of {}{how_long}... {stop}",
-        target_text(args)
+        args.targets.describe()
     );
 }
 
@@ -207,7 +207,7 @@ pub(super) async fn event_loop(
     let mut intervals = 0u64;
     let signal = wait_signal();
     tokio::pin!(signal);
-    let watch = watch_list(args, root);
+    let watch = watch_list(&args.targets, root);
     if banner {
         show_life(args);
     }
@@ -279,7 +279,7 @@ pub(super) async fn event_loop(
     }
     let state = command_state(&mut s, &end, child);
     let command = state.map(|state| Command {
-        argv: args.command.clone(),
+        argv: args.targets.command.clone(),
         state,
     });
     let mut r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);

@@ -8,6 +8,7 @@ use anyhow::{anyhow, Context as _, Result};
 use tracer_common::scope;
 
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
+use crate::model::targets::Targets;
 use crate::{
     bpf::loader,
     error::TracerError,
@@ -24,17 +25,12 @@ mod event_loop;
 pub mod hook;
 mod report;
 mod session;
-mod targets;
 
 /// What the command was asked to do, as the command line gave it (parsed and checked).
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    /// Trace this process and its threads (repeatable).
-    pub pids: Vec<u32>,
-    /// Trace this thread only (repeatable).
-    pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
-    pub cgroup: Option<PathBuf>,
+    /// What is traced.
+    pub targets: Targets,
     /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
     pub duration: Option<Duration>,
     /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
@@ -67,10 +63,6 @@ pub struct RunConfig {
     /// Capacity of the per-thread maps (the traced set; outside tp-btf mode the
     /// accumulators too).
     pub max_threads: u32,
-    /// Run COMMAND as root even when started through sudo.
-    pub as_root: bool,
-    /// Command to start and trace with everything it spawns.
-    pub command: Vec<String>,
     /// What `tracer record` / `tracer slow` add to the session (nothing for `run`).
     pub hook: hook::Hook,
     /// Write the latency heatmaps of the interval reports to this SVG file at the end.
@@ -112,11 +104,12 @@ pub fn run(args: RunConfig, root: Root) -> Result<i32> {
 /// Validates, starts the command held, loads, attaches and runs the window, reporting to
 /// `front`: the one path `tracer run` and `tracer top` share.
 pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32> {
-    if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
+    let t = &args.targets;
+    if !t.command.is_empty() && (!t.pids.is_empty() || !t.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
     // Validate everything cheap before touching the kernel.
-    for &pid in &args.pids {
+    for &pid in &t.pids {
         procfs::threads_of(&root, pid)?;
         if !procfs::watch_process(&root, pid).is_some_and(|w| procfs::still_alive(&root, &w)) {
             return Err(TracerError::AlreadyExited {
@@ -126,7 +119,7 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
             .into());
         }
     }
-    for &tid in &args.tids {
+    for &tid in &t.tids {
         procfs::tgid_of(&root, tid)?;
         if !procfs::watch_thread(&root, tid).is_some_and(|w| procfs::still_alive(&root, &w)) {
             return Err(TracerError::AlreadyExited {
@@ -136,6 +129,13 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
             .into());
         }
     }
+    // What -p's processes had started before now stays out; what they start from here on
+    // is traced (`targets::seed`).
+    let before = if t.pids.is_empty() {
+        Default::default()
+    } else {
+        crate::cmd::targets::descendants(&root, &t.pids)
+    };
     let event_specs = if args.events.is_empty() {
         perf::default_events()
     } else {
@@ -144,21 +144,21 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     privileges::check()?;
     loader::object()?;
 
-    let held: Option<Held> = if args.command.is_empty() {
+    let held: Option<Held> = if t.command.is_empty() {
         None
     } else {
-        let as_user = if args.as_root {
+        let as_user = if t.as_root {
             None
         } else {
             privileges::sudo_user()
         };
         Some(launch::spawn_held(
-            &args.command,
+            &t.command,
             as_user,
             front.command_output.take(),
         )?)
     };
-    trace(&args, &root, held, &event_specs, front)
+    trace(&args, &root, &before, held, &event_specs, front)
 }
 
 fn hist_scope(args: &RunConfig) -> u32 {
@@ -174,12 +174,13 @@ fn hist_scope(args: &RunConfig) -> u32 {
 fn trace(
     args: &RunConfig,
     root: &Root,
+    before: &std::collections::BTreeSet<u32>,
     held: Option<Held>,
     event_specs: &[perf::EventSpec],
     front: Frontend,
 ) -> Result<i32> {
     let child = held.as_ref().map(|h| h.pid);
-    let session = match session::setup(args, root, child, event_specs) {
+    let session = match session::setup(args, root, before, child, event_specs) {
         Ok(s) => s,
         Err(e) => {
             if let Some(h) = held {
@@ -199,7 +200,7 @@ fn trace(
             .push(format!("could not drop capabilities after attaching: {e}"));
     }
     let child_pid = match held {
-        Some(h) => Some(h.release(&args.command)?),
+        Some(h) => Some(h.release(&args.targets.command)?),
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()

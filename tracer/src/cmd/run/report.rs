@@ -223,11 +223,7 @@ fn hypervisor_report(
     elapsed_ns: u64,
 ) -> Option<hypervisor::HypervisorReport> {
     let busy = snap.busy_cpus();
-    let cpus = (!args.pids.is_empty()
-        || !args.tids.is_empty()
-        || !args.command.is_empty()
-        || args.cgroup.is_some())
-    .then_some(busy.as_slice());
+    let cpus = (!args.targets.system_wide()).then_some(busy.as_slice());
     Some(hypervisor::report(before?, after?, cpus, elapsed_ns))
 }
 

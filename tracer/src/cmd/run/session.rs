@@ -3,18 +3,14 @@
 use std::os::fd::OwnedFd;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use tracer_common::{filter, Tracked, MAX_SLICE_COUNTERS};
+use aya::Ebpf;
+use tracer_common::{filter, MAX_SLICE_COUNTERS};
 
-use super::{
-    hist_scope,
-    targets::{per_thread_unavailable, resolve_targets},
-    RunConfig,
-};
+use super::{hist_scope, RunConfig};
 use crate::{
     bpf::collect::Collector,
     bpf::loader::{LoadOptions, Tracer},
-    error::TracerError,
+    cmd::targets,
     model::options::RunqSource,
     model::report::{Refusal, RunHeader},
     perf::{self, Counters},
@@ -105,29 +101,18 @@ pub(super) struct Session {
 pub(super) fn setup(
     args: &RunConfig,
     root: &Root,
+    before: &std::collections::BTreeSet<u32>,
     child: Option<u32>,
     event_specs: &[perf::EventSpec],
 ) -> Result<Session> {
-    let targets = resolve_targets(args, root, child)?;
-    // The seed goes into a map of --max-threads entries: more would fail in the kernel
-    // with E2BIG, which reads as if no probe mode worked.
-    if targets.seed.len() > args.max_threads as usize {
-        return Err(TracerError::TooManyThreads {
-            wanted: targets.seed.len(),
-            capacity: args.max_threads,
-            suggest: (2 * targets.seed.len() as u64)
-                .next_power_of_two()
-                .min(crate::sys::parse::MAX_THREADS_LIMIT as u64),
-        }
-        .into());
-    }
+    let plan = targets::plan(&args.targets, child)?;
     let mut notices = Vec::new();
     let slice = open_slice_counters(args, root, &mut notices)?;
     let scope_ = hist_scope(args);
     let opts = LoadOptions {
         probe: args.probe,
-        filter: targets.filter,
-        cgroup_id: targets.cgroup_id,
+        filter: plan.filter,
+        cgroup: plan.cgroup.clone(),
         hist_scope: scope_,
         n_counters: slice.len() as u32,
         max_threads: args.max_threads,
@@ -135,36 +120,38 @@ pub(super) fn setup(
         record: args.hook.load(),
         hist_pow2: false,
     };
-    let seed = |ebpf: &mut Ebpf| -> Result<()> {
-        if targets.seed.is_empty() {
-            return Ok(());
-        }
-        let mut m: BpfHashMap<_, u32, Tracked> =
-            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
-        for (tid, t) in &targets.seed {
-            m.insert(tid, t, 0)
-                .with_context(|| format!("adding TID {tid} to the traced set"))?;
-        }
+    let mut threads = Vec::new();
+    let mut seed = |ebpf: &mut Ebpf| -> Result<()> {
+        threads = targets::seed(ebpf, root, &args.targets, before, child, args.max_threads)?;
         Ok(())
     };
-    let mut tracer = Tracer::start(&opts, root, &seed)?;
+    let mut tracer = Tracer::start(&opts, root, &mut seed)?;
     args.hook.attached(&mut tracer.ebpf)?;
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
     }
     let runq = tracer.runq;
-    let collector = Collector::new(&mut tracer.ebpf, scope_, runq, root.clone())?;
     let t0 = tracer.opened_at();
+    let collector = Collector::new(
+        &mut tracer.ebpf,
+        scope_,
+        runq,
+        root.clone(),
+        t0,
+        plan.filter != filter::ALL,
+    )?;
+    let counter_target =
+        targets::counter_target(&args.targets, child, plan.filter, &threads, root)?;
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
     } else {
-        let c = Counters::open(event_specs, &targets.counter_target, args.per_thread)?;
+        let c = Counters::open(event_specs, &counter_target, args.per_thread)?;
         c.enable()?;
         Some(c)
     };
     let counters_lag_ns = crate::sys::clock::monotonic_ns().saturating_sub(t0);
     if args.per_thread {
-        if let Some(why) = per_thread_unavailable(&targets.counter_target) {
+        if let Some(why) = targets::per_thread_unavailable(&counter_target) {
             notices.push(format!(
                 "--per-thread: {why}; per-thread counts need -p PID or -t TID (perf stat --per-thread \
                  needs them too), or use --slice-event EVENT: per-thread deltas read in the kernel at \
@@ -180,6 +167,7 @@ pub(super) fn setup(
         }
     };
     let header = RunHeader {
+        target: args.targets.describe(),
         probe: tracer.mode.name().to_string(),
         probe_attach: tracer.attach.to_string(),
         runq_source: runq,
@@ -191,7 +179,7 @@ pub(super) fn setup(
                 reason: why.clone(),
             })
             .collect(),
-        system_wide: targets.filter == filter::ALL,
+        system_wide: plan.filter == filter::ALL,
         // Task-local storage has no capacity to run out of.
         max_threads: if runq == RunqSource::TaskStorage {
             0

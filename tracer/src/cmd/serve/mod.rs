@@ -132,7 +132,7 @@ async fn serve(
     let opts = LoadOptions {
         probe: cfg.probe,
         filter: filter::ALL,
-        cgroup_id: 0,
+        cgroup: None,
         hist_scope: scope::PROCESS,
         n_counters: 0,
         max_threads: cfg.max_threads,
@@ -143,7 +143,8 @@ async fn serve(
         // map holds ~30x more processes before it is full.
         hist_pow2: bounds_ns.iter().all(|b| b.is_power_of_two()),
     };
-    let mut tracer = Tracer::start(&opts, &root, &|_| Ok(()))?;
+    let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
+    let opened = tracer.opened_at();
     // In-kernel cost for the self-monitoring series; needs CAP_SYS_ADMIN, so before the drop.
     let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     // The debugfs logs are root's: opened before the drop, read through the fds after.
@@ -155,8 +156,14 @@ async fn serve(
     } else {
         None
     };
-    let mut collector =
-        Collector::new(&mut tracer.ebpf, scope::PROCESS, tracer.runq, root.clone())?;
+    let mut collector = Collector::new(
+        &mut tracer.ebpf,
+        scope::PROCESS,
+        tracer.runq,
+        root.clone(),
+        opened,
+        false,
+    )?;
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
     if let Err(e) = privileges::drop_all() {
         log::warn!("could not drop capabilities after attaching: {e}");

@@ -1,0 +1,121 @@
+//! The window's edges in a read of the kernel's entries. The kernel settles a thread's
+//! off-CPU period when the thread next leaves a CPU; a read adds what is still open, so
+//! that each thread's on-CPU plus off-CPU time is its time inside the window: a thread
+//! asleep at the close, or for the whole window, shows that sleep.
+use std::collections::{BTreeMap, HashMap};
+
+use tracer_common::{ThreadStats, OFF_PREEMPTED};
+
+use crate::model::snapshot::{ThreadKey, ThreadRecord};
+
+fn add_off(st: &mut ThreadStats, d: u64) {
+    st.off_cpu_ns += d;
+    if st.off_state == OFF_PREEMPTED {
+        st.preempted_ns += d;
+    } else {
+        st.blocked_ns += d;
+    }
+}
+
+/// Adds the off-CPU periods still open at `end` (the read, or the window's close).
+/// `on_cpu`: the threads on a CPU now, with the start of their slice. A thread off-CPU
+/// counts up to `end`; one on a CPU counts its period before the slice only once the
+/// window is `closed` (the kernel settles it when the slice ends, less what the
+/// scheduler credits to the slice, which only the close makes zero: slices are cut by
+/// the clock there).
+pub fn add_open_off_periods(
+    threads: &mut BTreeMap<ThreadKey, ThreadRecord>,
+    on_cpu: &HashMap<u32, u64>,
+    end: u64,
+    closed: bool,
+) {
+    for r in threads.values_mut() {
+        if r.exited || r.folded > 0 || r.stats.last_off_ns == 0 {
+            continue;
+        }
+        let last = r.stats.last_off_ns;
+        let upto = match on_cpu.get(&r.tid) {
+            Some(&begun) if closed => begun.min(end),
+            Some(_) => continue,
+            None => end,
+        };
+        if upto > last {
+            add_off(&mut r.stats, upto - last);
+        }
+    }
+}
+
+/// A thread of the traced set that the programs never saw run in the window: off-CPU
+/// (asleep) from the opening to `end`.
+pub fn never_ran(tid: u32, tgid: u32, comm: [u8; 16], open: u64, end: u64) -> ThreadRecord {
+    let mut stats = ThreadStats::zeroed();
+    stats.tgid = tgid;
+    stats.comm = comm;
+    stats.off_state = tracer_common::OFF_BLOCKED;
+    add_off(&mut stats, end.saturating_sub(open));
+    ThreadRecord {
+        tid,
+        stats,
+        exited: false,
+        folded: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(tid: u32, last_off: u64, state: u32) -> ThreadRecord {
+        let mut stats = ThreadStats::zeroed();
+        stats.last_off_ns = last_off;
+        stats.off_state = state;
+        stats.off_cpu_ns = 5;
+        stats.blocked_ns = 5;
+        ThreadRecord {
+            tid,
+            stats,
+            exited: false,
+            folded: 0,
+        }
+    }
+
+    #[test]
+    fn open_periods_count_up_to_the_read_or_the_slice() {
+        let mut t = BTreeMap::new();
+        t.insert((1, 0), rec(1, 100, tracer_common::OFF_BLOCKED));
+        t.insert((2, 0), rec(2, 100, OFF_PREEMPTED));
+        t.insert((3, 0), rec(3, 100, tracer_common::OFF_BLOCKED));
+        let mut dead = rec(4, 100, tracer_common::OFF_BLOCKED);
+        dead.exited = true;
+        t.insert((4, 0), dead);
+        let on_cpu = HashMap::from([(3, 150)]);
+        let mut open = t.clone();
+        add_open_off_periods(&mut open, &on_cpu, 200, false);
+        assert_eq!(open[&(1, 0)].stats.off_cpu_ns, 105);
+        assert_eq!(open[&(1, 0)].stats.blocked_ns, 105);
+        assert_eq!(open[&(2, 0)].stats.preempted_ns, 100);
+        assert_eq!(open[&(2, 0)].stats.off_cpu_ns, 105);
+        // On a CPU while the window is open: the kernel settles it.
+        assert_eq!(open[&(3, 0)].stats.off_cpu_ns, 5);
+        assert_eq!(open[&(4, 0)].stats.off_cpu_ns, 5);
+        add_open_off_periods(&mut t, &on_cpu, 200, true);
+        assert_eq!(t[&(3, 0)].stats.off_cpu_ns, 55);
+    }
+
+    #[test]
+    fn a_period_that_ended_after_the_read_is_not_counted_twice() {
+        let mut t = BTreeMap::new();
+        t.insert((1, 0), rec(1, 300, tracer_common::OFF_BLOCKED));
+        add_open_off_periods(&mut t, &HashMap::new(), 200, true);
+        assert_eq!(t[&(1, 0)].stats.off_cpu_ns, 5);
+    }
+
+    #[test]
+    fn a_thread_that_never_ran_was_off_cpu_all_window() {
+        let r = never_ran(7, 6, [b'a'; 16], 1_000, 3_000);
+        assert_eq!(r.stats.off_cpu_ns, 2_000);
+        assert_eq!(r.stats.blocked_ns, 2_000);
+        assert_eq!(r.stats.on_cpu_ns, 0);
+        assert_eq!(r.stats.tgid, 6);
+    }
+}
