@@ -180,12 +180,18 @@ pub mod drop {
     pub const COUNTER_READ: u32 = 4;
     /// Task-local storage could not be created (out of memory): a wait was not timed.
     pub const STORAGE: u32 = 5;
-    /// A traced thread left a CPU whose switch-in to it the programs did not see (a
-    /// program run the kernel skipped, a TID changed by exec in between): the slice is
-    /// still counted from the scheduler's runtime when its base is known, but the wait
-    /// and off-CPU time that ended at its start are not timed.
+    /// Not a loss: a traced thread left a CPU whose switch-in to it no program saw,
+    /// because the switch before it was never reported (see [`UNSEEN_SWITCH_OUT`]).
+    /// Its slice, and the wait and off-CPU time that ended at its start, are placed by
+    /// the scheduler's own runtime of the slice (`sum_exec_runtime -
+    /// prev_sum_exec_runtime`), as if seen.
     pub const UNSEEN_SWITCH_IN: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// A traced task's slice that is lost: the kernel switched it out without the
+    /// sched_switch tracepoint (seen on a 6.18 Firecracker guest kernel for the guest
+    /// agent's threads, PID 1: ftrace's own sched_switch event never shows them as
+    /// `prev` either), so no program saw it leave.
+    pub const UNSEEN_SWITCH_OUT: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Which threads are accounted.

@@ -267,6 +267,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let at_open = cs.slice_start_ns == 0;
     let cgroup_mode = c.filter == filter::CGROUP;
+    if !at_open && cs.traced != 0 && cs.tid != prev.tid {
+        // The task the last switch here put on this CPU left it by a switch the kernel
+        // never reported (see `drop::UNSEEN_SWITCH_OUT`): its slice is lost.
+        count_drop(drop::UNSEEN_SWITCH_OUT);
+    }
     let (prev_traced, start) = if at_open {
         // First switch on this CPU since load: prev has run since before the programs
         // attached; its slice counts from the opening, written before they attached.
@@ -330,43 +335,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     s.tgid = prev.tgid;
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
-    // What ended when this slice began. The run-queue wait was timed at switch-in from
-    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
-    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
-    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
-    let wait = if c.use_task_storage != 0 {
-        (seen_in && cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
-    } else if let Some(rd) = prev.run_delay() {
-        let base = if s.flags & HAVE_RUN_DELAY != 0 {
-            s.last_run_delay
-        } else if seen_in {
-            cs.run_delay_in
-        } else {
-            u64::MAX
-        };
-        s.last_run_delay = rd;
-        s.flags |= HAVE_RUN_DELAY;
-        if base != u64::MAX && rd > base {
-            Some(rd - base)
-        } else {
-            None
-        }
-    } else if s.runnable_ns != 0 && start > s.runnable_ns {
-        Some(start - s.runnable_ns)
-    } else {
-        None
-    };
-    if let Some(d) = wait {
-        s.runq_wait_ns += d;
-        s.runq_waits += 1;
-        hist_add(KIND_RUNQ, id, d);
-    }
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
-        s.migrations += 1;
-    }
-    s.last_cpu = cpu;
-
     // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
     // known; else switch-in to now. The two differ where the kernel skips a clock update
     // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
@@ -419,6 +387,51 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         0
     };
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
+    // scheduler's runtime of this slice says (`begun`): the wait that ended there
+    // is timed from the wakeup kept in the entry.
+    let wait = if c.use_task_storage != 0 {
+        if seen_in {
+            (cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
+        } else if start == 0 && s.runnable_ns != 0 && begun > s.runnable_ns {
+            Some(begun - s.runnable_ns)
+        } else {
+            None
+        }
+    } else if let Some(rd) = prev.run_delay() {
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else if seen_in {
+            cs.run_delay_in
+        } else {
+            u64::MAX
+        };
+        s.last_run_delay = rd;
+        s.flags |= HAVE_RUN_DELAY;
+        if base != u64::MAX && rd > base {
+            Some(rd - base)
+        } else {
+            None
+        }
+    } else if s.runnable_ns != 0 && begun > s.runnable_ns {
+        Some(begun - s.runnable_ns)
+    } else {
+        None
+    };
+    if let Some(d) = wait {
+        s.runq_wait_ns += d;
+        s.runq_waits += 1;
+        hist_add(KIND_RUNQ, id, d);
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
+        s.migrations += 1;
+    }
+    s.last_cpu = cpu;
     if s.last_off_ns != 0 && begun > s.last_off_ns {
         let d = (begun - s.last_off_ns).saturating_sub(credit);
         if d != 0 {

@@ -226,6 +226,25 @@ impl Drops {
     }
 }
 
+/// What a drop counter means for the figures and what to do about it, for reports.
+/// `None`: not a loss (the figures are whole; the counter says how they were placed).
+pub fn drop_advice(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "threads_map_full" | "tracked_map_full" => "raise --max-threads",
+        "exit_ringbuf_full" => {
+            "totals of threads that died were lost: fewer short-lived threads, or a shorter -i"
+        }
+        "hist_map_full" => "per-process histograms were full: fewer processes, or drop -P/-L",
+        "counter_read_failed" => "per-slice counters failed: see `tracer check`",
+        "task_storage_failed" => "the kernel was out of memory for task storage",
+        "switch_out_unseen" => {
+            "the kernel switched tasks out without reporting it (their slices are not counted)"
+        }
+        "recursion_misses" => "the kernel skipped program runs",
+        _ => return None,
+    })
+}
+
 impl Serialize for Drops {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.named())

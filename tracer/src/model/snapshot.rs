@@ -244,6 +244,7 @@ pub const DROP_NAMES: [&str; drop::COUNT as usize] = [
     "counter_read_failed",
     "task_storage_failed",
     "switch_in_unseen",
+    "switch_out_unseen",
 ];
 
 fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {

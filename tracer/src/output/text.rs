@@ -4,7 +4,7 @@ use tracer_common::scope;
 use crate::model::{
     hist::{format_bcc, human_ns, Unit},
     options::RunqSource,
-    report::{ReportKind, ThreadRow, UtilSource, View},
+    report::{drop_advice, ReportKind, ThreadRow, UtilSource, View},
     snapshot::{HistKind, HistSet},
     words::plural,
 };
@@ -117,17 +117,21 @@ pub fn format_text(r: &Report) -> String {
             out += "\n";
         }
     }
-    let drops: Vec<String> = r
-        .drops
-        .named()
-        .filter(|(_, v)| *v > 0)
-        .map(|(n, v)| format!("{n}={v}"))
-        .collect();
-    if !drops.is_empty() {
-        out += &format!(
-            "\nWARNING: events lost in the kernel: {} (raise --max-threads, or see `tracer check`)\n",
-            drops.join(" ")
-        );
+    let mut warned = false;
+    for (n, v) in r.drops.named().filter(|(_, v)| *v > 0) {
+        match drop_advice(n) {
+            Some(advice) => {
+                if !warned {
+                    out += "\n";
+                    warned = true;
+                }
+                out += &format!("WARNING: events lost in the kernel: {n}={v} ({advice})\n");
+            }
+            None => {
+                out +=
+                    &format!("note: {n}={v}: placed by the scheduler's own runtime, nothing lost\n")
+            }
+        }
     }
     for n in &r.notices {
         out += &format!("note: {n}\n");
