@@ -29,35 +29,31 @@ pub struct HistKey {
     pub bucket: u16,
 }
 
-/// Index of the most significant set bit; `v` must be non-zero. Branches only, no
-/// loops, so the BPF verifier sees a short straight path.
+/// Index of the most significant set bit (0 for 0 and 1). Without a single branch:
+/// BPF has no count-leading-zeros and no conditional set, and each `if` here used to
+/// double the paths the verifier walks through every histogram update (its result
+/// bounds a shift, so the verifier keeps every value apart). Each step's
+/// `(x + (2^k - 1)) >> k` is 1 exactly when `x`, below `2^k`, is non-zero.
 #[inline(always)]
 pub const fn msb(mut v: u64) -> u32 {
     let mut r = 0;
-    if v >= 1 << 32 {
-        v >>= 32;
-        r += 32;
-    }
-    if v >= 1 << 16 {
-        v >>= 16;
-        r += 16;
-    }
-    if v >= 1 << 8 {
-        v >>= 8;
-        r += 8;
-    }
-    if v >= 1 << 4 {
-        v >>= 4;
-        r += 4;
-    }
-    if v >= 1 << 2 {
-        v >>= 2;
-        r += 2;
-    }
-    if v >= 1 << 1 {
-        r += 1;
-    }
-    r
+    let s = (((v >> 32) + 0xffff_ffff) >> 32) << 5;
+    v >>= s;
+    r += s;
+    let s = (((v >> 16) + 0xffff) >> 16) << 4;
+    v >>= s;
+    r += s;
+    let s = (((v >> 8) + 0xff) >> 8) << 3;
+    v >>= s;
+    r += s;
+    let s = (((v >> 4) + 0xf) >> 4) << 2;
+    v >>= s;
+    r += s;
+    let s = (((v >> 2) + 0x3) >> 2) << 1;
+    v >>= s;
+    r += s;
+    r += (v >> 1) & 1;
+    r as u32
 }
 
 /// Bucket index of a value (ns).
@@ -90,4 +86,50 @@ pub const fn bucket_upper(i: usize) -> u64 {
         return u64::MAX;
     }
     bucket_lower(i + 1) - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn msb_is_the_highest_set_bit() {
+        assert_eq!(msb(0), 0);
+        assert_eq!(msb(1), 0);
+        for bit in 0..64 {
+            let v = 1u64 << bit;
+            assert_eq!(msb(v), bit, "2^{bit}");
+            assert_eq!(msb(v | (v - 1)), bit, "2^{bit} with every bit below");
+            if bit > 0 {
+                assert_eq!(msb(v - 1), bit - 1, "2^{bit} - 1");
+            }
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            assert_eq!(msb(x), 63 - x.leading_zeros(), "{x:#x}");
+        }
+    }
+
+    #[test]
+    fn buckets_bound_their_values() {
+        let mut x = 1u64;
+        for _ in 0..200_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = x >> (x % 50);
+            let b = bucket_index(v);
+            assert!(b < N_BUCKETS);
+            assert!(
+                bucket_lower(b) <= v && v <= bucket_upper(b),
+                "{v} in bucket {b}"
+            );
+        }
+        for v in 0..SUB {
+            assert_eq!(bucket_index(v), v as usize);
+        }
+    }
 }

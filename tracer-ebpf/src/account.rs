@@ -335,10 +335,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     s.tgid = prev.tgid;
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
-    // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
-    // known; else switch-in to now. The two differ where the kernel skips a clock update
-    // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
-    // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
     let sum = prev.sum_exec();
     // The slice as a flag and a plain number: an `Option` here leaves its payload
     // undefined on the `None` path, and LLVM may then read a register the verifier
@@ -347,6 +343,63 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Some(r) => r,
         None => u64::MAX,
     };
+    let unseen_in = if start == 0 && running != u64::MAX {
+        now.saturating_sub(running)
+    } else {
+        0
+    };
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
+    // scheduler's runtime of this slice says (`unseen_in`): the wait that ended
+    // there is timed from the wakeup kept in the entry. (From `running`, not the
+    // slice chosen below: the verifier then walks the two choices one after the
+    // other, not every pair of them.)
+    let wait = if c.use_task_storage != 0 {
+        if seen_in {
+            (cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
+        } else if s.runnable_ns != 0 && unseen_in > s.runnable_ns {
+            Some(unseen_in - s.runnable_ns)
+        } else {
+            None
+        }
+    } else if let Some(rd) = prev.run_delay() {
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else if seen_in {
+            cs.run_delay_in
+        } else {
+            u64::MAX
+        };
+        s.last_run_delay = rd;
+        s.flags |= HAVE_RUN_DELAY;
+        if base != u64::MAX && rd > base {
+            Some(rd - base)
+        } else {
+            None
+        }
+    } else if s.runnable_ns != 0 && start.max(unseen_in) > s.runnable_ns {
+        Some(start.max(unseen_in) - s.runnable_ns)
+    } else {
+        None
+    };
+    if let Some(d) = wait {
+        s.runq_wait_ns += d;
+        s.runq_waits += 1;
+        hist_add(KIND_RUNQ, id, d);
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
+        s.migrations += 1;
+    }
+    s.last_cpu = cpu;
+
+    // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
+    // known; else switch-in to now. The two differ where the kernel skips a clock update
+    // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
+    // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
     let (has_slice, slice) = if cut {
         // The scheduler's figure runs past the close: time it to the close instead.
         (end > start, end.saturating_sub(start))
@@ -387,51 +440,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         0
     };
-    // What ended when this slice began. The run-queue wait was timed at switch-in from
-    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
-    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
-    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
-    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
-    // scheduler's runtime of this slice says (`begun`): the wait that ended there
-    // is timed from the wakeup kept in the entry.
-    let wait = if c.use_task_storage != 0 {
-        if seen_in {
-            (cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
-        } else if start == 0 && s.runnable_ns != 0 && begun > s.runnable_ns {
-            Some(begun - s.runnable_ns)
-        } else {
-            None
-        }
-    } else if let Some(rd) = prev.run_delay() {
-        let base = if s.flags & HAVE_RUN_DELAY != 0 {
-            s.last_run_delay
-        } else if seen_in {
-            cs.run_delay_in
-        } else {
-            u64::MAX
-        };
-        s.last_run_delay = rd;
-        s.flags |= HAVE_RUN_DELAY;
-        if base != u64::MAX && rd > base {
-            Some(rd - base)
-        } else {
-            None
-        }
-    } else if s.runnable_ns != 0 && begun > s.runnable_ns {
-        Some(begun - s.runnable_ns)
-    } else {
-        None
-    };
-    if let Some(d) = wait {
-        s.runq_wait_ns += d;
-        s.runq_waits += 1;
-        hist_add(KIND_RUNQ, id, d);
-    }
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
-        s.migrations += 1;
-    }
-    s.last_cpu = cpu;
     if s.last_off_ns != 0 && begun > s.last_off_ns {
         let d = (begun - s.last_off_ns).saturating_sub(credit);
         if d != 0 {

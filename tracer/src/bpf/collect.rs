@@ -79,9 +79,10 @@ pub struct Collector {
     pub scoped_entries: usize,
     /// The window's opening (CLOCK_MONOTONIC ns).
     open_ns: u64,
-    /// A target was given: threads of the traced set (`TRACKED`) that never ran are
-    /// listed too, off-CPU all window.
-    list_idle: bool,
+    /// The threads the traced set was seeded with (alive when the window opened): those
+    /// that never ran are listed too, off-CPU all window. (A thread born since has an
+    /// entry from its first wakeup; before it, it is not yet in the window.)
+    seeded: std::collections::HashSet<u32>,
 }
 
 impl Collector {
@@ -91,7 +92,7 @@ impl Collector {
         runq: RunqSource,
         root: Root,
         open_ns: u64,
-        list_idle: bool,
+        seeded: std::collections::HashSet<u32>,
     ) -> Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EXITED")
@@ -108,8 +109,26 @@ impl Collector {
             root,
             scoped_entries: 0,
             open_ns,
-            list_idle,
+            seeded,
         })
+    }
+
+    /// A descriptor that polls readable when death records wait in the ring buffer:
+    /// the event loops drain on it, not on a timer, so a burst of exits does not fill
+    /// the ring between two ticks (a loss there is a dead thread's whole totals).
+    /// (Inside the tokio runtime.)
+    pub fn exit_ring_watch(&self) -> Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+        use std::os::fd::AsFd as _;
+        let fd = self
+            .ring
+            .as_fd()
+            .try_clone_to_owned()
+            .context("watching the exit records")?;
+        // SAFETY: the AsyncFd owns `fd`, a duplicate that stays open until it is dropped.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map_err(|e| anyhow::anyhow!("watching the exit records: {e}"))
     }
 
     /// Takes the death records out of the ring buffer (call often: it is bounded).
@@ -411,7 +430,7 @@ impl Collector {
             .map(|cs| (cs.tid, cs.slice_start_ns))
             .collect();
         add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
-        if self.list_idle {
+        if !self.seeded.is_empty() {
             self.add_never_ran(ebpf, &mut threads, &live_by_tid, &on_cpu, end)?;
         }
 
@@ -459,7 +478,11 @@ impl Collector {
             BpfHashMap::try_from(ebpf.map("TRACKED").context("TRACKED map missing")?)?;
         let seen: std::collections::HashSet<u32> = threads.values().map(|r| r.tid).collect();
         for (tid, t) in tracked.iter().filter_map(|i| i.ok()) {
-            if live.contains_key(&tid) || on_cpu.contains_key(&tid) || seen.contains(&tid) {
+            if !self.seeded.contains(&tid)
+                || live.contains_key(&tid)
+                || on_cpu.contains_key(&tid)
+                || seen.contains(&tid)
+            {
                 continue;
             }
             // Gone: it exited before the window, or left the set.

@@ -327,7 +327,15 @@ impl Tracer {
                 let t = std::time::Instant::now();
                 load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
                     .with_context(|| format!("loading {name}"))?;
-                log::debug!("{name}: verified in {:?}", t.elapsed());
+                let insns = ebpf
+                    .program(name)
+                    .and_then(|p| p.info().ok())
+                    .and_then(|i| i.verified_instruction_count());
+                log::debug!(
+                    "{name}: verified in {:?}, {} instructions processed",
+                    t.elapsed(),
+                    insns.map_or("?".to_string(), |n| n.to_string())
+                );
             }
             if runq == RunqSource::TaskStorage {
                 // Attached per snapshot, not here; stays loaded after detach() so the

@@ -197,6 +197,7 @@ pub(super) async fn event_loop(
         .context("watching SIGCHLD")?;
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
     let mut drain = tokio::time::interval(Duration::from_millis(100));
+    let exits = s.collector.exit_ring_watch()?;
     let mut tick = args.interval.map(|i| {
         let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,6 +236,12 @@ pub(super) async fn event_loop(
                 if args.count.is_some_and(|n| intervals >= n) {
                     break End::Count;
                 }
+            }
+            ready = exits.readable() => {
+                if let Ok(mut guard) = ready {
+                    guard.clear_ready();
+                }
+                s.collector.drain();
             }
             _ = drain.tick() => {
                 s.collector.drain();

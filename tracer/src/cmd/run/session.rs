@@ -138,7 +138,7 @@ pub(super) fn setup(
         runq,
         root.clone(),
         t0,
-        plan.filter != filter::ALL,
+        threads.iter().map(|&(_, tid)| tid).collect(),
     )?;
     let counter_target =
         targets::counter_target(&args.targets, child, plan.filter, &threads, root)?;

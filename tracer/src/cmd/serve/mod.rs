@@ -162,7 +162,7 @@ async fn serve(
         tracer.runq,
         root.clone(),
         opened,
-        false,
+        Default::default(),
     )?;
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
     if let Err(e) = privileges::drop_all() {
@@ -218,6 +218,9 @@ async fn serve(
     }
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Exit records are drained as they come, not every TICK: a burst of exits would
+    // fill the ring between two reads.
+    let exits = st.collector.exit_ring_watch()?;
     let stop = wait_signal();
     tokio::pin!(stop);
     let why = loop {
@@ -230,6 +233,12 @@ async fn serve(
                     }
                 }
                 let _ = reply.send(());
+            }
+            ready = exits.readable() => {
+                if let Ok(mut guard) = ready {
+                    guard.clear_ready();
+                }
+                st.collector.drain();
             }
             _ = tick.tick() => {
                 if let Err(e) = st.read() {
