@@ -28,7 +28,7 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} missing in {v}"))
 }
 
-/// The main thread starts its worker 100 ms after it starts and exits alone, while the
+/// The main thread starts its worker 300 ms after it starts and exits alone, while the
 /// tracer (started at once) verifies its programs: `-p` must trace the worker, born after
 /// the process was resolved, and open its counters for the threads alive then. Today the
 /// counters are opened for the threads read before the programs were verified, so the run
@@ -46,7 +46,7 @@ fn a_leader_exiting_during_start_up_leaves_its_worker_traced() {
     };
     let truth_file = scratch("leader-exits");
     let mut target = Command::new(LEADER_EXITS)
-        .args(["--delay-ms", "100", "--work-ms", "1500", "--out"])
+        .args(["--delay-ms", "300", "--work-ms", "1500", "--out"])
         .arg(&truth_file)
         .spawn()
         .expect("cannot start leader-exits");
