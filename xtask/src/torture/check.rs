@@ -48,7 +48,8 @@ pub(super) struct WindowBounds {
 }
 
 pub(super) fn ms(ns: f64) -> String {
-    format!("{:.3} ms", ns / 1e6)
+    // + 0.0: an empty sum is -0.0, which would print as "-0.000".
+    format!("{:.3} ms", ns / 1e6 + 0.0)
 }
 
 pub(super) fn num(v: &Json, k: &str) -> f64 {

@@ -154,7 +154,9 @@ impl Env {
                 format!("{},{}", sc.startup_ms.0, sc.startup_ms.1),
             ]),
             Focus::Sleepers => wargs.push("--sleepers".into()),
-            Focus::Pinned | Focus::Record => wargs.push("--pinned".into()),
+            Focus::Pinned => wargs.push("--pinned".into()),
+            // Ping-pong across CPUs (item 5) and an exec from a non-main thread (item 8).
+            Focus::Record => wargs.extend(["--pinned".into(), "--exec-thread".into()]),
             Focus::Short => wargs.extend(["--short".into(), sc.short.to_string()]),
             Focus::Names => wargs.push("--names".into()),
             Focus::Leave => wargs.push("--leave".into()),

@@ -26,6 +26,8 @@ struct Parts {
     names: bool,
     /// `--leave`: one more child that leaves the target cgroup halfway through.
     leave: bool,
+    /// `--exec-thread`: one more child whose second thread execs.
+    exec_thread: bool,
 }
 
 impl Parts {
@@ -41,6 +43,7 @@ impl Parts {
             short: num(args, "--short", 0),
             names: has("--names"),
             leave: has("--leave"),
+            exec_thread: has("--exec-thread"),
         }
     }
 }
@@ -317,6 +320,14 @@ pub(crate) fn run(args: &[String], out: &str) {
             c.args(["--cg-out", cg]);
         }
         children.push((ms / 8, c));
+    }
+    if parts.exec_thread {
+        let mut c = std::process::Command::new(&exe);
+        // Short enough to end well inside the window even on a busy machine.
+        c.args(["child", "--out", out, "--kind", "exec-thread"])
+            .args(["--seed", &xrng.next().to_string()])
+            .args(["--ms", &(ms / 10).max(20).to_string()]);
+        children.push((ms / 10, c));
     }
     if parts.sleepers {
         let at = t_go + xrng.range(ms / 4, ms * 3 / 4) * 1_000_000;
