@@ -29,6 +29,14 @@ pub fn pseries() -> bool {
     Path::new("/proc/powerpc/vcpudispatch_stats").exists()
 }
 
+/// perf's kprobe PMU (`/sys/bus/event_source/devices/kprobe`, CONFIG_KPROBE_EVENTS): with
+/// it the perf-sched mode has an attach path the kernel itself offers, so a refusal there
+/// is the tracer's fault (fentry may still be refused at attach, so its absence says
+/// nothing).
+pub fn kprobe_pmu() -> bool {
+    Path::new("/sys/bus/event_source/devices/kprobe/type").exists()
+}
+
 /// Whether `tracer run --probe perf-sched` runs here (it needs fentry or kprobes on the
 /// perf sched hooks, which no file states reliably: fentry can be refused at attach).
 /// Tests use it to check that `tracer check` and auto agree with what run does.

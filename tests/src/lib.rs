@@ -165,7 +165,8 @@ pub use tracer_truth::{within, Truth};
 /// so a line without its CPU clock or timeslices fails here.
 pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
     let s = std::fs::read_to_string(path).expect("workload wrote no ground truth");
-    s.lines()
+    let truth: Vec<Truth> = s
+        .lines()
         .map(|l| {
             let t = Truth::parse(l).unwrap_or_else(|e| panic!("bad truth line ({e}): {l}"));
             assert!(
@@ -174,7 +175,22 @@ pub fn read_truth(path: &std::path::Path) -> Vec<Truth> {
             );
             t
         })
-        .collect()
+        .collect();
+    // A loop over no truth checks nothing: an empty file is a failure, not a pass.
+    assert!(
+        !truth.is_empty(),
+        "{}: the workload wrote no ground-truth line",
+        path.display()
+    );
+    truth
+}
+
+/// The workload's worker threads (every line but the main thread's), exactly `n` of them:
+/// a check looping over fewer would pass without checking.
+pub fn workers(truth: &[Truth], n: usize) -> Vec<&Truth> {
+    let w: Vec<&Truth> = truth.iter().filter(|t| t.tid != t.pid).collect();
+    assert_eq!(w.len(), n, "expected {n} worker threads' truth: {truth:?}");
+    w
 }
 
 /// A unique scratch path for one test.

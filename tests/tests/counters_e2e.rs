@@ -93,7 +93,7 @@ fn task_clock_and_context_switches_agree_with_the_kernel_and_the_bpf_counts() {
 
     // Per-slice counter deltas read in the kernel: task-clock per thread equals the
     // thread's on-CPU time within the slice boundaries' noise.
-    for t in truth.iter().filter(|t| t.tid != t.pid) {
+    for t in tracer_tests::workers(&truth, 3) {
         let th = thread(&doc, t.tid).unwrap();
         let sc = th["slice_counters"]["task-clock"].as_u64().unwrap() as f64;
         let on = th["on_cpu_ns"].as_u64().unwrap() as f64;

@@ -594,34 +594,34 @@ fn stats_state_parsing_of_the_fixture_file() {
 
 // ---- the binary, end to end ----
 
-/// The tracer binary: $TRACER_BIN, else beside this test's own target directory, else
-/// ../target/debug/tracer.
-fn tracer_bin() -> Option<PathBuf> {
+/// The tracer binary: $TRACER_BIN (set by `cargo xtask test`), else beside this test's
+/// own target directory (`cargo test` in the workspace builds it), else
+/// ../target/debug/tracer. Missing is a failure: these tests never pass without running.
+fn tracer_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("TRACER_BIN") {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "TRACER_BIN={} is not a file", p.display());
+        return p;
     }
     let beside = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent()?.parent().map(|d| d.join("tracer")));
     let fallback = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer");
-    beside.into_iter().chain([fallback]).find(|p| p.is_file())
-}
-
-macro_rules! bin_or_skip {
-    () => {
-        match tracer_bin() {
-            Some(b) => b,
-            None => {
-                eprintln!("SKIPPED: tracer binary not found (build it, or set TRACER_BIN)");
-                return;
-            }
-        }
-    };
+    beside
+        .into_iter()
+        .chain([fallback])
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "the tracer binary was not found: build it (`cargo xtask build`, or `cargo test` \
+                 in the workspace), or set TRACER_BIN"
+            )
+        })
 }
 
 #[test]
 fn cli_snapshot_json_and_text() {
-    let bin = bin_or_skip!();
+    let bin = tracer_bin();
     let f = Fixture::pseries("cli");
     dtl_fixture(&f);
     let out = Command::new(&bin)
@@ -688,7 +688,7 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn cli_sigint_and_sigterm_end_the_window_and_restore() {
-    let bin = bin_or_skip!();
+    let bin = tracer_bin();
     for sig in [libc::SIGINT, libc::SIGTERM] {
         let f = Fixture::pseries("cli-signal");
         let child = Command::new(&bin)
@@ -725,7 +725,7 @@ fn cli_sigint_and_sigterm_end_the_window_and_restore() {
 
 #[test]
 fn cli_after_sigkill_the_next_run_restores() {
-    let bin = bin_or_skip!();
+    let bin = tracer_bin();
     let f = Fixture::pseries("cli-kill");
     let mut child = Command::new(&bin)
         .arg("--root")

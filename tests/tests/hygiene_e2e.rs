@@ -703,7 +703,7 @@ fn an_empty_cgroup_is_traced_and_a_late_joiner_appears() {
     // after it started).
     let truth = tracer_tests::read_truth(&truth_file);
     let _ = std::fs::remove_file(&truth_file);
-    for t in truth.iter().filter(|t| t.tid != t.pid) {
+    for t in tracer_tests::workers(&truth, 2) {
         let row = rows
             .iter()
             .find(|r| r["tid"].as_u64() == Some(t.tid))

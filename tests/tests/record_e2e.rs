@@ -798,7 +798,7 @@ fn slow_off_cpu_shows_each_long_sleep() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("JSON line"))
         .collect();
-    for t in truth.iter().filter(|t| t.tid != t.pid) {
+    for t in tracer_tests::workers(&truth, 2) {
         let mine: Vec<&Value> = lines.iter().filter(|l| u(&l["tid"]) == t.tid).collect();
         // About 1000 / 21 sleeps of 20 ms each.
         assert!(

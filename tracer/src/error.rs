@@ -18,6 +18,18 @@ pub enum TracerError {
     NoSuchProcess(u32),
     #[error("no such thread: TID {0} does not exist")]
     NoSuchThread(u32),
+    /// Per-thread counters are opened for the threads a target had when the run started;
+    /// they can all be gone by then while the process lives on in newer ones.
+    #[error(
+        "cannot count perf events for PID {pid}: {listed}, the thread(s) it had when the run \
+         started, exited before the counters were opened; PID {pid} lives on in {live}, \
+         started since"
+    )]
+    ThreadsExited {
+        pid: u32,
+        listed: String,
+        live: String,
+    },
     #[error(
         "{what} {id} has already exited (a zombie its parent has not reaped): nothing to trace"
     )]

@@ -245,6 +245,14 @@ fn test(unit_only: bool) -> Result<()> {
              (or `cargo xtask test --unit` for the unit tests alone)"
         );
     }
+    // With UPDATE_GOLDEN the golden tests rewrite their files instead of comparing: they
+    // would pass without checking anything.
+    if env::var_os("UPDATE_GOLDEN").is_some() {
+        bail!(
+            "UPDATE_GOLDEN is set: the golden tests would rewrite tracer/tests/golden instead of \
+             checking it; unset it (update goldens with `UPDATE_GOLDEN=1 cargo test -p tracer --test golden`)"
+        );
+    }
     let mut failed = Vec::new();
     // Formatting first: it takes a second and needs no build.
     if !lint_fmt()? {

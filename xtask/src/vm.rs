@@ -16,6 +16,7 @@ mod protocol;
 mod provision;
 mod qemu;
 mod stress;
+mod tcg;
 
 use std::{
     path::{Path, PathBuf},
@@ -259,6 +260,9 @@ struct VmResult {
     label: String,
     verdicts: Vec<checks::Verdict>,
     secs: f64,
+    /// Why its guest was booted again (the stale-int3 death of a first boot), if it was,
+    /// and how many of its checks come from that second boot.
+    retry: Option<(usize, String)>,
 }
 
 fn print_verdicts(r: &VmResult) {
@@ -319,7 +323,6 @@ fn test_kernel(
                 summary: String::new(),
                 problems: vec![crash_summary(&boot, &guest)],
                 transcript: Some(boot.console_tail(40)),
-                retry: None,
             });
         }
         r.verdicts.extend(verdicts.into_iter().map(|mut v| {
@@ -330,9 +333,10 @@ fn test_kernel(
     Ok(r)
 }
 
-/// Boots a kernel with all steps; a guest that crashed or hung gets one more boot.
-/// Returns the boot that counts, its steps, the seconds both took, and what became of
-/// the first when it did not complete.
+/// Boots a kernel with all steps. A guest that died gets one more boot only when its
+/// console shows the stale-int3 death of multi-threaded TCG before qemu 8.1 (`tcg`):
+/// anything else it died of stands. Returns the boot that counts, its steps, the seconds
+/// both took, and why the first was booted again, if it was.
 fn boot_with_a_second_chance(
     arch: &Arch,
     kernel: &provision::Kernel,
@@ -351,20 +355,25 @@ fn boot_with_a_second_chance(
     )?;
     let mut secs = boot.secs;
     let mut guest = protocol::parse(&boot.results);
-    // A guest that crashed or hung gets one more boot. With multi-threaded TCG before
-    // qemu 8.1 an x86_64 guest dies now and then while anything (our tracer, runqlat,
-    // the tracefs event) attaches to sched_switch: a stale int3 left by text_poke_bp,
-    // looped on forever (tests/vm/README.md; --single-thread-tcg avoids it). A build
-    // that breaks the kernel every time still fails; the first crash is reported
-    // either way.
-    let mut first_crash = None;
+    let mut retry = None;
     if boot.timed_out || !guest.done {
         let what = crash_summary(&boot, &guest);
+        let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
+        let hang_from = boot.hang.as_ref().map(|h| h.console_before);
+        let known = tcg::stale_int3(arch, single, qemu::version(arch.qemu), &console, hang_from);
+        let Some(sig) = known else {
+            println!(
+                "vm-test: [{}] the guest {what}: not the known TCG int3 death, not booted again",
+                arch.name
+            );
+            return Ok((boot, guest, secs, None));
+        };
         println!(
-            "vm-test: [{}] the guest {what}; booting it again",
+            "vm-test: [{}] the guest {what}: the known TCG int3 death ({sig}); booting it again \
+             (counted in the summary)",
             arch.name
         );
-        first_crash = Some(what);
+        retry = Some(format!("first boot {what}: {sig}"));
         boot = qemu::boot(
             arch,
             &kernel.image,
@@ -377,11 +386,10 @@ fn boot_with_a_second_chance(
         secs += boot.secs;
         guest = protocol::parse(&boot.results);
     }
-    Ok((boot, guest, secs, first_crash))
+    Ok((boot, guest, secs, retry))
 }
 
-/// Boots one kernel, evaluates its checks, and boots it once more for the steps whose
-/// checks failed on timing alone.
+/// Boots one kernel and evaluates its checks. A failed check fails: no step is run again.
 fn test_kernel_main(
     arch: &Arch,
     kernel: &provision::Kernel,
@@ -400,27 +408,8 @@ fn test_kernel_main(
         );
     }
     let dir = work.join(&kernel.package);
-    let (boot, guest, mut secs, first_crash) =
-        boot_with_a_second_chance(arch, kernel, initrd, &dir, single)?;
+    let (boot, guest, secs, retry) = boot_with_a_second_chance(arch, kernel, initrd, &dir, single)?;
     let mut verdicts = checks::evaluate(&guest, arch.name, &offers);
-    if let Some(what) = &first_crash {
-        let pass = guest.done && !boot.timed_out;
-        verdicts.push(checks::Verdict {
-            name: "a guest that crashed once completes on a second boot".into(),
-            pass,
-            summary: format!("first boot: {what}"),
-            // A passing check lists no problems (they are printed under it).
-            problems: if pass {
-                Vec::new()
-            } else {
-                vec![format!(
-                    "first boot: {what}; the second did not complete either"
-                )]
-            },
-            transcript: None,
-            retry: None,
-        });
-    }
     if boot.timed_out || !guest.done {
         verdicts.push(checks::Verdict {
             name: "the guest powered off by itself".into(),
@@ -437,92 +426,14 @@ fn test_kernel_main(
                 boot.results_log.display()
             )],
             transcript: Some(boot.console_tail(40)),
-            retry: None,
         });
-        return Ok(VmResult {
-            label,
-            verdicts,
-            secs,
-        });
-    }
-    // Timing checks under emulation depend on the host's load (a descheduled vCPU thread
-    // stretches the scheduler's own path): steps that failed on timing alone boot again,
-    // up to RETRY_BOOTS times; any other failure stands.
-    for attempt in 1..=RETRY_BOOTS {
-        let mut again: Vec<String> = verdicts
-            .iter()
-            .filter(|v| !v.pass)
-            .filter_map(|v| v.retry.clone())
-            .collect();
-        again.dedup();
-        if again.is_empty() {
-            break;
-        }
-        println!(
-            "\nvm-test: [{}] timing checks failed in {}: booting again for those steps ({attempt} of {RETRY_BOOTS})",
-            arch.name,
-            again.join(", ")
-        );
-        let next = qemu::boot(
-            arch,
-            &kernel.image,
-            initrd,
-            &dir.join(format!("retry{attempt}")),
-            timeout(arch),
-            arch.name,
-            &qemu::Options::checks(
-                &format!("vmtest.steps=facts-boot,{}", again.join(",")),
-                single,
-            ),
-        )?;
-        secs += next.secs;
-        let guest2 = protocol::parse(&next.results);
-        merge_retry(&mut verdicts, &again, &guest2, &offers);
     }
     Ok(VmResult {
         label,
+        retry: retry.map(|why| (verdicts.len(), why)),
         verdicts,
         secs,
     })
-}
-
-/// Extra boots for steps whose checks failed on timing alone.
-const RETRY_BOOTS: usize = 2;
-
-/// The checks of the retried steps on another boot: a pass replaces the earlier
-/// verdict (saying what the earlier runs found), a failure adds to it.
-fn merge_retry(
-    verdicts: &mut [checks::Verdict],
-    again: &[String],
-    guest2: &protocol::GuestOutput,
-    offers: &checks::Offers,
-) {
-    for step in again {
-        for new in checks::recheck(guest2, step, offers) {
-            let Some(old) = verdicts
-                .iter_mut()
-                .find(|v| v.name == new.name && v.retry.as_deref() == Some(step.as_str()))
-            else {
-                continue;
-            };
-            let first = old.problems.join("; ");
-            if new.pass {
-                *old = checks::Verdict {
-                    summary: format!(
-                        "{} (passed on another boot; earlier runs found: {first})",
-                        new.summary
-                    ),
-                    ..new
-                };
-            } else {
-                old.problems.push("and again on another boot:".into());
-                old.problems.extend(new.problems);
-                // A failure that is not about timing is not retried again.
-                old.retry = new.retry;
-                old.transcript = new.transcript.or(old.transcript.take());
-            }
-        }
-    }
 }
 
 pub fn vm_test(args: VmTestArgs) -> Result<()> {
@@ -607,10 +518,14 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
 
     let mut passed = 0;
     let mut failed = 0;
+    let mut retried = Vec::new();
     for r in &results {
         print_verdicts(r);
         passed += r.verdicts.iter().filter(|v| v.pass).count();
         failed += r.verdicts.iter().filter(|v| !v.pass).count();
+        if let Some((n, why)) = &r.retry {
+            retried.push((*n, format!("{} ({why})", r.label)));
+        }
     }
     println!(
         "\nvm-test: provisioning {t_provision:.0} s, builds {t_build:.0} s, {} VM(s) {:.0} s, total {:.0} s",
@@ -618,9 +533,37 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
         results.iter().map(|r| r.secs).sum::<f64>(),
         start.elapsed().as_secs_f64()
     );
-    println!("vm-test: {passed} passed, {failed} failed");
+    println!("vm-test: {}", summary_line(passed, failed, &retried));
     if failed > 0 {
         bail!("{failed} vm-test check(s) failed: see FAIL above");
     }
     Ok(())
+}
+
+/// `57 passed, 0 failed, 19 on a retry: x86_64 ... (first boot ...)`: every check that
+/// comes from a guest booted a second time is counted, with the reason.
+fn summary_line(passed: usize, failed: usize, retried: &[(usize, String)]) -> String {
+    let mut s = format!("{passed} passed, {failed} failed");
+    if !retried.is_empty() {
+        let n: usize = retried.iter().map(|(n, _)| n).sum();
+        let who: Vec<&str> = retried.iter().map(|(_, w)| w.as_str()).collect();
+        s.push_str(&format!(", {n} on a retry: {}", who.join("; ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_retry_is_in_the_summary_line() {
+        assert_eq!(super::summary_line(57, 0, &[]), "57 passed, 0 failed");
+        let r = [(
+            19,
+            "x86_64 linux-image-amd64 (first boot hung: int3)".to_string(),
+        )];
+        assert_eq!(
+            super::summary_line(57, 0, &r),
+            "57 passed, 0 failed, 19 on a retry: x86_64 linux-image-amd64 (first boot hung: int3)"
+        );
+    }
 }

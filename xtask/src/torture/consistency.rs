@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::check::{ms, num, rows_text, ON_ABS, ROW_FIELDS};
-use super::report::Outcome;
+use super::report::{Class, Outcome};
 use crate::json::{Items, Json};
 
 /// Checks within one document: nothing above the window, and the thread table, the
@@ -22,7 +22,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     // (a slice that began in the previous one): above-the-window is a note there.
     let above = |o: &mut Outcome, ok: bool, msg: String| {
         if is_total {
-            o.expect(ok, || msg);
+            o.expect(Class::Window, ok, || msg);
         } else if !ok {
             o.notes.push(msg);
         }
@@ -41,7 +41,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
         );
         if is_total {
             let off = num(r, "off_cpu_ns");
-            o.expect(ron + off <= dur + ON_ABS, || {
+            o.expect(Class::Window, ron + off <= dur + ON_ABS, || {
                 format!(
                     "{label}: on-CPU {} + off-CPU {} = {} above the {} window: {}",
                     ms(ron),
@@ -53,7 +53,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             });
         }
         let sw = num(r, "voluntary_switches") + num(r, "involuntary_switches");
-        o.expect(sw == num(r, "slices"), || {
+        o.expect(Class::Document, sw == num(r, "slices"), || {
             format!(
                 "{label}: voluntary + involuntary switches {sw} != slices {}: {}",
                 num(r, "slices"),
@@ -61,7 +61,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             )
         });
         let split = num(r, "blocked_ns") + num(r, "preempted_ns");
-        o.expect(split == num(r, "off_cpu_ns"), || {
+        o.expect(Class::Document, split == num(r, "off_cpu_ns"), || {
             format!(
                 "{label}: blocked + preempted {} != off-CPU {}: {}",
                 ms(split),
@@ -99,7 +99,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             ms(on_total)
         );
         if is_total {
-            o.violate(msg);
+            o.violate(Class::Document, msg);
         } else {
             o.notes.push(msg);
         }
@@ -110,7 +110,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     for name in ["on_cpu", "off_cpu"] {
         let hh = &d["histograms"][name];
         let (c, s) = (num(hh, "count"), num(hh, "sum_ns"));
-        o.expect(c == 0.0 || s > 0.0, || {
+        o.expect(Class::Document, c == 0.0 || s > 0.0, || {
             format!("{label}: histograms.{name} counts {c} periods that sum to {s} ns")
         });
     }
@@ -180,7 +180,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             || what.starts_with("Σ threads")
             || what.starts_with('Σ') && what.contains("buckets")
         {
-            o.expect(a == b, msg);
+            o.expect(Class::Document, a == b, msg);
         } else if a != b {
             o.notes.push(msg());
         }
@@ -240,7 +240,7 @@ pub(super) fn interval_checks(
         ),
     ];
     for (what, a, b) in overall {
-        o.expect(a == b, || {
+        o.expect(Class::Intervals, a == b, || {
             format!(
                 "intervals: Σ {what} over {} intervals {a} != total {b} (difference {})",
                 intervals.len(),
@@ -312,10 +312,13 @@ pub(super) fn interval_checks(
         }
     }
     if !bad.is_empty() {
-        o.violate(format!(
-            "intervals: {} thread(s) whose intervals do not add up to the total: {}",
-            bad.len(),
-            bad.join(" | ")
-        ));
+        o.violate(
+            Class::Intervals,
+            format!(
+                "intervals: {} thread(s) whose intervals do not add up to the total: {}",
+                bad.len(),
+                bad.join(" | ")
+            ),
+        );
     }
 }

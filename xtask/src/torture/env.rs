@@ -11,9 +11,10 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::check::{check, WindowBounds};
-use super::report::Outcome;
-use super::scenario::{Scenario, Target};
+use super::report::{Class, Outcome};
+use super::scenario::{Focus, Scenario, Target};
 use super::scratch::{remove_stale_scratch, Scratch};
+use super::trace;
 use super::truth::{read_truth, wait_for_done};
 use crate::json::{self, Json};
 
@@ -24,6 +25,10 @@ pub(super) struct Env {
     pub(super) probes: Vec<String>,
     /// cgroup v2 mount point, when there is one.
     pub(super) cgroup2: Option<PathBuf>,
+    /// A python with Perfetto's protos, for the traces of `tracer record` scenarios.
+    pub(super) python: PathBuf,
+    /// CLOCK_BOOTTIME (the trace's clock) less CLOCK_MONOTONIC (the window's), ns.
+    pub(super) boot_minus_mono: i64,
 }
 
 impl Env {
@@ -59,6 +64,20 @@ impl Env {
         if let Some(root) = &cgroup2 {
             remove_stale_scratch(root);
         }
+        let python = crate::testdeps::perfetto_python(&target, &mut crate::apt::Apt::new())?;
+        let clocks = Command::new(&workload)
+            .arg("clocks")
+            .output()
+            .context("cannot run `tracer-torture clocks`")?;
+        let boot_minus_mono: i64 = String::from_utf8_lossy(&clocks.stdout)
+            .trim()
+            .parse()
+            .with_context(|| {
+                format!(
+                    "`tracer-torture clocks` printed {:?}",
+                    String::from_utf8_lossy(&clocks.stdout)
+                )
+            })?;
         println!(
             "torture: probe modes {}; cgroup v2 {}",
             probes.join(", "),
@@ -74,6 +93,8 @@ impl Env {
             workload,
             probes,
             cgroup2,
+            python,
+            boot_minus_mono,
         })
     }
 
@@ -84,7 +105,7 @@ impl Env {
         // A scenario the harness itself could not run fails alone, with its command lines.
         let mut o = self.run_scenario(sc).unwrap_or_else(|e| {
             let mut o = Outcome::new(self.scenario(seed));
-            o.violate(format!("harness: {e:#}"));
+            o.violate(Class::Harness, format!("harness: {e:#}"));
             o
         });
         if let Some(json) = o.scenario.pipe_close {
@@ -105,7 +126,7 @@ impl Env {
     }
 
     pub(super) fn run_scenario(&self, sc: Scenario) -> Result<Outcome> {
-        let scratch = Scratch::new(self.cgroup2.as_deref(), sc.seed)?;
+        let scratch = Scratch::new(self.cgroup2.as_deref(), sc.seed, sc.focus == Focus::Nested)?;
         let out = scratch.truth.to_str().context("temp path")?.to_string();
         let mut wargs: Vec<String> = vec![
             "run".into(),
@@ -116,16 +137,30 @@ impl Env {
             "--ms".into(),
             sc.workload_ms.to_string(),
         ];
-        if let Some((cin, cout)) = &scratch.cgroups {
+        if let Some(cg) = &scratch.cgroups {
             wargs.extend([
                 "--cg-in".into(),
-                cin.display().to_string(),
+                cg.work.display().to_string(),
                 "--cg-out".into(),
-                cout.display().to_string(),
+                cg.out.display().to_string(),
             ]);
         }
         if sc.edge {
             wargs.push("--edge".into());
+        }
+        match sc.focus {
+            Focus::Startup => wargs.extend([
+                "--startup".into(),
+                format!("{},{}", sc.startup_ms.0, sc.startup_ms.1),
+            ]),
+            Focus::Sleepers => wargs.push("--sleepers".into()),
+            Focus::Pinned => wargs.push("--pinned".into()),
+            // Ping-pong across CPUs (item 5) and an exec from a non-main thread (item 8).
+            Focus::Record => wargs.extend(["--pinned".into(), "--exec-thread".into()]),
+            Focus::Short => wargs.extend(["--short".into(), sc.short.to_string()]),
+            Focus::Names => wargs.push("--names".into()),
+            Focus::Leave => wargs.push("--leave".into()),
+            Focus::Nested => {}
         }
         let go = sc.target != Target::Cmd;
         if go {
@@ -133,19 +168,31 @@ impl Env {
         }
         let duration_ms = if sc.edge {
             (sc.workload_ms as i64 + sc.edge_jitter_ms) as u64
+        } else if sc.focus == Focus::Sleepers {
+            // The workload outlives the window (its sleepers wait for it to close): the
+            // window closes a little after the work.
+            sc.workload_ms + 300
         } else if go {
             sc.workload_ms + 800
         } else {
             sc.workload_ms + 10_000
         };
-        let mut targs: Vec<String> = vec![
-            "run".into(),
+        let mut targs: Vec<String> = if sc.focus == Focus::Record {
+            vec![
+                "record".into(),
+                "-o".into(),
+                scratch.trace.display().to_string(),
+            ]
+        } else {
+            vec!["run".into()]
+        };
+        targs.extend([
             "--json".into(),
             "--probe".into(),
             sc.probe.clone(),
             "-d".into(),
             format!("{duration_ms}ms"),
-        ];
+        ]);
         if let Some(i) = sc.interval_ms {
             targs.extend(["-i".into(), format!("{i}ms")]);
         }
@@ -187,8 +234,8 @@ impl Env {
                     ready.2.to_string(),
                 ]),
                 Target::Cgroup => {
-                    let (cin, _) = scratch.cgroups.as_ref().context("no cgroup")?;
-                    targs.extend(["--cgroup".into(), cin.display().to_string()]);
+                    let cg = scratch.cgroups.as_ref().context("no cgroup")?;
+                    targs.extend(["--cgroup".into(), cg.target.display().to_string()]);
                 }
                 Target::Cmd => unreachable!(),
             }
@@ -209,13 +256,14 @@ impl Env {
         } else {
             "(the command after -- above)".into()
         };
-        if let Some((cin, cout)) = &scratch.cgroups {
+        if let Some(cg) = &scratch.cgroups {
             o.workload_cmd.push_str(&format!(
                 "\n  cgroups: mkdir -p {} {}",
-                cin.display(),
-                cout.display()
+                cg.work.display(),
+                cg.out.display()
             ));
         }
+        let steal0 = trace::steal_ns();
 
         let mut child = tracer
             .stdout(Stdio::from(std::fs::File::create(&scratch.stdout)?))
@@ -246,13 +294,17 @@ impl Env {
         } else {
             None
         };
-        if let Some(w) = &mut workload {
-            if let Some(mut s) = w.stdin.take() {
-                let _ = s.write_all(b"go\n");
-            }
+        // The workload's stdin stays open until the tracer has ended: its end (EOF) tells
+        // the sleepers of `--sleepers` that the window has closed.
+        let mut stdin = workload.as_mut().and_then(|w| w.stdin.take());
+        if let Some(s) = &mut stdin {
+            let _ = s.write_all(b"go\n");
+            let _ = s.flush();
         }
         let limit = Duration::from_millis(duration_ms + 60_000);
         let status = wait_timeout(&mut child, limit);
+        let steal = trace::steal_ns().saturating_sub(steal0);
+        drop(stdin);
         if let Some(mut w) = workload {
             wait_timeout(&mut w, Duration::from_secs(30));
         }
@@ -262,24 +314,36 @@ impl Env {
         let stderr = std::fs::read_to_string(&scratch.stderr).unwrap_or_default();
         match status {
             Some(s) if s.success() => {}
-            Some(s) => o.violate(format!(
-                "the tracer failed ({s}); stderr: {}",
-                tail(&stderr)
-            )),
-            None => o.violate(format!(
-                "the tracer did not end within {} s of -d; stderr: {}",
-                limit.as_secs(),
-                tail(&stderr)
-            )),
+            Some(s) => o.violate(
+                Class::Tracer,
+                format!("the tracer failed ({s}); stderr: {}", tail(&stderr)),
+            ),
+            None => o.violate(
+                Class::Tracer,
+                format!(
+                    "the tracer did not end within {} s of -d; stderr: {}",
+                    limit.as_secs(),
+                    tail(&stderr)
+                ),
+            ),
         }
         if stderr.contains("panicked") {
-            o.violate(format!("the tracer panicked: {}", tail(&stderr)));
+            o.violate(
+                Class::Tracer,
+                format!("the tracer panicked: {}", tail(&stderr)),
+            );
         }
         if !done {
-            o.violate("the workload did not finish (no `done` line in its truth file)".into());
+            o.violate(
+                Class::Harness,
+                "the workload did not finish (no `done` line in its truth file)".into(),
+            );
         }
         if !attached {
-            o.violate("the tracer never dropped its capabilities (never attached?)".into());
+            o.violate(
+                Class::Tracer,
+                "the tracer never dropped its capabilities (never attached?)".into(),
+            );
             return Ok(o);
         }
         let docs = json::lines(&stdout);
@@ -298,6 +362,10 @@ impl Env {
             }
         };
         check(&mut o, &docs, &lines, w, ready);
+        if o.scenario.focus == Focus::Record && status.is_some_and(|s| s.success()) {
+            let ctx = (steal, self.boot_minus_mono, ready);
+            trace::check(&mut o, &self.python, &scratch.trace, &docs, &lines, w, ctx);
+        }
         if self.keep && !o.violations.is_empty() {
             let kept =
                 std::env::temp_dir().join(format!("tracer-torture-seed-{}", o.scenario.seed));
@@ -333,7 +401,7 @@ impl Env {
             .stdin(Stdio::null())
             .spawn();
         let Ok(mut child) = child else {
-            o.violate(format!("cannot start `{shown}`"));
+            o.violate(Class::Harness, format!("cannot start `{shown}`"));
             return;
         };
         let mut buf = [0u8; 100];
@@ -350,11 +418,14 @@ impl Env {
         let quiet = status.is_some_and(|s| s.success() || matches!(s.code(), None | Some(141)))
             && !err.contains("panicked");
         if !quiet {
-            o.violate(format!(
-                "closed pipe: `{shown}` ended with {} and stderr: {}",
-                status.map_or("no exit within 30 s".into(), |s| s.to_string()),
-                tail(&err)
-            ));
+            o.violate(
+                Class::Pipe,
+                format!(
+                    "closed pipe: `{shown}` ended with {} and stderr: {}",
+                    status.map_or("no exit within 30 s".into(), |s| s.to_string()),
+                    tail(&err)
+                ),
+            );
         }
     }
 }

@@ -1,4 +1,5 @@
-//! What a scenario found (violations, notes, checks) and the summary of a run.
+//! What a scenario found (violations by invariant class, notes, checks) and the summary of
+//! a run, with the open bugs it knows of, if any.
 
 use std::{fmt::Write as _, time::Duration};
 
@@ -9,11 +10,90 @@ use super::scenario::Scenario;
 /// Notes printed with a failure (interval-internal disagreements can be many).
 pub(super) const MAX_NOTES: usize = 6;
 
+/// The invariant a violation breaks: what the summary groups by, and what a known open
+/// bug is listed under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Class {
+    /// The harness itself could not run the scenario.
+    Harness,
+    /// The tracer failed, hung or panicked.
+    Tracer,
+    /// The workload's own truth is incomplete.
+    Truth,
+    /// A thread of the target neither reported nor counted in `drops`.
+    Missing,
+    /// A row from outside the target, or with the wrong identity.
+    Target,
+    /// On-CPU time against the thread's schedstat.
+    OnCpu,
+    /// Slices against schedstat's pcount.
+    Slices,
+    /// Run-queue waits against run_delay.
+    Runq,
+    /// On- plus off-CPU time against the thread's time inside the window.
+    Lifetime,
+    /// A thread's name as the kernel has it.
+    Name,
+    /// A loss counted in `drops`.
+    Drops,
+    /// Anything above the window.
+    Window,
+    /// Sums and histograms within one document.
+    Document,
+    /// Interval documents adding up to the total.
+    Intervals,
+    /// The Perfetto trace against the run's own summary and window.
+    Trace,
+    /// The closed-pipe run.
+    Pipe,
+}
+
+impl Class {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Class::Harness => "harness",
+            Class::Tracer => "tracer-failed",
+            Class::Truth => "workload-truth",
+            Class::Missing => "thread-missing",
+            Class::Target => "outside-target",
+            Class::OnCpu => "on-cpu",
+            Class::Slices => "slices",
+            Class::Runq => "runq-wait",
+            Class::Lifetime => "on+off=lifetime",
+            Class::Name => "name",
+            Class::Drops => "drops",
+            Class::Window => "above-window",
+            Class::Document => "document-sums",
+            Class::Intervals => "intervals=total",
+            Class::Trace => "trace=summary",
+            Class::Pipe => "closed-pipe",
+        }
+    }
+}
+
+pub(super) struct Violation {
+    pub(super) class: Class,
+    pub(super) text: String,
+}
+
+/// An open bug the CI pass lets through: its seeds' violations of that class (and only
+/// those) are listed in the summary with the reason instead of failing. Never a rerun.
+pub(super) struct Known {
+    pub(super) class: Class,
+    pub(super) seeds: &'static [u64],
+    pub(super) reason: &'static str,
+}
+
+/// The open bugs of the CI pass: none. (Seed 11's classic-tracepoint new-thread miss,
+/// issue 24 item 13, is being fixed; while it was open the pass ran a failing seed again,
+/// which turned red into green.)
+pub(super) const KNOWN: &[Known] = &[];
+
 pub(super) struct Outcome {
     pub(super) scenario: Scenario,
     pub(super) tracer_cmd: String,
     pub(super) workload_cmd: String,
-    pub(super) violations: Vec<String>,
+    pub(super) violations: Vec<Violation>,
     pub(super) notes: Vec<String>,
     pub(super) checks: usize,
     pub(super) threads: usize,
@@ -32,16 +112,39 @@ impl Outcome {
         }
     }
 
-    pub(super) fn violate(&mut self, v: String) {
-        self.violations.push(v);
+    pub(super) fn violate(&mut self, class: Class, text: String) {
+        self.violations.push(Violation { class, text });
     }
 
     /// Counts one check; records a violation when it does not hold.
-    pub(super) fn expect(&mut self, ok: bool, what: impl FnOnce() -> String) {
+    pub(super) fn expect(&mut self, class: Class, ok: bool, what: impl FnOnce() -> String) {
         self.checks += 1;
         if !ok {
-            self.violations.push(what());
+            self.violate(class, what());
         }
+    }
+
+    /// The classes broken, each once, in order.
+    pub(super) fn classes(&self) -> Vec<Class> {
+        let mut c: Vec<Class> = self.violations.iter().map(|v| v.class).collect();
+        c.sort();
+        c.dedup();
+        c
+    }
+
+    /// The known bug every violation of this scenario belongs to, if they all do.
+    fn known<'a>(&self, known: &'a [Known]) -> Vec<&'a Known> {
+        let mine = |v: &Violation| {
+            known
+                .iter()
+                .find(|k| k.class == v.class && k.seeds.contains(&self.scenario.seed))
+        };
+        if self.violations.is_empty() || !self.violations.iter().all(|v| mine(v).is_some()) {
+            return Vec::new();
+        }
+        let mut ks: Vec<&Known> = self.violations.iter().filter_map(mine).collect();
+        ks.dedup_by_key(|k| k.class);
+        ks
     }
 
     pub(super) fn print_failure(&self) {
@@ -52,7 +155,7 @@ impl Outcome {
         let _ = writeln!(s, "  tracer:   {}", self.tracer_cmd);
         let _ = writeln!(s, "  workload: {}", self.workload_cmd);
         for v in &self.violations {
-            let _ = writeln!(s, "  - {v}");
+            let _ = writeln!(s, "  - [{}] {}", v.class.name(), v.text);
         }
         for n in self.notes.iter().take(MAX_NOTES) {
             let _ = writeln!(s, "  note: {n}");
@@ -64,26 +167,43 @@ impl Outcome {
     }
 }
 
-pub(super) fn summarize(results: &[Outcome], took: Duration) -> Result<()> {
-    let failed: Vec<&Outcome> = results
+/// Prints the summary; fails when a scenario broke an invariant that no entry of `known`
+/// names for its seed.
+pub(super) fn summarize(results: &[Outcome], took: Duration, known: &[Known]) -> Result<()> {
+    let broken: Vec<&Outcome> = results
         .iter()
         .filter(|r| !r.violations.is_empty())
         .collect();
+    let (excused, failed): (Vec<&Outcome>, Vec<&Outcome>) =
+        broken.into_iter().partition(|r| !r.known(known).is_empty());
     let checks: usize = results.iter().map(|r| r.checks).sum();
     println!(
-        "torture: {} scenarios, {} checks, {} scenarios failed, {:.0} s",
+        "torture: {} scenarios, {} checks, {} failed, {} known open bugs, {:.0} s",
         results.len(),
         checks,
         failed.len(),
+        excused.len(),
         took.as_secs_f64()
     );
+    for r in &excused {
+        for k in r.known(known) {
+            println!(
+                "torture: known open bug, seed {} [{}]: {}",
+                r.scenario.seed,
+                k.class.name(),
+                k.reason
+            );
+        }
+    }
     if !failed.is_empty() {
         println!("torture: failed seeds (reproduce each with `cargo xtask torture --seed N`):");
         for f in &failed {
+            let classes: Vec<&str> = f.classes().iter().map(|c| c.name()).collect();
             println!(
-                "  {} ({} violations): {}",
+                "  {} ({} violations: {}): {}",
                 f.scenario.seed,
                 f.violations.len(),
+                classes.join(", "),
                 f.scenario
             );
         }
@@ -94,4 +214,40 @@ pub(super) fn summarize(results: &[Outcome], took: Duration) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::torture::scenario::tests::scenario;
+
+    fn outcome(seed: u64, classes: &[Class]) -> Outcome {
+        let mut o = Outcome::new(scenario(seed));
+        for c in classes {
+            o.violate(*c, format!("{} broke", c.name()));
+        }
+        o
+    }
+
+    const OPEN: &[Known] = &[Known {
+        class: Class::Missing,
+        seeds: &[11],
+        reason: "a test reason",
+    }];
+
+    #[test]
+    fn any_violation_fails_the_run() {
+        let r = [outcome(1, &[]), outcome(2, &[Class::OnCpu])];
+        assert!(summarize(&r, Duration::ZERO, KNOWN).is_err());
+        assert!(summarize(&r[..1], Duration::ZERO, KNOWN).is_ok());
+    }
+
+    #[test]
+    fn a_known_bug_excuses_only_its_class_on_its_seeds() {
+        assert!(summarize(&[outcome(11, &[Class::Missing])], Duration::ZERO, OPEN).is_ok());
+        // Another class on the same seed, or the same class on another seed, fails.
+        let mixed = outcome(11, &[Class::Missing, Class::OnCpu]);
+        assert!(summarize(&[mixed], Duration::ZERO, OPEN).is_err());
+        assert!(summarize(&[outcome(12, &[Class::Missing])], Duration::ZERO, OPEN).is_err());
+    }
 }

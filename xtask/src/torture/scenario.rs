@@ -46,10 +46,59 @@ impl Target {
     }
 }
 
+/// The part of issue 24 a scenario adds to the workload (one a seed, so a failure names
+/// its cause): threads and a child born while the tracer starts, threads asleep across
+/// the window's edges, ping-pong partners pinned to one CPU and across two, processes of
+/// tens of ms, names that are not UTF-8, a `--cgroup` whose processes are all in child
+/// cgroups, a process leaving the `--cgroup`, and `tracer record` with its trace rebuilt.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Focus {
+    Startup,
+    Sleepers,
+    Pinned,
+    Short,
+    Names,
+    Nested,
+    Leave,
+    Record,
+}
+
+impl Focus {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Focus::Startup => "threads born during start-up",
+            Focus::Sleepers => "asleep across the edges",
+            Focus::Pinned => "pinned ping-pong",
+            Focus::Short => "short-lived processes",
+            Focus::Names => "non-UTF-8 names",
+            Focus::Nested => "nested cgroups",
+            Focus::Leave => "leaving the cgroup",
+            Focus::Record => "record + rebuilt trace",
+        }
+    }
+
+    /// The foci a target mode walks through, seed after seed.
+    fn of(target: Target) -> &'static [Focus] {
+        use Focus::*;
+        match target {
+            Target::System => &[Short, Record, Names, Sleepers, Pinned],
+            Target::Pid => &[Startup, Startup, Sleepers, Record, Names, Short],
+            Target::Tid => &[Names, Startup, Sleepers],
+            Target::Cmd => &[Pinned, Short, Record, Names],
+            Target::Cgroup => &[Nested, Leave, Startup, Sleepers, Short],
+        }
+    }
+}
+
 pub(super) struct Scenario {
     pub(super) seed: u64,
     pub(super) target: Target,
     pub(super) probe: String,
+    pub(super) focus: Focus,
+    /// Focus::Startup: ms after `ready` the thread starts and the child is forked.
+    pub(super) startup_ms: (u64, u64),
+    /// Focus::Short: how many processes.
+    pub(super) short: u64,
     pub(super) interval_ms: Option<u64>,
     pub(super) runq_schedstat: bool,
     /// The window closes while the workload's last threads end.
@@ -63,9 +112,19 @@ pub(super) struct Scenario {
 
 impl std::fmt::Display for Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let focus = match self.focus {
+            Focus::Startup => format!(
+                "{} (thread at +{} ms, child at +{} ms)",
+                self.focus.name(),
+                self.startup_ms.0,
+                self.startup_ms.1
+            ),
+            Focus::Short => format!("{} ({})", self.focus.name(), self.short),
+            f => f.name().to_string(),
+        };
         write!(
             f,
-            "target {}, probe {}, {}{}{}workload {} ms",
+            "target {}, probe {}, {focus}, {}{}{}workload {} ms",
             self.target.name(),
             self.probe,
             self.interval_ms
@@ -102,31 +161,110 @@ impl std::fmt::Display for Scenario {
 
 impl Env {
     pub(super) fn scenario(&self, seed: u64) -> Scenario {
-        let mut r = Rng::new(seed);
-        let mut targets = vec![Target::System, Target::Pid, Target::Tid, Target::Cmd];
-        if self.cgroup2.is_some() {
-            targets.push(Target::Cgroup);
+        plan(seed, &self.probes, self.cgroup2.is_some())
+    }
+}
+
+/// The scenario of a seed, given the probe modes that work and whether cgroup v2 is there.
+pub(super) fn plan(seed: u64, probes: &[String], cgroup2: bool) -> Scenario {
+    let mut r = Rng::new(seed);
+    let mut targets = vec![Target::System, Target::Pid, Target::Tid, Target::Cmd];
+    if cgroup2 {
+        targets.push(Target::Cgroup);
+    }
+    // The first seeds walk the target modes in turn, so a short pass covers them all,
+    // and each target walks its foci.
+    let n = targets.len() as u64;
+    let target = targets[(seed % n) as usize];
+    let mut probe = probes[((seed / n) % probes.len() as u64) as usize].clone();
+    let foci = Focus::of(target);
+    let focus = foci[((seed / n) % foci.len() as u64) as usize];
+    let interval_ms = r.chance(40).then(|| r.range(1, 3) * 100);
+    let runq_schedstat = probe != "tracepoint" && r.chance(20);
+    let edge = r.chance(30);
+    let edge_jitter_ms = r.range(0, 80) as i64 - 30;
+    let workload_ms = r.range(400, 1200);
+    let pipe_close = r.chance(20).then(|| r.chance(50));
+    // The foci draw from their own generator: the draws above stay the seed's.
+    let mut x = Rng::new(seed ^ 0x2424_2424);
+    // `tracer record` needs task pointers (tp-btf or raw-tp), and the trace has no
+    // wakeups to time waits from with --runq-from schedstat.
+    let runq_schedstat = runq_schedstat && focus != Focus::Record;
+    if focus == Focus::Record && probe == "tracepoint" {
+        if let Some(p) = probes.iter().find(|p| *p != "tracepoint") {
+            probe = p.clone();
         }
-        // The first seeds walk the target modes in turn, so a short pass covers them all.
-        let n = targets.len() as u64;
-        let target = targets[(seed % n) as usize];
-        let probe = self.probes[((seed / n) % self.probes.len() as u64) as usize].clone();
-        let interval_ms = r.chance(40).then(|| r.range(1, 3) * 100);
-        let runq_schedstat = probe != "tracepoint" && r.chance(20);
-        let edge = r.chance(30);
-        let edge_jitter_ms = r.range(0, 80) as i64 - 30;
-        let workload_ms = r.range(400, 1200);
-        let pipe_close = r.chance(20).then(|| r.chance(50));
-        Scenario {
-            seed,
-            target,
-            probe,
-            interval_ms,
-            runq_schedstat,
-            edge,
-            edge_jitter_ms,
-            workload_ms,
-            pipe_close,
+    }
+    // raw-tp verifies its switch program for ~0.8 s: births up to 1 s fall inside.
+    let late = if probe == "raw-tp" { 1000 } else { 350 };
+    let startup_ms = (x.range(50, 350), x.range(50, late));
+    let short = x.range(10, 30);
+    Scenario {
+        seed,
+        target,
+        probe,
+        focus,
+        startup_ms,
+        short,
+        interval_ms,
+        runq_schedstat,
+        edge,
+        edge_jitter_ms,
+        workload_ms,
+        pipe_close,
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A seed's scenario on a machine with every probe mode and cgroup v2.
+    pub(crate) fn scenario(seed: u64) -> Scenario {
+        let probes: Vec<String> = ["tp-btf", "raw-tp", "tracepoint"]
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        plan(seed, &probes, true)
+    }
+
+    #[test]
+    fn a_seed_fixes_the_scenario() {
+        assert_eq!(scenario(77).to_string(), scenario(77).to_string());
+        assert_ne!(scenario(77).to_string(), scenario(78).to_string());
+    }
+
+    #[test]
+    fn the_ci_seeds_cover_every_focus_and_target() {
+        let ci: Vec<Scenario> = crate::torture::CI_SEEDS
+            .iter()
+            .map(|&s| scenario(s))
+            .collect();
+        for f in [
+            Focus::Startup,
+            Focus::Sleepers,
+            Focus::Pinned,
+            Focus::Short,
+            Focus::Names,
+            Focus::Nested,
+            Focus::Leave,
+            Focus::Record,
+        ] {
+            assert!(ci.iter().any(|s| s.focus == f), "no CI seed for {f:?}");
         }
+        // The start-up race where raw-tp verifies longest, under -p.
+        assert!(ci
+            .iter()
+            .any(|s| s.focus == Focus::Startup && s.target == Target::Pid && s.probe == "raw-tp"));
+        assert!(ci
+            .iter()
+            .all(|s| s.focus != Focus::Record || s.probe != "tracepoint"));
+        // The trace past the window with -p (item 5), a sleeping process system-wide.
+        assert!(ci
+            .iter()
+            .any(|s| s.focus == Focus::Record && s.target == Target::Pid));
+        assert!(ci
+            .iter()
+            .any(|s| s.focus == Focus::Sleepers && s.target == Target::System));
     }
 }

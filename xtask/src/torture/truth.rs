@@ -83,9 +83,17 @@ pub(super) struct Entity {
     pub(super) lo: Stat,
     /// The most it may have seen.
     pub(super) hi: Stat,
-    /// Wall time of the start of `lo` (birth or baseline) and of the last record.
+    /// Wall time of the start of `lo` (birth or baseline) and of the record that ends it
+    /// (the last one, or `block`: the last inside the window before sleeping past it).
     pub(super) b_ns: u64,
     pub(super) e_ns: u64,
+    /// When it certainly lived as a target: from its first instruction (or its join) to
+    /// its last record (or its leave). Its on- plus off-CPU time inside the window covers
+    /// at least that part of it. None for an exec history with a reaped leader (two
+    /// threads at once).
+    pub(super) life: Option<(u64, u64)>,
+    /// The name it gave itself (prctl), when it did.
+    pub(super) comm: Option<Vec<u8>>,
     pub(super) slack_ns: f64,
     pub(super) slack_slices: f64,
     pub(super) expected: bool,
@@ -125,7 +133,9 @@ pub(super) fn build_entities(
     }
     let expected_for = |role: &str| match target {
         Target::Tid => role == "main" || role == "resident",
-        Target::Pid => role != "joiner",
+        // -p PID: its threads and what they start from then on, not a child that was
+        // already there (perf stat -p counts the same).
+        Target::Pid => role != "joiner" && role != "sleep-proc",
         _ => true,
     };
     for (g, ls) in &groups {
@@ -166,6 +176,8 @@ pub(super) fn build_entities(
             hi: total,
             b_ns: born(fin),
             e_ns: t(fin),
+            life: leader.is_none().then(|| (born(fin), t(fin))),
+            comm: None,
             slack_ns,
             slack_slices,
             expected: expected_for("exec"),
@@ -184,10 +196,15 @@ pub(super) fn build_entities(
             continue;
         };
         let r = role(fin);
-        let f = Stat::of(fin);
+        // A thread that sleeps past the close records where it stopped (`block`): what
+        // follows happens after the window.
+        let last = find("block").unwrap_or(fin);
+        let f = Stat::of(last);
         let mut lo = f;
         let mut hi = f;
         let mut b_ns = born(fin);
+        let mut e_ns = t(last);
+        let mut life = (born(fin), t(fin));
         if let Some(base) = find("base") {
             lo = f.minus(Stat::of(base));
             // Under -- CMD the time before the baseline is inside the window too.
@@ -201,13 +218,18 @@ pub(super) fn build_entities(
                 lo = f.minus(Stat::of(j));
                 hi = lo;
                 b_ns = t(j);
+                life.0 = t(j);
             }
             if let Some(lv) = find("leave") {
-                // Traced while in the cgroup; whether it stays traced after leaving is
-                // the tracer's choice (it keeps it, as the traced set inherits).
+                // Traced while in the cgroup, and only then (issue 24 item 4): its
+                // record at the move is all of it.
                 lo = Stat::of(lv);
+                hi = lo;
+                e_ns = t(lv);
+                life.1 = t(lv);
             }
         }
+        let comm = l_name(fin);
         let is_t = k.0 == ready.1 || k.0 == ready.2;
         out.push(Entity {
             name: format!("{r} TID {} (PID {})", k.0, k.1),
@@ -215,7 +237,9 @@ pub(super) fn build_entities(
             lo,
             hi,
             b_ns,
-            e_ns: t(fin),
+            e_ns,
+            life: Some(life),
+            comm,
             slack_ns: 0.0,
             slack_slices: 0.0,
             expected: expected_for(&r) && (target != Target::Tid || is_t),
@@ -223,6 +247,14 @@ pub(super) fn build_entities(
         });
     }
     (out, problems)
+}
+
+/// The name a record says its thread gave itself (`name_hex`).
+fn l_name(l: &Json) -> Option<Vec<u8>> {
+    let h = l["name_hex"].as_str()?;
+    (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(h.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
 }
 
 pub(super) fn show(ls: &[&Json]) -> String {

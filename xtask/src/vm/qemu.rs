@@ -149,15 +149,25 @@ pub struct Options {
 impl Options {
     /// The checks' boots. An oops, a soft lockup or an RCU stall panics the guest (and
     /// so ends qemu) at once: a guest caught in qemu 7.2's stale-int3 loop otherwise sat
-    /// out the whole timeout (300 s) before its second boot.
+    /// out the whole timeout (300 s). The console must say what the guest died of, since
+    /// only the known stale-int3 death boots it again (`tcg`): a soft lockup prints every
+    /// CPU's backtrace, and a guest silent for VMTEST_SILENCE seconds (default 180; whole
+    /// boots take 31-81 s, tests/vm/README.md) is looked inside, its NMI panicking it with
+    /// the backtraces.
     pub fn checks(cmdline: &str, single_thread_tcg: bool) -> Options {
         Options {
             cmdline: format!(
-                "oops=panic softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 {cmdline}"
+                "oops=panic softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1 \
+                 softlockup_all_cpu_backtrace=1 unknown_nmi_panic=1 panic_print=64 {cmdline}"
             ),
             quiet: true,
             nice: -10,
-            silence: None,
+            silence: Some(Duration::from_secs(
+                std::env::var("VMTEST_SILENCE")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(180),
+            )),
             single_thread_tcg,
             machine: None,
         }

@@ -80,7 +80,7 @@ impl Crash {
 }
 
 /// Strips the `[   12.345678] ` timestamp of a console line.
-fn message(line: &str) -> &str {
+pub(super) fn message(line: &str) -> &str {
     let line = line.trim_end_matches('\r');
     match line.trim_start().strip_prefix('[') {
         Some(rest) => rest.split_once("] ").map_or(line, |(_, m)| m),

@@ -8,17 +8,28 @@
 //!
 //! Usage:
 //!   tracer-torture run --seed S --out F --ms D [--go] [--cg-in DIR --cg-out DIR] [--edge]
+//!       [--startup T,C] [--sleepers] [--pinned] [--short N] [--names] [--leave] [--exec-thread]
 //!     `--go`: print `ready PID MAIN_TID RESIDENT_TID` and wait for a line on stdin (the
 //!     driver sends it once the tracer has attached); the two pre-existing threads record a
 //!     baseline then. `--edge`: the last threads end in a spread of ±40 ms around D, so
-//!     some exit while the window closes.
+//!     some exit while the window closes. `--startup T,C`: a thread started T ms and a
+//!     child forked C ms after `ready`, while the tracer starts. `--sleepers`: threads
+//!     and a process asleep across the window's edges; the main thread then waits, after
+//!     its work, for the end of stdin (the driver closes it once the tracer has ended).
+//!     `--pinned`: ping-pong pairs on one CPU and across two. `--short N`: N processes
+//!     of 10-60 ms. `--names`: names that are not UTF-8 or hold control bytes.
+//!     `--leave`: one more child that leaves the `--cg-in` cgroup halfway. `--exec-thread`:
+//!     one more child whose second thread execs.
 //!   tracer-torture post-exec --out F --grp G --spin-us U     (what the exec'ing threads run)
 //!   tracer-torture child --out F --seed S --kind K --cg-out DIR (spawned by `run`)
 //!   tracer-torture joiner --out F --seed S --cg-in DIR --ms D (spawned by `run`)
 //!   tracer-torture window-open --pid TRACER_PID   (prints the window's opening, ns)
+//!   tracer-torture clocks   (prints CLOCK_BOOTTIME - CLOCK_MONOTONIC, ns: the trace's
+//!     clock against the window's)
 //!
 //! Times are CLOCK_MONOTONIC ns, the clock of the tracer's window.
 
+mod edges;
 mod plan;
 mod roles;
 mod truth;
@@ -34,6 +45,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("window-open") {
         return window_open(&args);
+    }
+    if args.get(1).map(String::as_str) == Some("clocks") {
+        return window::clocks();
     }
     let out = arg(&args, "--out").unwrap_or_else(|| {
         eprintln!("usage: tracer-torture run|post-exec|child|joiner --out FILE ...");

@@ -11,20 +11,66 @@ use std::{
 
 use tracer_tests::gettid;
 
-use crate::truth::{emit, now_ns, pid, record};
+use crate::edges::{self, Started};
+use crate::truth::{birth_ns, emit, now_ns, pid, record, record_with, set_word, GO};
 use crate::work::{futex_wait, futex_wake, move_to, solo, spin_ns, Rng};
 use crate::{arg, num};
 
+/// The scenario parts of issue 24 asked for on the command line (see `edges`).
+struct Parts {
+    /// `--startup T,C`: ms after `ready` to start a thread and to fork a child (0: none).
+    startup: Option<(u64, u64)>,
+    sleepers: bool,
+    pinned: bool,
+    short: u64,
+    names: bool,
+    /// `--leave`: one more child that leaves the target cgroup halfway through.
+    leave: bool,
+    /// `--exec-thread`: one more child whose second thread execs.
+    exec_thread: bool,
+}
+
+impl Parts {
+    fn of(args: &[String]) -> Parts {
+        let has = |f: &str| args.iter().any(|a| a == f);
+        Parts {
+            startup: arg(args, "--startup").and_then(|v| {
+                let (t, c) = v.split_once(',')?;
+                Some((t.parse().ok()?, c.parse().ok()?))
+            }),
+            sleepers: has("--sleepers"),
+            pinned: has("--pinned"),
+            short: num(args, "--short", 0),
+            names: has("--names"),
+            leave: has("--leave"),
+            exec_thread: has("--exec-thread"),
+        }
+    }
+}
+
 /// The plan's parts, each run by its own thread(s) or process.
 pub(crate) fn run(args: &[String], out: &str) {
-    let start = now_ns();
+    let start = birth_ns();
     let seed = num(args, "--seed", 1);
     let ms = num(args, "--ms", 1000);
     let edge = args.iter().any(|a| a == "--edge");
     let go = args.iter().any(|a| a == "--go");
     let cg_in = arg(args, "--cg-in");
     let cg_out = arg(args, "--cg-out");
+    let parts = Parts::of(args);
     let mut rng = Rng::new(seed);
+    // The parts of issue 24 draw from their own generator: the rest of the plan stays
+    // what the seed made it before they existed.
+    let mut xrng = Rng::new(seed ^ 0x2424_2424);
+    let mut started = Started::default();
+    if parts.names {
+        edges::set_name(edges::MAIN_NAME);
+    }
+    let main_name = if parts.names {
+        edges::name_field(edges::MAIN_NAME)
+    } else {
+        String::new()
+    };
     emit(
         out,
         &format!(
@@ -57,14 +103,21 @@ pub(crate) fn run(args: &[String], out: &str) {
     let (gate2, out2) = (gate.clone(), out.to_string());
     let mut rrng = Rng::new(rng.next());
     let until_all = |start: u64| start + ms * 1_000_000;
+    let names = parts.names;
     let resident = std::thread::spawn(move || {
-        let born = now_ns();
+        let born = birth_ns();
+        let name = if names {
+            edges::set_name(edges::RESIDENT_NAME);
+            edges::name_field(edges::RESIDENT_NAME)
+        } else {
+            String::new()
+        };
         while gate2.load(Ordering::Acquire) == 0 {
             futex_wait(&gate2, 0, 1_000_000_000);
         }
-        record(&out2, "base", "resident", "", born);
+        record_with(&out2, "base", "resident", "", born, &name);
         solo(&mut rrng, now_ns() + ms * 1_000_000);
-        record(&out2, "end", "resident", "", born);
+        record_with(&out2, "end", "resident", "", born, &name);
     });
     let resident_tid = {
         // The resident's TID: the only other task of this process.
@@ -84,19 +137,35 @@ pub(crate) fn run(args: &[String], out: &str) {
         }
         tid
     };
+    // Threads and a process there before the window, for the parts that need them.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    if let Some(delays) = parts.startup {
+        let work = xrng.range(100, 400);
+        let seed = xrng.next();
+        started
+            .threads
+            .push(edges::startup(out, delays, work, seed, ready_rx));
+    }
+    if parts.sleepers {
+        edges::sleepers_before(out, &mut started);
+    }
     if go {
         println!("ready {} {} {}", pid(), gettid(), resident_tid);
         let _ = std::io::stdout().flush();
+        let _ = ready_tx.send(std::time::Instant::now());
         let mut line = String::new();
         let _ = std::io::stdin().lock().read_line(&mut line);
+    } else {
+        let _ = ready_tx.send(std::time::Instant::now());
     }
+    set_word(out, GO);
     for j in &mut joiners {
         if let Some(mut s) = j.stdin.take() {
             let _ = s.write_all(b"go\n");
         }
     }
     let t_go = now_ns();
-    record(out, "base", "main", "", start);
+    record_with(out, "base", "main", "", start, &main_name);
     gate.store(1, Ordering::Release);
     futex_wake(&gate);
 
@@ -119,7 +188,7 @@ pub(crate) fn run(args: &[String], out: &str) {
         .min(end_at + 40_000_000);
         let out = out.to_string();
         handles.push(std::thread::spawn(move || {
-            let born = now_ns();
+            let born = birth_ns();
             if let Some(d) = begin.checked_sub(now_ns()) {
                 std::thread::sleep(Duration::from_nanos(d));
             }
@@ -141,7 +210,7 @@ pub(crate) fn run(args: &[String], out: &str) {
         }
         let (o1, o2) = (out.to_string(), out.to_string());
         handles.push(std::thread::spawn(move || {
-            let born = now_ns();
+            let born = birth_ns();
             let mut byte = 1u8;
             for _ in 0..rounds {
                 spin_ns(work);
@@ -157,7 +226,7 @@ pub(crate) fn run(args: &[String], out: &str) {
             record(&o1, "end", "pipe-a", "", born);
         }));
         handles.push(std::thread::spawn(move || {
-            let born = now_ns();
+            let born = birth_ns();
             let mut byte = 1u8;
             loop {
                 // SAFETY: valid pipe descriptors owned by this pair.
@@ -179,7 +248,7 @@ pub(crate) fn run(args: &[String], out: &str) {
         for side in 0..2u32 {
             let (turn, o) = (turn.clone(), out.to_string());
             handles.push(std::thread::spawn(move || {
-                let born = now_ns();
+                let born = birth_ns();
                 // Turn n is side n % 2's; the one who takes the last turn ends both.
                 loop {
                     let t = turn.load(Ordering::Acquire);
@@ -206,7 +275,7 @@ pub(crate) fn run(args: &[String], out: &str) {
         let (o, stop2) = (out.to_string(), stop.clone());
         let mut brng = Rng::new(rng.next());
         handles.push(std::thread::spawn(move || {
-            let born = now_ns();
+            let born = birth_ns();
             std::thread::sleep(Duration::from_millis(delay));
             for _ in 0..n {
                 if stop2.load(Ordering::Relaxed) {
@@ -215,7 +284,7 @@ pub(crate) fn run(args: &[String], out: &str) {
                 let spin = brng.range(10_000, 500_000);
                 let o2 = o.clone();
                 let h = std::thread::spawn(move || {
-                    let b = now_ns();
+                    let b = birth_ns();
                     spin_ns(spin);
                     record(&o2, "end", "burst", "", b);
                 });
@@ -241,6 +310,38 @@ pub(crate) fn run(args: &[String], out: &str) {
         }
         children.push((delay, c));
     }
+    if parts.leave && cg_out.is_some() {
+        // Lives half the run and leaves the target cgroup halfway through its life.
+        let mut c = std::process::Command::new(&exe);
+        c.args(["child", "--out", out, "--kind", "leave"])
+            .args(["--seed", &xrng.next().to_string()])
+            .args(["--ms", &(ms / 2).max(40).to_string()]);
+        if let Some(cg) = &cg_out {
+            c.args(["--cg-out", cg]);
+        }
+        children.push((ms / 8, c));
+    }
+    if parts.exec_thread {
+        let mut c = std::process::Command::new(&exe);
+        // Short enough to end well inside the window even on a busy machine.
+        c.args(["child", "--out", out, "--kind", "exec-thread"])
+            .args(["--seed", &xrng.next().to_string()])
+            .args(["--ms", &(ms / 10).max(20).to_string()]);
+        children.push((ms / 10, c));
+    }
+    if parts.sleepers {
+        let at = t_go + xrng.range(ms / 4, ms * 3 / 4) * 1_000_000;
+        edges::sleeper_close(out, at, xrng.next(), &mut started);
+    }
+    if parts.pinned {
+        edges::pinned(out, xrng.next(), &mut started);
+    }
+    if parts.short > 0 {
+        edges::short(out, parts.short, xrng.next(), ms, &mut started);
+    }
+    if parts.names {
+        edges::named(out, end_at, xrng.next(), &mut started);
+    }
     children.sort_by_key(|(d, _)| *d);
     let mut procs = Vec::new();
     for (delay, mut c) in children {
@@ -256,10 +357,17 @@ pub(crate) fn run(args: &[String], out: &str) {
     for h in handles {
         let _ = h.join();
     }
+    for h in started.threads.drain(..) {
+        let _ = h.join();
+    }
     let _ = resident.join();
     for mut p in procs.into_iter().chain(joiners) {
         let _ = p.wait();
     }
-    record(out, "end", "main", "", start);
+    if parts.sleepers {
+        edges::finish(out, start, &mut started);
+    }
+    edges::reap(&mut started);
+    record_with(out, "end", "main", "", start, &main_name);
     emit(out, "{\"ev\":\"done\"}");
 }

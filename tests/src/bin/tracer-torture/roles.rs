@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use crate::truth::{now_ns, record};
+use crate::truth::{birth_ns, now_ns, record};
 use crate::work::{exec_self, futex_wait, futex_wake, move_to, solo, spin_ns, Rng};
 use crate::{arg, num};
 
@@ -26,9 +26,9 @@ pub(crate) fn post_exec(args: &[String], out: &str) {
 /// A child process of the workload. Kinds: `plain` (a thread or two of random steps and
 /// a fork(2)ed grandchild), `exec-main` (its main thread execs), `exec-thread` (a second
 /// thread execs while the main thread waits to be reaped), `leave` (moves itself out of
-/// the target cgroup midway).
+/// the target cgroup midway), `short` (random steps for `--ms`, then exit).
 pub(crate) fn child(args: &[String], out: &str) {
-    let born = now_ns();
+    let born = birth_ns();
     let seed = num(args, "--seed", 1);
     let mut rng = Rng::new(seed);
     let grp = format!("c{}", seed);
@@ -58,7 +58,7 @@ pub(crate) fn child(args: &[String], out: &str) {
             let ready = Arc::new(AtomicU32::new(0));
             let ready2 = ready.clone();
             let t = std::thread::spawn(move || {
-                let tborn = now_ns();
+                let tborn = birth_ns();
                 spin_ns(spin_pre);
                 // The leader records itself, then blocks for good: the exec reaps it.
                 while ready2.load(Ordering::Acquire) == 0 {
@@ -99,14 +99,22 @@ pub(crate) fn child(args: &[String], out: &str) {
             if !cg_out.is_empty() {
                 move_to(&cg_out);
             }
+            // Ends the slice the move happened in, so that slice holds no work done
+            // outside the cgroup.
+            std::thread::sleep(Duration::from_millis(1));
             solo(&mut rng, until);
             record(out, "end", "leave", "", born);
+        }
+        Some("short") => {
+            // A process of a few tens of ms: random steps, then its record, then exit.
+            solo(&mut rng, until);
+            record(out, "end", "short", "", born);
         }
         _ => {
             let mut rng2 = Rng::new(rng.next());
             let (out2, until2) = (out.to_string(), until);
             let t = std::thread::spawn(move || {
-                let tborn = now_ns();
+                let tborn = birth_ns();
                 solo(&mut rng2, until2);
                 record(&out2, "end", "child-thread", "", tborn);
             });
@@ -115,7 +123,7 @@ pub(crate) fn child(args: &[String], out: &str) {
             // SAFETY: the grandchild only spins, reads /proc and writes, then _exits.
             let g = unsafe { libc::fork() };
             if g == 0 {
-                let gborn = now_ns();
+                let gborn = birth_ns();
                 spin_ns(rng.range(100_000, 5_000_000));
                 record(out, "end", "grandchild", "", gborn);
                 // SAFETY: ends the grandchild without running the parent's atexit work.
@@ -136,7 +144,7 @@ pub(crate) fn child(args: &[String], out: &str) {
 /// `--no-go`) it records a baseline, works a while, moves itself into `--cg-in` (recording
 /// the moment), works more and ends.
 pub(crate) fn joiner(args: &[String], out: &str) {
-    let born = now_ns();
+    let born = birth_ns();
     if !args.iter().any(|a| a == "--no-go") {
         let mut line = String::new();
         let _ = std::io::stdin().lock().read_line(&mut line);

@@ -10,6 +10,15 @@ pub(crate) fn now_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// When the calling thread was born, as its first instruction can tell from the kernel:
+/// now less what schedstat already counts for it (the run-queue wait since the clone's
+/// wakeup and its run since). Time asleep before (an exec reading its binary) is not in
+/// schedstat: then this is later than the birth, which only loosens the bounds.
+pub(crate) fn birth_ns() -> u64 {
+    let [run, wait, _] = schedstat();
+    now_ns().saturating_sub(run + wait)
+}
+
 pub(crate) fn pid() -> u32 {
     std::process::id()
 }
@@ -72,6 +81,45 @@ pub(crate) fn truth_map(out: &str, create: bool) -> *mut u8 {
     }) as *mut u8
 }
 
+/// Words of the truth file's header after the byte counter, shared by every process of
+/// the workload (forked children inherit the mapping; spawned ones map the file): `GO` is
+/// set once the tracer has attached (or at once without `--go`), `FIN` once the driver has
+/// seen the tracer end (`--fin`). Waited for with shared futexes.
+pub(crate) const GO: usize = 8;
+pub(crate) const FIN: usize = 12;
+
+fn word(out: &str, at: usize) -> &'static std::sync::atomic::AtomicU32 {
+    let base = truth_map(out, false);
+    // SAFETY: `at` is a 4-byte aligned offset inside the 64-byte header of the mapping,
+    // which lives as long as the process; the word is only accessed atomically.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(base.add(at).cast()) }
+}
+
+/// Sets a header word and wakes every thread of every process waiting for it.
+pub(crate) fn set_word(out: &str, at: usize) {
+    let w = word(out, at);
+    w.store(1, Ordering::SeqCst);
+    // SAFETY: a shared (not private) FUTEX_WAKE on a live word of a MAP_SHARED mapping.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// Blocks (one futex wait, no polling) until a header word is set.
+pub(crate) fn wait_word(out: &str, at: usize) {
+    let w = word(out, at);
+    while w.load(Ordering::SeqCst) == 0 {
+        // SAFETY: a shared FUTEX_WAIT on a live word, no timeout: sleeps while it is 0.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAIT,
+                0,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+}
+
 /// Appends one line to the truth file: an atomic reservation, then a copy.
 pub(crate) fn emit(out: &str, line: &str) {
     let base = truth_map(out, false);
@@ -95,13 +143,18 @@ pub(crate) fn emit(out: &str, line: &str) {
 /// (a leader about to be reaped by a non-main thread's exec), `join`/`leave` (moved
 /// into/out of the target cgroup). `born`: wall time the thread started (ns).
 pub(crate) fn record(out: &str, ev: &str, role: &str, grp: &str, born: u64) {
+    record_with(out, ev, role, grp, born, "");
+}
+
+/// [`record`] with more fields (`extra`: `,"key":value...`), e.g. the thread's name.
+pub(crate) fn record_with(out: &str, ev: &str, role: &str, grp: &str, born: u64, extra: &str) {
     let cpu = thread_cpu_ns();
     let [run, wait, slices] = schedstat();
     let t = now_ns();
     emit(
         out,
         &format!(
-            "{{\"ev\":\"{ev}\",\"role\":\"{role}\",\"grp\":\"{grp}\",\"tid\":{},\"pid\":{},\"run_ns\":{run},\"wait_ns\":{wait},\"slices\":{slices},\"cpu_ns\":{cpu},\"t_ns\":{t},\"born_ns\":{born}}}",
+            "{{\"ev\":\"{ev}\",\"role\":\"{role}\",\"grp\":\"{grp}\",\"tid\":{},\"pid\":{},\"run_ns\":{run},\"wait_ns\":{wait},\"slices\":{slices},\"cpu_ns\":{cpu},\"t_ns\":{t},\"born_ns\":{born}{extra}}}",
             gettid(),
             pid()
         ),

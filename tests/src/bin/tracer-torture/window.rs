@@ -46,3 +46,19 @@ pub(crate) fn window_open(args: &[String]) {
     eprintln!("tracer-torture: PID {pid} holds no WINDOW map");
     std::process::exit(1);
 }
+
+/// Prints CLOCK_BOOTTIME - CLOCK_MONOTONIC (ns): BOOTTIME read between two MONOTONIC
+/// reads, against their midpoint; the closest of a few tries.
+pub(crate) fn clocks() {
+    use tracer_tests::clock_ns;
+    let mut best = (u64::MAX, 0i64);
+    for _ in 0..20 {
+        let a = clock_ns(libc::CLOCK_MONOTONIC);
+        let b = clock_ns(libc::CLOCK_BOOTTIME);
+        let c = clock_ns(libc::CLOCK_MONOTONIC);
+        if c - a < best.0 {
+            best = (c - a, b as i64 - (a + (c - a) / 2) as i64);
+        }
+    }
+    println!("{}", best.1);
+}

@@ -154,7 +154,7 @@ fn counters(doc: &Json, k: &mut Check) {
             let on: u64 = threads.iter().filter_map(|t| t["on_cpu_ns"].as_u64()).sum();
             let slices: u64 = threads.iter().filter_map(|t| t["slices"].as_u64()).sum();
             let tc = (ms * 1e6) as u64;
-            if k.expect_timing(within_events(on, tc, slices, PER_SLICE_NS), || {
+            if k.expect(within_events(on, tc, slices, PER_SLICE_NS), || {
                 format!(
                     "task-clock {ms:.3} ms vs the threads' on-CPU sum {:.3} ms ({:+.2}%, over {}% + {} us x {slices} slices)",
                     on as f64 / 1e6,
@@ -225,11 +225,11 @@ fn check_histograms(th: &Json, c: &mut Check) {
     // scheduler accounts it (se.sum_exec_runtime, or sched_stat_runtime without BTF):
     // microseconds natively, 0.1-0.5 ms under emulation (measured p50: 4.16-4.26 ms on
     // x86_64, 4.52 ms on ppc64le under TCG).
-    c.expect_timing((4e6 * 0.98..=4e6 * 1.175).contains(&on), || {
+    c.expect((4e6 * 0.98..=4e6 * 1.175).contains(&on), || {
         format!("on-CPU p50 {on} ns, expected ~4 ms (3.92-4.70 ms)")
     });
     // nanosleep overshoots by the timer slack (50 us by default).
-    c.expect_timing((10e6 * 0.98..=10e6 * 1.04).contains(&off), || {
+    c.expect((10e6 * 0.98..=10e6 * 1.04).contains(&off), || {
         format!("off-CPU p50 {off} ns, expected ~10 ms (9.8-10.4 ms)")
     });
     for k in ["on_cpu", "runq", "off_cpu"] {

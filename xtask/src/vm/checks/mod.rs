@@ -159,18 +159,15 @@ pub struct Verdict {
     pub problems: Vec<String>,
     /// The guest's output for a failure.
     pub transcript: Option<String>,
-    /// The step to run again in a second boot: set when every problem is a timing
-    /// comparison, which a busy host can spoil (the guest's clock is the host's, so time
-    /// the host takes from a vCPU lands inside whatever the guest was doing).
-    pub retry: Option<String>,
 }
 
+/// One check being made. A failed comparison fails it, timing ones included: no step is
+/// run again to get a pass (a tolerance too tight for emulation is widened from what the
+/// guest kernel reports, never retried away).
 struct Check {
     name: String,
     problems: Vec<String>,
     notes: Vec<String>,
-    /// Every problem so far is a timing comparison.
-    timing_only: bool,
 }
 
 impl Check {
@@ -179,20 +176,10 @@ impl Check {
             name: name.into(),
             problems: Vec::new(),
             notes: Vec::new(),
-            timing_only: true,
         }
     }
 
     fn expect(&mut self, ok: bool, problem: impl FnOnce() -> String) -> bool {
-        if !ok {
-            self.problems.push(problem());
-            self.timing_only = false;
-        }
-        ok
-    }
-
-    /// A comparison of times that a busy host can spoil.
-    fn expect_timing(&mut self, ok: bool, problem: impl FnOnce() -> String) -> bool {
         if !ok {
             self.problems.push(problem());
         }
@@ -201,7 +188,6 @@ impl Check {
 
     fn fail(&mut self, problem: impl Into<String>) {
         self.problems.push(problem.into());
-        self.timing_only = false;
     }
 
     fn note(&mut self, note: impl Into<String>) {
@@ -219,9 +205,6 @@ impl Check {
             } else {
                 step.map(Step::transcript)
             },
-            retry: (!pass && self.timing_only)
-                .then(|| step.map(|s| s.name.clone()))
-                .flatten(),
             problems: self.problems,
         }
     }
@@ -278,21 +261,6 @@ fn report(step: &Step, c: &mut Check) -> Option<Json> {
     doc
 }
 
-/// The checks of one step again, on a second boot's output.
-pub fn recheck(g: &GuestOutput, step: &str, o: &Offers) -> Vec<Verdict> {
-    if step == "auto-hist" {
-        return check_auto(g, o);
-    }
-    if let Some(v) = pmu::recheck(g, step) {
-        return vec![v];
-    }
-    MODES
-        .into_iter()
-        .filter(|m| m.step() == step)
-        .map(|m| check_mode(g, m, o))
-        .collect()
-}
-
 /// The checks of a boot that ran only some steps (`vmtest.steps=`): its facts and the
 /// hardware counters' exception levels.
 pub fn evaluate_steps(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
@@ -323,7 +291,6 @@ pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
             summary: String::new(),
             problems: vec!["the guest stopped before the end of steps.sh".into()],
             transcript: None,
-            retry: None,
         });
     }
     v

@@ -129,7 +129,7 @@ fn compare_thread(th: &Json, t: &Truth, c: &mut Check, btf: bool) -> (u64, u64) 
     });
     let on = num("on_cpu_ns").unwrap_or(0);
     let rq = num("runq_wait_ns").unwrap_or(0);
-    c.expect_timing(within(on, t.run_ns), || {
+    c.expect(within(on, t.run_ns), || {
         format!(
             "tid {} ({}): on_cpu_ns {on} vs schedstat {} ({:+.2}%, over {}%)",
             t.tid,
@@ -149,7 +149,7 @@ fn compare_thread(th: &Json, t: &Truth, c: &mut Check, btf: bool) -> (u64, u64) 
             pct(rq, t.wait_ns)
         ));
     } else {
-        c.expect_timing(within_events(rq, t.wait_ns, waits, PER_WAIT_NS), || {
+        c.expect(within_events(rq, t.wait_ns, waits, PER_WAIT_NS), || {
         format!(
             "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits)",
             t.tid,

@@ -1,0 +1,142 @@
+//! `tracer run -p/-t` on targets the torture harness cannot be: a process whose leader
+//! exits while the tracer starts (issue 24 items 1 and 2), a process asleep for the whole
+//! window (item 7), and a window of zero (item 12). Expectations come from the kernel
+//! (schedstat of the target, the window's own duration), through `tracer_truth`'s
+//! tolerance.
+use std::process::{Command, Stdio};
+
+use tracer_tests::{final_report, kernel, read_truth, require_root, run_tracer, scratch, thread};
+
+const LEADER_EXITS: &str = env!("CARGO_BIN_EXE_leader-exits");
+
+/// On-CPU: 1% or 1 ms, as everywhere against schedstat.
+const REL: f64 = 0.01;
+const ABS_NS: f64 = 1e6;
+
+fn schedstat(pid: u32, tid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .unwrap_or_else(|e| panic!("schedstat of {tid}: {e}"));
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (v[0], v[1])
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// The main thread starts its worker 300 ms after it starts and exits alone, while the
+/// tracer (started at once) verifies its programs: `-p` must trace the worker, born after
+/// the process was resolved, and open its counters for the threads alive then. Today the
+/// counters are opened for the threads read before the programs were verified, so the run
+/// fails: once with "no such thread: TID <pid> does not exist" for a live process (item
+/// 2), now naming the thread that exited and the one the process lives on in.
+#[test]
+#[ignore = "needs root"]
+fn a_leader_exiting_during_start_up_leaves_its_worker_traced() {
+    require_root();
+    // raw-tp verifies longest (~0.8 s here): the exit falls inside the start-up.
+    let probe = if kernel::has_btf() {
+        "raw-tp"
+    } else {
+        "tracepoint"
+    };
+    let truth_file = scratch("leader-exits");
+    let mut target = Command::new(LEADER_EXITS)
+        .args(["--delay-ms", "300", "--work-ms", "1500", "--out"])
+        .arg(&truth_file)
+        .spawn()
+        .expect("cannot start leader-exits");
+    let pid = target.id().to_string();
+    let out = run_tracer(&["run", "--json", "--probe", probe, "-p", &pid, "-d", "4s"]);
+    let _ = target.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "tracer run --probe {probe} -p {pid} on a live process whose leader exited: {err}"
+    );
+    let doc = final_report(&out);
+    let truth = read_truth(&truth_file);
+    let _ = std::fs::remove_file(&truth_file);
+    let w = &truth[0];
+    let row = thread(&doc, w.tid).unwrap_or_else(|| {
+        panic!(
+            "the worker {} (born during start-up) is missing: {doc}",
+            w.tid
+        )
+    });
+    let on = u(row, "on_cpu_ns");
+    // Born before the window opened: at most its schedstat, and something of it.
+    let tol = tracer_truth::tolerance(w.run_ns, REL, ABS_NS);
+    assert!(
+        on > 0 && on as f64 <= w.run_ns as f64 + tol,
+        "worker on-CPU {on} ns, schedstat {} ns: {row}",
+        w.run_ns
+    );
+}
+
+/// A process asleep for the whole window is a thread the window holds: listed, on-CPU as
+/// its schedstat says (none), off-CPU the whole window, under -p and -t, and the text
+/// report lists it instead of saying that no traced thread ran (item 7).
+#[test]
+#[ignore = "needs root"]
+fn a_process_asleep_the_whole_window_is_listed_with_its_off_cpu() {
+    require_root();
+    let mut sleeper = Command::new("sleep")
+        .arg("30")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("cannot start sleep");
+    let pid = sleeper.id();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let mut problems = Vec::new();
+    for flag in ["-p", "-t"] {
+        let before = schedstat(pid, pid);
+        let out = run_tracer(&["run", "--json", flag, &pid.to_string(), "-d", "500ms"]);
+        let after = schedstat(pid, pid);
+        let doc = final_report(&out);
+        let dur = u(&doc, "duration_ns");
+        let Some(row) = thread(&doc, pid.into()) else {
+            problems.push(format!(
+                "{flag} {pid}: the sleeping thread is not listed: {doc}"
+            ));
+            continue;
+        };
+        let ran = after.0 - before.0;
+        let (on, off) = (u(row, "on_cpu_ns"), u(row, "off_cpu_ns"));
+        if !tracer_truth::within(on, ran, REL, ABS_NS) {
+            problems.push(format!("{flag}: on-CPU {on} ns, schedstat {ran} ns: {row}"));
+        }
+        if !tracer_truth::within(on + off, dur, REL, ABS_NS) {
+            problems.push(format!(
+                "{flag}: on {on} + off {off} ns, the window {dur} ns (asleep all of it): {row}"
+            ));
+        }
+    }
+    let text = run_tracer(&["run", "-p", &pid.to_string(), "-d", "300ms"]);
+    let shown = String::from_utf8_lossy(&text.stdout);
+    if shown.contains("no traced thread ran") || !shown.contains(&pid.to_string()) {
+        problems.push(format!("text report of -p {pid}: {shown}"));
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// `-d 0s` asks for no window: refused with one line naming the option, before anything
+/// is loaded (item 12: it was taken as a 4 ms window).
+#[test]
+#[ignore = "needs root"]
+fn a_window_of_zero_is_refused() {
+    require_root();
+    let out = run_tracer(&["run", "-d", "0s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "tracer run -d 0s: {err}");
+    assert!(
+        err.trim().lines().count() == 1 && (err.contains("-d") || err.contains("duration")),
+        "{err}"
+    );
+}

@@ -1,0 +1,105 @@
+//! Per-thread invariants of issue 24: a thread's on- plus off-CPU time covers its time
+//! inside the window, and its row names it as the kernel does.
+
+use super::check::{ms, num, rows_text, WindowBounds, ON_ABS, ON_REL};
+use super::report::{Class, Outcome};
+use super::truth::Entity;
+use crate::json::Json;
+
+/// Per thread, on-CPU + off-CPU = its time inside the window: from the later of the
+/// opening and its birth to the earlier of the close and its exit. The workload knows a
+/// part of that for sure (from its first instruction, or its join, to its last record, or
+/// its leave): on + off must cover it, within the one tolerance (1% or 1 ms). Above it,
+/// on + off is bounded by the window (`doc_checks`).
+pub(super) fn lifetime(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBounds, close: u64) {
+    let Some((born, end)) = e.life else {
+        return;
+    };
+    if w.open >= u64::MAX / 2 {
+        return;
+    }
+    let (from, to) = (born.max(w.open), end.min(close));
+    if to <= from {
+        return;
+    }
+    let inside = to - from;
+    let on: f64 = rows.iter().map(|r| num(r, "on_cpu_ns")).sum();
+    let off: f64 = rows.iter().map(|r| num(r, "off_cpu_ns")).sum();
+    let tol = tracer_truth::tolerance(inside, ON_REL, ON_ABS);
+    o.expect(Class::Lifetime, on + off >= inside as f64 - tol, || {
+        format!(
+            "{}: on-CPU {} + off-CPU {} = {}, {:.1}% of the {} it lived inside the window \
+             (from {} to {}; at least {} expected): its other time is neither on- nor \
+             off-CPU; rows: {}; truth: {}",
+            e.name,
+            ms(on),
+            ms(off),
+            ms(on + off),
+            100.0 * (on + off) / inside as f64,
+            ms(inside as f64),
+            if born > w.open {
+                "its birth"
+            } else {
+                "the opening"
+            },
+            if end < close {
+                "its last record"
+            } else {
+                "the close"
+            },
+            ms(inside as f64 - tol),
+            rows_text(rows),
+            e.truth_text
+        )
+    });
+}
+
+/// A thread that named itself (prctl) is shown by that name: exactly when the name is
+/// UTF-8 (control bytes and all; JSON escapes them), and when it is not, as its UTF-8
+/// beginning followed by some rendering of the rest.
+pub(super) fn names(o: &mut Outcome, e: &Entity, rows: &[&Json]) {
+    let Some(want) = &e.comm else {
+        return;
+    };
+    let comms: Vec<&str> = rows.iter().filter_map(|r| r["comm"].as_str()).collect();
+    match std::str::from_utf8(want) {
+        Ok(exact) => o.expect(Class::Name, comms.contains(&exact), || {
+            format!(
+                "{}: named itself {exact:?}, shown as {comms:?}; rows: {}",
+                e.name,
+                rows_text(rows)
+            )
+        }),
+        Err(bad) => {
+            let head = String::from_utf8_lossy(&want[..bad.valid_up_to()]).into_owned();
+            let ok = !comms.is_empty()
+                && comms
+                    .iter()
+                    .all(|c| c.starts_with(head.as_str()) && c.len() > head.len());
+            o.expect(Class::Name, ok, || {
+                format!(
+                    "{}: named itself {:?} (not UTF-8), shown as {comms:?}: expected {head:?} \
+                     and then the rest rendered; rows: {}",
+                    e.name,
+                    String::from_utf8_lossy(want),
+                    rows_text(rows)
+                )
+            })
+        }
+    }
+}
+
+/// For a missing thread: when it was born against the opening (a thread born while the
+/// tracer started is what `-p` loses).
+pub(super) fn born_when(e: &Entity, w: WindowBounds) -> String {
+    match e.life {
+        Some((born, _)) if w.open < u64::MAX / 2 && born < w.open => format!(
+            ", born {} before the window opened",
+            ms((w.open - born) as f64)
+        ),
+        Some((born, _)) if w.open < u64::MAX / 2 => {
+            format!(", born {} after the opening", ms((born - w.open) as f64))
+        }
+        _ => String::new(),
+    }
+}
