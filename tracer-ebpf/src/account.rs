@@ -263,6 +263,27 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let cs = unsafe { &mut *cs };
     let c = config();
     let (open, close) = window();
+    if leave == Leave::Dead && cs.traced != 0 && cs.tid != 0 && cs.tid != prev.tid {
+        // An old leader's last switch after another thread of its process exec'd:
+        // `de_thread()` gave the exec'ing thread the leader's TID and this dying task
+        // the other's (`exchange_tids()`) while it still ran here. It is the task this
+        // CPU switched to: its totals go out under that TID (in task storage the entry
+        // hangs off the task; in the THREADS hash `exec()` handed them over already).
+        // Its last moments since the exec are not counted.
+        // (Not `flush_dead`: the traced set's entry for that TID is the exec'd thread's.)
+        if in_storage(&prev) {
+            if let Some(s) = existing_entry(&prev) {
+                let mut leader = prev;
+                leader.tid = cs.tid;
+                // SAFETY: task storage of the task leaving.
+                flush_record(&leader, unsafe { &*s });
+                // SAFETY: a trusted task pointer (`current`).
+                unsafe { TASK_STATS.delete(prev.ptr) };
+            }
+        }
+        cs.traced = 0;
+        return 0;
+    }
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let at_open = cs.slice_start_ns == 0;
@@ -462,11 +483,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         0
     };
-    // The CPU's busy time is the thread's slice, but never more than the wall time
-    // since its switch-in: after a wakeup preemption the scheduler credits the woken
-    // thread with time before it ran (its clock update is skipped), which on a CPU would
-    // overlap the slice before. So no CPU shows more than the window.
-    cs.busy_ns += slice.min(wall);
+    // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
+    // the per-CPU figures add up to the threads'. They never overlap on a CPU: after a
+    // wakeup preemption the scheduler charges the woken thread from the wakeup, and the
+    // thread it preempts only up to it (the boundary is one rq clock reading).
+    cs.busy_ns += slice;
     if has_slice {
         s.on_cpu_ns += slice;
         s.slices += 1;

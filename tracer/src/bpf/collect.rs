@@ -58,6 +58,20 @@ fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, ThreadSta
     Ok(parse_records(&bytes))
 }
 
+/// The threads a read lists although no program saw them run: they were off-CPU all
+/// window, which is what `--sort off-cpu` is for. A thread born since the opening has
+/// an entry from its first wakeup, so only those alive at the opening are listed.
+#[derive(Clone, Debug, Default)]
+pub enum IdleThreads {
+    /// None (`tracer serve`, whose series are per cgroup and process).
+    #[default]
+    None,
+    /// The traced set's threads as seeded from /proc when the window opened.
+    Seeded(std::collections::HashSet<u32>),
+    /// Every thread of the machine (system-wide), from /proc at each read.
+    All,
+}
+
 /// Reads the maps; keeps the totals of threads that died.
 pub struct Collector {
     ring: RingBuf<MapData>,
@@ -79,10 +93,8 @@ pub struct Collector {
     pub scoped_entries: usize,
     /// The window's opening (CLOCK_MONOTONIC ns).
     open_ns: u64,
-    /// The threads the traced set was seeded with (alive when the window opened): those
-    /// that never ran are listed too, off-CPU all window. (A thread born since has an
-    /// entry from its first wakeup; before it, it is not yet in the window.)
-    seeded: std::collections::HashSet<u32>,
+    /// Which threads that never ran are listed, off-CPU all window.
+    idle: IdleThreads,
 }
 
 impl Collector {
@@ -92,7 +104,7 @@ impl Collector {
         runq: RunqSource,
         root: Root,
         open_ns: u64,
-        seeded: std::collections::HashSet<u32>,
+        idle: IdleThreads,
     ) -> Result<Self> {
         let ring = RingBuf::try_from(
             ebpf.take_map("EXITED")
@@ -109,7 +121,7 @@ impl Collector {
             root,
             scoped_entries: 0,
             open_ns,
-            seeded,
+            idle,
         })
     }
 
@@ -430,9 +442,7 @@ impl Collector {
             .map(|cs| (cs.tid, cs.slice_start_ns))
             .collect();
         add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
-        if !self.seeded.is_empty() {
-            self.add_never_ran(ebpf, &mut threads, &live_by_tid, &on_cpu, end)?;
-        }
+        self.add_never_ran(&mut threads, &live_by_tid, &on_cpu, end);
 
         for (tid, tgid, d) in pending {
             let b = tracer_common::hist::bucket_index(d);
@@ -464,24 +474,31 @@ impl Collector {
         Ok(snap)
     }
 
-    /// The traced set's threads that have no entry, no record and no slice on a CPU:
+    /// The threads of [`IdleThreads`] with no entry, no record and no slice on a CPU:
     /// alive, they were off-CPU all window.
     fn add_never_ran(
         &self,
-        ebpf: &Ebpf,
         threads: &mut BTreeMap<ThreadKey, ThreadRecord>,
         live: &HashMap<u32, ThreadKey>,
         on_cpu: &HashMap<u32, u64>,
         end: u64,
-    ) -> Result<()> {
-        let tracked: BpfHashMap<_, u32, tracer_common::Tracked> =
-            BpfHashMap::try_from(ebpf.map("TRACKED").context("TRACKED map missing")?)?;
+    ) {
+        let candidates: Vec<(u32, u32)> = match &self.idle {
+            IdleThreads::None => return,
+            IdleThreads::Seeded(set) => set.iter().map(|&t| (0, t)).collect(),
+            IdleThreads::All => crate::sys::procfs::all_threads(&self.root),
+        };
         let seen: std::collections::HashSet<u32> = threads.values().map(|r| r.tid).collect();
-        for (tid, t) in tracked.iter().filter_map(|i| i.ok()) {
-            if !self.seeded.contains(&tid)
-                || live.contains_key(&tid)
-                || on_cpu.contains_key(&tid)
-                || seen.contains(&tid)
+        // A thread started within a clock tick of the opening may have been born after
+        // it (and then has an entry, or is about to): not listed.
+        let tick = 1_000_000_000 / 100;
+        for (tgid, tid) in candidates {
+            if live.contains_key(&tid) || on_cpu.contains_key(&tid) || seen.contains(&tid) {
+                continue;
+            }
+            if matches!(self.idle, IdleThreads::All)
+                && crate::sys::birth::started_ns(&self.root, tid)
+                    .is_none_or(|b| b + tick > self.open_ns)
             {
                 continue;
             }
@@ -491,11 +508,14 @@ impl Collector {
             };
             let mut comm = [0u8; 16];
             set_comm(&mut comm, &name);
-            let tgid = if t.tgid != 0 { t.tgid } else { 0 };
+            let tgid = if tgid != 0 {
+                tgid
+            } else {
+                crate::sys::procfs::tgid_of(&self.root, tid).unwrap_or(0)
+            };
             let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
             threads.insert(key, never_ran(tid, tgid, comm, self.open_ns, end));
         }
-        Ok(())
     }
 
     /// `-L`: moves the histograms of dead threads out of the kernel map so it stays

@@ -1,5 +1,6 @@
 //! The operating system underneath: BTF, tracefs, procfs, the root for fixture trees,
 //! launching the traced command, privileges, clocks and the parsers of user input.
+pub mod birth;
 pub mod btf;
 pub mod clock;
 pub mod launch;

@@ -76,6 +76,21 @@ fn numeric_entries(dir: &Path) -> std::io::Result<Vec<u32>> {
     Ok(ids)
 }
 
+/// Every thread of the machine as (TGID, TID).
+pub fn all_threads(root: &Root) -> Vec<(u32, u32)> {
+    let Ok(pids) = numeric_entries(&root.path("/proc")) else {
+        return Vec::new();
+    };
+    pids.into_iter()
+        .flat_map(|pid| {
+            numeric_entries(&root.path(format!("/proc/{pid}/task")))
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |tid| (pid, tid))
+        })
+        .collect()
+}
+
 /// The TIDs of process `pid`, sorted.
 pub fn threads_of(root: &Root, pid: u32) -> Result<Vec<u32>, TracerError> {
     let dir = root.path(format!("/proc/{pid}/task"));

@@ -8,7 +8,7 @@ use tracer_common::{filter, MAX_SLICE_COUNTERS};
 
 use super::{hist_scope, RunConfig};
 use crate::{
-    bpf::collect::Collector,
+    bpf::collect::{Collector, IdleThreads},
     bpf::loader::{LoadOptions, Tracer},
     cmd::targets,
     model::options::RunqSource,
@@ -138,7 +138,11 @@ pub(super) fn setup(
         runq,
         root.clone(),
         t0,
-        threads.iter().map(|&(_, tid)| tid).collect(),
+        if plan.filter == filter::ALL {
+            IdleThreads::All
+        } else {
+            IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
+        },
     )?;
     let counter_target =
         targets::counter_target(&args.targets, child, plan.filter, &threads, root)?;
