@@ -122,7 +122,11 @@ pub(crate) fn seed(
             },
             e => e,
         })?;
-        for tid in tids {
+        // A zombie leader whose other threads run: nothing left to trace or count.
+        for tid in tids
+            .into_iter()
+            .filter(|&t| procfs::thread_alive(root, pid, t))
+        {
             // New threads of the process join; so do its children in the tracepoint mode,
             // whose fork record cannot tell a thread from a process (see README).
             seed.push((

@@ -329,6 +329,12 @@ fn stat_state_start(text: &str) -> Option<(char, u64)> {
 }
 
 /// A task counts as alive until it is a zombie (exited, not yet reaped) or dead.
+/// Whether thread `tid` of `pid` is alive (not a zombie: a leader that exited while
+/// its other threads run stays listed, and perf cannot count it).
+pub fn thread_alive(root: &Root, pid: u32, tid: u32) -> bool {
+    task_alive(&root.path(format!("/proc/{pid}/task/{tid}/stat")), None).is_some()
+}
+
 fn task_alive(stat_path: &Path, start: Option<u64>) -> Option<u64> {
     let text = std::fs::read_to_string(stat_path).ok()?;
     let (state, st) = stat_state_start(&text)?;
