@@ -263,15 +263,15 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let cs = unsafe { &mut *cs };
     let c = config();
     let (open, close) = window();
-    if leave == Leave::Dead && cs.traced != 0 && cs.tid != 0 && cs.tid != prev.tid {
-        // An old leader's last switch after another thread of its process exec'd:
-        // `de_thread()` gave the exec'ing thread the leader's TID and this dying task
-        // the other's (`exchange_tids()`) while it still ran here. It is the task this
-        // CPU switched to: its totals go out under that TID (in task storage the entry
+    if cs.traced != 0 && cs.tid != prev.tid && cs.tid == prev.tgid && prev.tid != prev.tgid {
+        // An old leader leaving after another thread of its process exec'd:
+        // `de_thread()` gave the exec'ing thread the leader's TID (the TGID, which this
+        // CPU switched to) and this exiting task the other's (`exchange_tids()`) while
+        // it still ran here. Its last moments since the exec are not counted; at its
+        // final switch its totals go out under its own TID (in task storage the entry
         // hangs off the task; in the THREADS hash `exec()` handed them over already).
-        // Its last moments since the exec are not counted.
         // (Not `flush_dead`: the traced set's entry for that TID is the exec'd thread's.)
-        if in_storage(&prev) {
+        if leave == Leave::Dead && in_storage(&prev) {
             if let Some(s) = existing_entry(&prev) {
                 let mut leader = prev;
                 leader.tid = cs.tid;

@@ -473,10 +473,15 @@ impl<S> Report<S> {
                 .cpu_busy_ns
                 .iter()
                 .enumerate()
-                .map(|(cpu, &ns)| CpuRow {
-                    cpu,
-                    on_cpu_ns: ns,
-                    utilization: share(ns),
+                .map(|(cpu, &ns)| {
+                    // The scheduler's charges, whose clock may run a few microseconds
+                    // ahead of the window's on a CPU busy all of it.
+                    let ns = ns.min(i.duration_ns);
+                    CpuRow {
+                        cpu,
+                        on_cpu_ns: ns,
+                        utilization: share(ns),
+                    }
                 })
                 .collect(),
             threads: ThreadList {

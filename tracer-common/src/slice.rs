@@ -1,0 +1,385 @@
+//! The accounting decisions of a switch-out, as pure functions of plain numbers: the
+//! eBPF side reads the facts (clock, window, per-CPU state, the task's scheduler fields,
+//! its entry) and writes the results; what the facts mean is decided here, once, and
+//! tested on the host (one table row per probe mode, run-queue source and window edge).
+//!
+//! `u64::MAX` stands for "not known" rather than `Option`: on the BPF side an `Option`'s
+//! payload is undefined on `None`, and LLVM may read it anyway, which the verifier
+//! rejects (an uninitialized register).
+
+/// Not known.
+pub const UNKNOWN: u64 = u64::MAX;
+
+/// What is known when a traced thread leaves a CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// This switch-out, CLOCK_MONOTONIC ns.
+    pub now: u64,
+    /// The window's opening and close (0: still open).
+    pub open: u64,
+    pub close: u64,
+    /// Its switch-in as seen on this CPU; 0 when no program saw it (the switch before
+    /// was not reported), `open` when it ran since before the programs attached.
+    pub start: u64,
+    /// The first switch on this CPU since the attach: it ran since before it.
+    pub at_open: bool,
+    /// The scheduler's runtime of this slice (`sum_exec_runtime -
+    /// prev_sum_exec_runtime`), or [`UNKNOWN`].
+    pub running: u64,
+    /// `sum_exec_runtime` now and at the thread's last switch-out (0: unknown).
+    pub sum: u64,
+    pub last_sum: u64,
+    /// Without BTF: `sched_stat_runtime` deltas since the last switch-out.
+    pub pending_runtime: u64,
+}
+
+/// The slice, as [`slice`] decides it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slice {
+    /// Whether there is a slice to count, and its length (ns on CPU).
+    pub counted: bool,
+    pub len: u64,
+    /// Wall time from the switch-in to this switch-out (cut at the close), or
+    /// [`UNKNOWN`] when the switch-in was not seen.
+    pub wall: u64,
+    /// When the slice began by the scheduler's account: the switch-in, or `len` before
+    /// now when the switch-in was not seen (0: not known).
+    pub begun: u64,
+    /// The runtime the scheduler charged to the slice from before its switch-in (its
+    /// clock update is skipped after a wakeup preemption): taken off the off-CPU time
+    /// that ended at the switch-in, which by that account was on-CPU time.
+    pub credit: u64,
+    /// The other side of that credit: wall time after the switch-in that the
+    /// scheduler did not charge (the thread that preempts it is charged from the
+    /// wakeup; interrupts and steal are not run time). The thread's off-CPU time
+    /// starts that much before this switch-out.
+    pub gap: u64,
+}
+
+/// A slice's length. By the scheduler's runtime where its base is known (schedstat
+/// agrees with it); cut by the clock at the window's close, since the scheduler's figure
+/// runs past it; a slice running at the attach counts from the later of the opening and
+/// its switch-in; otherwise the scheduler's runtime of the slice, then the
+/// `sched_stat_runtime` deltas, then the wall time.
+#[inline(always)]
+pub fn slice(f: &Facts) -> Slice {
+    let cut = f.close != 0 && f.now > f.close;
+    let end = if cut { f.close } else { f.now };
+    let (counted, len) = if cut {
+        (end > f.start, end.saturating_sub(f.start))
+    } else if f.at_open {
+        let since_open = f.now.saturating_sub(f.open);
+        (true, if f.running < since_open { f.running } else { since_open })
+    } else if f.sum != 0 && f.last_sum != 0 && f.sum >= f.last_sum {
+        (true, f.sum - f.last_sum)
+    } else if f.start == 0 && f.running != UNKNOWN {
+        (true, f.running)
+    } else if f.pending_runtime != 0 {
+        (true, f.pending_runtime)
+    } else if f.start != 0 && f.now > f.start {
+        (true, f.now - f.start)
+    } else {
+        (false, 0)
+    };
+    let wall = if f.at_open || f.start == 0 {
+        UNKNOWN
+    } else {
+        end.saturating_sub(f.start)
+    };
+    let begun = if wall != UNKNOWN {
+        f.start
+    } else if counted {
+        f.now.saturating_sub(len)
+    } else {
+        0
+    };
+    let (credit, gap) = if wall == UNKNOWN || !counted {
+        (0, 0)
+    } else {
+        (len.saturating_sub(wall), wall.saturating_sub(len))
+    };
+    Slice {
+        counted,
+        len,
+        wall,
+        begun,
+        credit,
+        gap,
+    }
+}
+
+/// Where a slice stands against the window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// Inside it (or cut at its close): counted.
+    Inside,
+    /// Begun after its close, or before its opening with the close set: nothing of it
+    /// is in the window.
+    Outside,
+}
+
+#[inline(always)]
+pub fn edge(start: u64, open: u64, close: u64) -> Edge {
+    if close != 0 && (start >= close || start < open) {
+        Edge::Outside
+    } else {
+        Edge::Inside
+    }
+}
+
+/// The off-CPU time that ended when the slice began, `last_off` its start (0: none),
+/// less the scheduler's credit to the slice.
+#[inline(always)]
+pub fn off_cpu(last_off: u64, begun: u64, credit: u64) -> u64 {
+    if last_off != 0 && begun > last_off {
+        (begun - last_off).saturating_sub(credit)
+    } else {
+        0
+    }
+}
+
+/// A run-queue wait from its start (`runnable`, 0: not waiting) to `ran` (the slice's
+/// start), or [`UNKNOWN`].
+#[inline(always)]
+pub fn wait_from(runnable: u64, ran: u64) -> u64 {
+    if runnable != 0 && ran > runnable {
+        ran - runnable
+    } else {
+        UNKNOWN
+    }
+}
+
+/// A run-queue wait as the scheduler's `sched_info.run_delay` grew over it (`base`:
+/// its value before, [`UNKNOWN`] when not known), or [`UNKNOWN`]. Where it did not grow
+/// (its clock update is skipped after a wakeup that preempts) there is no wait.
+#[inline(always)]
+pub fn wait_by_run_delay(run_delay: u64, base: u64) -> u64 {
+    if base != UNKNOWN && run_delay > base {
+        run_delay - base
+    } else {
+        UNKNOWN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn seen(start: u64, now: u64) -> Facts {
+        Facts {
+            now,
+            open: 100 * MS,
+            start,
+            running: UNKNOWN,
+            ..Default::default()
+        }
+    }
+
+    /// One row per case the switch program meets: (what, facts, expected slice).
+    #[test]
+    fn slice_table() {
+        let rows: &[(&str, Facts, Slice)] = &[
+            (
+                "tp-btf/raw-tp: by sum_exec_runtime, the scheduler charged exactly the wall time",
+                Facts {
+                    sum: 50 * MS,
+                    last_sum: 40 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 10 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "wakeup preemption: charged 1 ms from before the switch-in (credit)",
+                Facts {
+                    sum: 51 * MS,
+                    last_sum: 40 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 11 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: MS,
+                    gap: 0,
+                },
+            ),
+            (
+                "preempted by a wakeup: charged only to the wakeup (gap)",
+                Facts {
+                    sum: 48 * MS,
+                    last_sum: 40 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 8 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 2 * MS,
+                },
+            ),
+            (
+                "cut at the window's close by the clock",
+                Facts {
+                    close: 205 * MS,
+                    sum: 51 * MS,
+                    last_sum: 40 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 5 * MS,
+                    wall: 5 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "running at the attach, switched in 4 ms after the opening",
+                Facts {
+                    at_open: true,
+                    start: 100 * MS,
+                    running: 6 * MS,
+                    ..seen(0, 110 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 6 * MS,
+                    wall: UNKNOWN,
+                    begun: 104 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "running at the attach, runtime not known: from the opening",
+                Facts {
+                    at_open: true,
+                    start: 100 * MS,
+                    ..seen(0, 110 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 10 * MS,
+                    wall: UNKNOWN,
+                    begun: 100 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "switch-in not seen, first slice of the thread: the scheduler's runtime",
+                Facts {
+                    running: 3 * MS,
+                    ..seen(0, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 3 * MS,
+                    wall: UNKNOWN,
+                    begun: 207 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "classic tracepoints without BTF: sched_stat_runtime deltas",
+                Facts {
+                    pending_runtime: 7 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 7 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 3 * MS,
+                },
+            ),
+            (
+                "no scheduler figure at all: the wall time",
+                seen(200 * MS, 210 * MS),
+                Slice {
+                    counted: true,
+                    len: 10 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
+                "nothing known: no slice",
+                seen(0, 210 * MS),
+                Slice {
+                    counted: false,
+                    len: 0,
+                    wall: UNKNOWN,
+                    begun: 0,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+        ];
+        for (what, f, want) in rows {
+            assert_eq!(slice(f), *want, "{what}");
+            let s = slice(f);
+            if s.wall != UNKNOWN {
+                // On the CPU by the scheduler's account plus what it did not charge is
+                // the wall time, less what it charged from before.
+                assert_eq!(s.len + s.gap, s.wall + s.credit, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn edges_off_cpu_and_waits() {
+        assert_eq!(edge(5, 1, 0), Edge::Inside);
+        assert_eq!(edge(5, 1, 4), Edge::Outside);
+        assert_eq!(edge(0, 1, 4), Edge::Outside);
+        assert_eq!(edge(3, 1, 4), Edge::Inside);
+        assert_eq!(off_cpu(0, 10, 0), 0);
+        assert_eq!(off_cpu(4, 10, 0), 6);
+        assert_eq!(off_cpu(4, 10, 2), 4);
+        assert_eq!(off_cpu(4, 10, 9), 0);
+        assert_eq!(off_cpu(12, 10, 0), 0);
+        assert_eq!(wait_from(0, 10), UNKNOWN);
+        assert_eq!(wait_from(4, 10), 6);
+        assert_eq!(wait_from(10, 10), UNKNOWN);
+        assert_eq!(wait_by_run_delay(30, 20), 10);
+        assert_eq!(wait_by_run_delay(20, 20), UNKNOWN);
+        assert_eq!(wait_by_run_delay(30, UNKNOWN), UNKNOWN);
+    }
+
+    #[test]
+    fn on_plus_off_is_the_time_between_two_switch_outs() {
+        // A thread leaves at 100 ms (charged 2 ms less than its wall time), sleeps, is
+        // switched in at 150 ms with 1 ms of credit, and leaves at 160 ms.
+        let first = slice(&Facts {
+            sum: 18 * MS,
+            last_sum: 10 * MS,
+            ..seen(90 * MS, 100 * MS)
+        });
+        let last_off = 100 * MS - first.gap;
+        let second = slice(&Facts {
+            sum: 29 * MS,
+            last_sum: 18 * MS,
+            ..seen(150 * MS, 160 * MS)
+        });
+        let off = off_cpu(last_off, second.begun, second.credit);
+        assert_eq!(first.len + off + second.len, 160 * MS - 90 * MS);
+    }
+}
