@@ -1,0 +1,175 @@
+//! The trace writer's unit tests: packets decoded back with the same prost messages.
+use super::*;
+use prost::Message as _;
+
+fn sw(ts: u64, cpu: u32, prev: u32, next: u32, comm: &str) -> Switch {
+    Switch {
+        ts,
+        cpu,
+        prev_tid: prev,
+        prev_state: 1,
+        preempt: false,
+        repaired: false,
+        next_tid: next,
+        next_tgid: next,
+        next_prio: 120,
+        next_comm: comm.into(),
+    }
+}
+
+/// Splits a trace into its packets (Trace.packet, field 1, length-delimited).
+fn packets(mut b: &[u8]) -> Vec<pb::TracePacket> {
+    let mut v = Vec::new();
+    while !b.is_empty() {
+        let key = prost::encoding::decode_varint(&mut b).unwrap();
+        assert_eq!(key, (1 << 3) | 2, "Trace.packet, length-delimited");
+        let len = prost::encoding::decode_varint(&mut b).unwrap() as usize;
+        v.push(pb::TracePacket::decode(&b[..len]).unwrap());
+        b = &b[len..];
+    }
+    v
+}
+
+#[test]
+fn bundles_are_delta_encoded_per_cpu_and_names_interned() {
+    let facts = SystemFacts {
+        release: "6.18.0".into(),
+        num_cpus: 2,
+        ..Default::default()
+    };
+    let mut w = TraceWriter::new(Vec::new(), &facts, 2).unwrap();
+    w.switch(sw(1000, 0, 0, 10, "a"));
+    w.switch(sw(1500, 0, 10, 11, "b"));
+    w.switch(sw(2100, 0, 11, 10, "a"));
+    w.switch(sw(1200, 1, 0, 12, "c"));
+    w.flush(&[0, 3]).unwrap();
+    w.switch(sw(2500, 0, 10, 0, "swapper/0"));
+    let written = w.finish(&[0, 3], &[4, 1]).unwrap();
+    let out = w.into_inner();
+    assert_eq!(written.switches, 5);
+    assert_eq!(written.bytes, out.len() as u64);
+    let p = packets(&out);
+    assert_eq!(
+        p[0].system_info
+            .as_ref()
+            .unwrap()
+            .utsname
+            .as_ref()
+            .unwrap()
+            .release
+            .as_deref(),
+        Some("6.18.0")
+    );
+    assert_eq!(p[1].ftrace_stats.as_ref().unwrap().phase, Some(1));
+    let tree = p[2].process_tree.as_ref().unwrap();
+    assert_eq!(tree.threads.len(), 3);
+    assert_eq!(p[2].timestamp, Some(1000));
+    let b0 = p[3].ftrace_events.as_ref().unwrap();
+    assert_eq!(b0.cpu, Some(0));
+    let cs = b0.compact_sched.as_ref().unwrap();
+    assert_eq!(cs.switch_timestamp, vec![1000, 500, 600]);
+    assert_eq!(cs.intern_table, vec!["a", "b"]);
+    assert_eq!(cs.switch_next_comm_index, vec![0, 1, 0]);
+    let b1 = p[4].ftrace_events.as_ref().unwrap();
+    assert_eq!((b1.cpu, b1.lost_events), (Some(1), Some(true)));
+    // The second bundle of CPU 0 starts absolute again, after the first.
+    let b0b = p[5].ftrace_events.as_ref().unwrap();
+    assert_eq!(
+        b0b.compact_sched.as_ref().unwrap().switch_timestamp,
+        vec![2500]
+    );
+    assert_eq!(b0b.lost_events, None);
+    let end = p[6].ftrace_stats.as_ref().unwrap();
+    assert_eq!(end.phase, Some(2));
+    assert_eq!(end.cpu_stats[1].overrun, Some(3));
+    assert_eq!(end.cpu_stats[0].read_events, Some(4));
+}
+
+#[test]
+fn a_repaired_switch_is_counted_and_marked() {
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    w.switch(sw(1, 0, 0, 10, "a"));
+    let mut r = sw(3, 0, 10, 11, "b");
+    r.repaired = true;
+    w.switch(r);
+    w.switch(sw(5, 0, 11, 0, "swapper/0"));
+    assert_eq!(w.written().gaps, 1);
+    assert_eq!(
+        w.gap_tids().iter().copied().collect::<Vec<_>>(),
+        vec![10, 11]
+    );
+    w.finish(&[], &[]).unwrap();
+    let b = packets(&w.into_inner())
+        .into_iter()
+        .find_map(|p| p.ftrace_events)
+        .unwrap();
+    assert_eq!(b.lost_events, Some(true));
+    assert_eq!(b.compact_sched.unwrap().switch_timestamp, vec![1, 2, 2]);
+}
+
+#[test]
+fn a_thread_is_named_again_only_when_renamed() {
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    w.switch(sw(1, 0, 0, 10, "a"));
+    w.switch(sw(2, 0, 10, 10, "a"));
+    w.flush(&[]).unwrap();
+    w.switch(sw(3, 0, 10, 10, "renamed"));
+    w.finish(&[], &[]).unwrap();
+    let out = w.into_inner();
+    let trees: Vec<_> = packets(&out)
+        .into_iter()
+        .filter_map(|p| p.process_tree)
+        .collect();
+    assert_eq!(trees.len(), 2);
+    assert_eq!(trees[0].threads.len(), 1);
+    assert_eq!(trees[1].threads[0].name.as_deref(), Some("renamed"));
+}
+
+#[test]
+fn task_events_are_ftrace_events_in_order_and_rename_the_thread() {
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    let ev = |ts, change| TaskEv {
+        ts,
+        cpu: 0,
+        tid: 11,
+        tgid: 10,
+        actor_tid: 10,
+        prio: 120,
+        comm: "new".into(),
+        change,
+    };
+    w.switch(sw(1, 0, 0, 11, "old"));
+    w.task(ev(
+        5,
+        TaskChange::Migrate {
+            orig_cpu: 1,
+            dest_cpu: 0,
+        },
+    ));
+    w.task(ev(
+        3,
+        TaskChange::Rename {
+            old_comm: "old".into(),
+        },
+    ));
+    w.finish(&[], &[]).unwrap();
+    assert_eq!(w.written().tasks, 2);
+    let p = packets(&w.into_inner());
+    let tree = p.iter().find_map(|p| p.process_tree.clone()).unwrap();
+    let names: Vec<_> = tree
+        .threads
+        .iter()
+        .map(|t| t.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, vec!["old", "new"]);
+    let b = p.into_iter().find_map(|p| p.ftrace_events).unwrap();
+    let ts: Vec<_> = b.event.iter().map(|e| e.timestamp.unwrap()).collect();
+    assert_eq!(ts, vec![3, 5]);
+    let r = b.event[0].task_rename.as_ref().unwrap();
+    assert_eq!(
+        (r.pid, r.oldcomm.as_deref(), r.newcomm.as_deref()),
+        (Some(11), Some("old"), Some("new"))
+    );
+    let m = b.event[1].sched_migrate_task.as_ref().unwrap();
+    assert_eq!((m.orig_cpu, m.dest_cpu), (Some(1), Some(0)));
+}
