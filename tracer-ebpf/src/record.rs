@@ -234,7 +234,10 @@ fn slow(prev: &Task, next: &Task) {
         (*p).how = how_;
         (*p).wait_ns = wait;
         (*p).prev_ran_ns = ran;
-        (*p).comm = s.comm;
+        // Both names as they are now, as runqslower reads them (`next->comm`, and `prev`
+        // is `current`): the entry's copy is from its creation, before any exec or
+        // rename.
+        (*p).comm = comm(next);
         (*p).prev_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
     }
     e.submit(0);
