@@ -5,13 +5,13 @@
 //! bundles every second or every [`perfetto::MAX_PENDING`] events: memory stays bounded
 //! however long the run. Events the kernel could not queue (ring buffer full) are counted
 //! per CPU, said on stderr as they happen, and written into the trace's `FtraceStats`
-//! and the summary.
+//! and the summary. The trace ends at the window's close, where the summary does.
 use std::{
     collections::HashSet,
     fs::File,
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     thread::JoinHandle,
@@ -63,6 +63,8 @@ struct Recorder {
     buffer_bytes: u32,
     file: Mutex<Option<File>>,
     stop: Arc<AtomicBool>,
+    /// The window's close (CLOCK_MONOTONIC), handed to the reader before `stop`.
+    close: Arc<AtomicU64>,
     /// The output failed: the session should end.
     failed: Arc<AtomicBool>,
     reader: Mutex<Option<JoinHandle<Result<Outcome>>>>,
@@ -76,6 +78,7 @@ pub fn run(args: RecordConfig, root: Root) -> Result<i32> {
         buffer_bytes: args.buffer_size,
         file: Mutex::new(Some(file)),
         stop: Arc::new(AtomicBool::new(false)),
+        close: Arc::new(AtomicU64::new(0)),
         failed: Arc::new(AtomicBool::new(false)),
         reader: Mutex::new(None),
     });
@@ -110,13 +113,19 @@ impl Extension for Recorder {
             .take_map("REC_STATS")
             .context("REC_STATS map missing")?;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)? as u32;
-        let writer = TraceWriter::new(file, &perfetto::system_facts(cpus), cpus)
+        let offset = crate::sys::clock::boot_offset_ns();
+        let writer = TraceWriter::new(file, &perfetto::system_facts(cpus), cpus, offset)
             .with_context(|| format!("writing {}", self.path.display()))?;
-        let (stop, failed, path) = (self.stop.clone(), self.failed.clone(), self.path.clone());
+        let (stop, close, failed, path) = (
+            self.stop.clone(),
+            self.close.clone(),
+            self.failed.clone(),
+            self.path.clone(),
+        );
         let h = std::thread::Builder::new()
             .name("record".into())
             .spawn(move || {
-                let r = read_loop(rb, stats, writer, &stop, cpus as usize);
+                let r = read_loop(rb, stats, writer, (&stop, &close), cpus as usize);
                 if r.is_err() {
                     failed.store(true, Ordering::Relaxed);
                 }
@@ -130,8 +139,11 @@ impl Extension for Recorder {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn finish(&self, _ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
-        self.stop.store(true, Ordering::Relaxed);
+    fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
+        // The trace ends where the summary does; 0 (no close) writes no cut.
+        let close = crate::bpf::record::window_close(ebpf).unwrap_or(0);
+        self.close.store(close, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
         let h = self
             .reader
             .lock()
@@ -172,6 +184,7 @@ fn summary(path: &Path, o: &Outcome) -> (Option<RecordSummary>, Vec<String>) {
         read_per_cpu: o.read.clone(),
         undecodable: o.undecodable,
         gaps: w.gaps,
+        window_cuts: w.window_cuts,
         // Bounded: enough to tell which threads' times are off.
         gap_tids: o.gap_tids.iter().take(1000).copied().collect(),
     };
@@ -222,7 +235,7 @@ fn read_loop(
     mut rb: RingBuf<MapData>,
     stats: aya::maps::Map,
     mut w: TraceWriter<File>,
-    stop: &AtomicBool,
+    (stop, close): (&AtomicBool, &AtomicU64),
     cpus: usize,
 ) -> Result<Outcome> {
     let mut read = vec![0u64; cpus];
@@ -238,7 +251,7 @@ fn read_loop(
         anyhow::Error::new(e)
     };
     loop {
-        let stopping = stop.load(Ordering::Relaxed);
+        let stopping = stop.load(Ordering::Acquire);
         if !stopping {
             std::thread::sleep(DRAIN_EVERY);
         }
@@ -309,7 +322,8 @@ fn read_loop(
     }
     let (sent, l) = rec_stats(&stats)?;
     lost = l;
-    let written = match w.finish(&lost, &read) {
+    let close = close.load(Ordering::Relaxed);
+    let written = match w.finish(&lost, &read, (close != 0).then_some(close)) {
         Ok(v) => v,
         Err(e) => return Err(fail(&mut w, e)),
     };

@@ -16,11 +16,22 @@
 //! and processes first seen or renamed since the last one) and, per CPU, one
 //! `FtraceEventBundle` with `compact_sched` arrays (switches and wakings) and, in
 //! timestamp order, the task events as regular ftrace events (`task_newtask`,
-//! `sched_process_exec`, `sched_process_exit`, `task_rename`, `sched_migrate_task`). Timestamps are
-//! CLOCK_BOOTTIME, Perfetto's default trace clock.
+//! `sched_process_exec`, `sched_process_exit`, `task_rename`, `sched_migrate_task`).
+//!
+//! Times: the events carry the accounting's CLOCK_MONOTONIC timestamps; they are written
+//! in CLOCK_BOOTTIME, Perfetto's default trace clock (the offset between the two, taken
+//! once by the caller, changes only across a suspend). A switch is written at the
+//! scheduler's boundary between the two slices (`model::boundaries`), so the slices are
+//! the runtimes the summary counts; a waking that the boundary would precede (the task
+//! was charged from its enqueue, before the wakeup's tracepoint) is moved to just before
+//! it. At the window's close each CPU's last task is switched out to the idle task
+//! ([`TraceWriter::finish`]), as the summary cuts that slice there.
 use std::{collections::BTreeMap, collections::HashMap, io::Write};
 
-use crate::model::events::{ftrace_prev_state, Switch, TaskChange, TaskEv, Wakeup};
+use crate::model::{
+    boundaries::{place, Point},
+    events::{ftrace_prev_state, Switch, TaskChange, TaskEv, Wakeup},
+};
 
 pub mod pb;
 mod task_events;
@@ -33,11 +44,35 @@ const SEQUENCE_ID: u32 = 1;
 /// Events held per CPU before a flush writes them: bounds memory however long the run.
 pub const MAX_PENDING: usize = 8192;
 
+/// A waking in the stream: its sequence number, timestamp, and where it waits to be
+/// written (its CPU and index there; stale once that CPU's bundle is written, which the
+/// sequence number tells).
+#[derive(Clone, Copy)]
+struct WakeRef {
+    seq: u64,
+    ts: u64,
+    cpu: u32,
+    idx: usize,
+}
+
+/// A switch waiting to be written, with the waking of its next task, if one is in the
+/// stream since that task last left a CPU.
+struct PendingSwitch {
+    s: Switch,
+    woken: Option<WakeRef>,
+}
+
 #[derive(Default)]
 struct CpuPending {
-    switches: Vec<Switch>,
-    wakings: Vec<Wakeup>,
+    switches: Vec<PendingSwitch>,
+    /// With their sequence numbers (see `PendingSwitch::woken`).
+    wakings: Vec<(u64, Wakeup)>,
     tasks: Vec<TaskEv>,
+    /// The timestamp of the last switch written on this CPU: the floor of the next
+    /// boundary (see `model::boundaries::place`).
+    before: Option<u64>,
+    /// The task the last switch on this CPU put there, and its TGID.
+    running: Option<(u32, u32)>,
     /// The last timestamp written (switches, wakings, task events), so bundles never go
     /// back.
     last_switch: u64,
@@ -73,6 +108,8 @@ pub struct Written {
     /// `switch_in_unseen`), put back with an estimated time: their bundles have
     /// `lost_events` set; the tasks around them are in [`TraceWriter::gap_tids`].
     pub gaps: u64,
+    /// Of `switches`, those written at the window's close (not from the kernel).
+    pub window_cuts: u64,
 }
 
 /// Streams events into a Perfetto trace. Memory: at most [`MAX_PENDING`] events per CPU
@@ -89,11 +126,19 @@ pub struct TraceWriter<W: Write> {
     written: Written,
     buf: Vec<u8>,
     gap_tids: std::collections::BTreeSet<u32>,
+    /// CLOCK_BOOTTIME less CLOCK_MONOTONIC, added to every timestamp written.
+    boot_offset: u64,
+    /// Thread -> its last waking in the stream (sequence number, timestamp), until it
+    /// switches in or out.
+    woken: HashMap<u32, WakeRef>,
+    wake_seq: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
-    /// Starts a trace: the `SystemInfo` packet and the start-of-trace stats.
-    pub fn new(out: W, facts: &SystemFacts, cpus: u32) -> std::io::Result<Self> {
+    /// Starts a trace: the `SystemInfo` packet and the start-of-trace stats. Event
+    /// timestamps are CLOCK_MONOTONIC; `boot_offset` (CLOCK_BOOTTIME less
+    /// CLOCK_MONOTONIC) is added to each as it is written.
+    pub fn new(out: W, facts: &SystemFacts, cpus: u32, boot_offset: u64) -> std::io::Result<Self> {
         let mut w = TraceWriter {
             out,
             cpus: BTreeMap::new(),
@@ -105,6 +150,9 @@ impl<W: Write> TraceWriter<W> {
             written: Written::default(),
             buf: Vec::new(),
             gap_tids: Default::default(),
+            boot_offset,
+            woken: HashMap::new(),
+            wake_seq: 0,
         };
         w.packet(pb::TracePacket {
             system_info: Some(pb::SystemInfo {
@@ -228,6 +276,13 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn switch(&mut self, s: Switch) {
         self.saw_thread(s.ts, s.next_tid, s.next_tgid, &s.next_comm);
+        // A waking before it belongs to this switch-in; one of the task leaving is stale.
+        self.woken.remove(&s.prev_tid);
+        let woken = if s.next_tid != 0 {
+            self.woken.remove(&s.next_tid)
+        } else {
+            None
+        };
         let p = self.cpus.entry(s.cpu).or_default();
         if s.repaired {
             // The CPU track around it is an estimate: say so in the bundle.
@@ -236,7 +291,8 @@ impl<W: Write> TraceWriter<W> {
             self.gap_tids.insert(s.prev_tid);
             self.gap_tids.insert(s.next_tid);
         }
-        p.switches.push(s);
+        p.running = Some((s.next_tid, s.next_tgid));
+        p.switches.push(PendingSwitch { s, woken });
         self.pending += 1;
     }
 
@@ -247,7 +303,17 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn wakeup(&mut self, w: Wakeup) {
         self.saw_thread(w.ts, w.tid, w.tgid, &w.comm);
-        self.cpus.entry(w.cpu).or_default().wakings.push(w);
+        self.wake_seq += 1;
+        let tid = w.tid;
+        let wakings = &mut self.cpus.entry(w.cpu).or_default().wakings;
+        let r = WakeRef {
+            seq: self.wake_seq,
+            ts: w.ts,
+            cpu: w.cpu,
+            idx: wakings.len(),
+        };
+        wakings.push((self.wake_seq, w));
+        self.woken.insert(tid, r);
         self.pending += 1;
     }
 
@@ -277,17 +343,17 @@ impl<W: Write> TraceWriter<W> {
     pub fn flush(&mut self, overrun: &[u64]) -> std::io::Result<()> {
         if !self.tree.threads.is_empty() || !self.tree.processes.is_empty() {
             let tree = std::mem::take(&mut self.tree);
-            let ts = self.tree_ts.take();
+            let ts = self.tree_ts.take().map(|t| t + self.boot_offset);
             self.packet(pb::TracePacket {
                 timestamp: ts,
                 process_tree: Some(tree),
                 ..Default::default()
             });
         }
-        let cpus: Vec<u32> = self.cpus.keys().copied().collect();
-        for cpu in cpus {
+        let placed = self.place();
+        for (cpu, switches) in placed {
             let lost_now = overrun.get(cpu as usize).copied().unwrap_or(0);
-            let Some(bundle) = self.bundle(cpu, lost_now) else {
+            let Some(bundle) = self.bundle(cpu, switches, lost_now) else {
                 continue;
             };
             self.packet(pb::TracePacket {
@@ -299,23 +365,100 @@ impl<W: Write> TraceWriter<W> {
         self.write_buf()
     }
 
-    fn bundle(&mut self, cpu: u32, lost_now: u64) -> Option<pb::FtraceEventBundle> {
+    /// Each CPU's pending switches at their boundaries (see `model::boundaries`); a
+    /// waking still pending that its task's boundary would precede is moved to just
+    /// before it, one already written raises the boundary to just after it.
+    fn place(&mut self) -> Vec<(u32, Vec<(u64, Switch)>)> {
+        let mut out = Vec::with_capacity(self.cpus.len());
+        for (&cpu, p) in self.cpus.iter_mut() {
+            let switches = std::mem::take(&mut p.switches);
+            let points: Vec<Point> = switches
+                .iter()
+                .map(|x| Point {
+                    ts: x.s.ts,
+                    runtime: x.s.runtime,
+                    chained: x.s.chained,
+                    fixed: x.s.repaired || x.s.edge,
+                    woken: x.woken.map(|w| w.ts),
+                })
+                .collect();
+            let at = place(&points, p.before);
+            if log::log_enabled!(log::Level::Debug) {
+                let moved = at.iter().zip(&points).filter(|(a, p)| **a < p.ts);
+                let (n, ns) = moved.fold((0, 0), |(n, ns), (a, p)| (n + 1, ns + p.ts - a));
+                log::debug!(
+                    "cpu {cpu}: {} switches, {n} at an earlier boundary ({ns} ns in all)",
+                    points.len()
+                );
+            }
+            if let Some(x) = switches.last() {
+                p.before = Some(x.s.ts);
+            }
+            out.push((cpu, at, switches));
+        }
+        let mut moves = Vec::new();
+        let placed = out
+            .into_iter()
+            .map(|(cpu, mut at, switches)| {
+                for (k, x) in switches.iter().enumerate() {
+                    let Some(w) = x.woken.filter(|w| at[k] <= w.ts) else {
+                        continue;
+                    };
+                    let pending = self
+                        .cpus
+                        .get(&w.cpu)
+                        .and_then(|p| p.wakings.get(w.idx))
+                        .is_some_and(|(seq, _)| *seq == w.seq);
+                    if pending {
+                        moves.push((w, at[k].saturating_sub(1)));
+                    } else {
+                        at[k] = (w.ts + 1).min(x.s.ts);
+                    }
+                }
+                (
+                    cpu,
+                    at.into_iter()
+                        .zip(switches.into_iter().map(|x| x.s))
+                        .collect(),
+                )
+            })
+            .collect();
+        for (w, ts) in moves {
+            if let Some(p) = self.cpus.get_mut(&w.cpu) {
+                p.wakings[w.idx].1.ts = p.wakings[w.idx].1.ts.min(ts);
+            }
+        }
+        placed
+    }
+
+    /// One CPU's bundle: `switches` at their boundaries, its pending wakings and task
+    /// events.
+    fn bundle(
+        &mut self,
+        cpu: u32,
+        mut switches: Vec<(u64, Switch)>,
+        lost_now: u64,
+    ) -> Option<pb::FtraceEventBundle> {
+        let off = self.boot_offset;
         let p = self.cpus.get_mut(&cpu)?;
-        if p.switches.is_empty() && p.wakings.is_empty() && p.tasks.is_empty() {
+        if switches.is_empty() && p.wakings.is_empty() && p.tasks.is_empty() {
             return None;
         }
-        let mut switches = std::mem::take(&mut p.switches);
-        let mut wakings = std::mem::take(&mut p.wakings);
+        let mut wakings: Vec<Wakeup> = std::mem::take(&mut p.wakings)
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect();
         let mut tasks = std::mem::take(&mut p.tasks);
         tasks.sort_by_key(|t| t.ts);
         let mut event = Vec::with_capacity(tasks.len());
         for t in &tasks {
             let ts = t.ts.max(p.last_task);
             p.last_task = ts;
-            event.push(ftrace_event(ts, t));
+            event.push(ftrace_event(ts + off, t));
         }
-        // One CPU's records arrive in order; sorting keeps the deltas unsigned anyway.
-        switches.sort_by_key(|s| s.ts);
+        // Boundaries go forward on a CPU (each at or after the switch before it);
+        // sorting keeps the deltas unsigned anyway.
+        switches.sort_by_key(|s| s.0);
         wakings.sort_by_key(|w| w.ts);
         let mut cs = pb::CompactSched::default();
         let mut interned: HashMap<String, u32> = HashMap::new();
@@ -329,10 +472,10 @@ impl<W: Write> TraceWriter<W> {
             i
         };
         let mut prev = p.last_switch;
-        for (i, s) in switches.iter().enumerate() {
-            let ts = s.ts.max(prev);
+        for (i, (at, s)) in switches.iter().enumerate() {
+            let ts = (*at).max(prev);
             cs.switch_timestamp
-                .push(if i == 0 { ts } else { ts - prev });
+                .push(if i == 0 { ts + off } else { ts - prev });
             prev = ts;
             cs.switch_prev_state
                 .push(ftrace_prev_state(s.prev_state, s.preempt));
@@ -346,7 +489,7 @@ impl<W: Write> TraceWriter<W> {
         for (i, w) in wakings.iter().enumerate() {
             let ts = w.ts.max(prev);
             cs.waking_timestamp
-                .push(if i == 0 { ts } else { ts - prev });
+                .push(if i == 0 { ts + off } else { ts - prev });
             prev = ts;
             cs.waking_pid.push(w.tid as i32);
             cs.waking_target_cpu.push(w.target_cpu as i32);
@@ -373,12 +516,54 @@ impl<W: Write> TraceWriter<W> {
     }
 
     /// Writes what is pending and the end-of-trace stats (per-CPU overruns and events
-    /// read), and returns what was written.
-    pub fn finish(&mut self, overrun: &[u64], read: &[u64]) -> std::io::Result<Written> {
+    /// read), and returns what was written. `close`: the window's close (CLOCK_MONOTONIC),
+    /// where the trace ends as the summary does: each CPU's last task, if not the idle
+    /// task, is switched out there to the idle task (state R, it was still running), a
+    /// switch that did not happen (counted in `window_cuts`).
+    pub fn finish(
+        &mut self,
+        overrun: &[u64],
+        read: &[u64],
+        close: Option<u64>,
+    ) -> std::io::Result<Written> {
+        if let Some(close) = close {
+            self.cut_at(close);
+        }
         self.flush(overrun)?;
         self.stats(2, overrun, Some(read));
         self.write_buf()?;
         Ok(self.written)
+    }
+
+    fn cut_at(&mut self, close: u64) {
+        let mut cuts = Vec::new();
+        for (&cpu, p) in &self.cpus {
+            let last = p.switches.last().map(|x| x.s.ts).or(p.before);
+            match p.running {
+                Some((tid, tgid)) if tid != 0 && last.is_some_and(|t| t <= close) => {
+                    cuts.push((cpu, tid, tgid))
+                }
+                _ => {}
+            }
+        }
+        for (cpu, tid, _tgid) in cuts {
+            self.switch(Switch {
+                ts: close,
+                cpu,
+                prev_tid: tid,
+                prev_state: 0,
+                preempt: false,
+                repaired: false,
+                edge: true,
+                chained: false,
+                runtime: None,
+                next_tid: 0,
+                next_tgid: 0,
+                next_prio: 120,
+                next_comm: format!("swapper/{cpu}"),
+            });
+            self.written.window_cuts += 1;
+        }
     }
 
     /// The output, e.g. to cut a file back to [`Written::bytes`] after a failed write.

@@ -10,6 +10,9 @@ fn sw(ts: u64, cpu: u32, prev: u32, next: u32, comm: &str) -> Switch {
         prev_state: 1,
         preempt: false,
         repaired: false,
+        edge: false,
+        chained: true,
+        runtime: None,
         next_tid: next,
         next_tgid: next,
         next_prio: 120,
@@ -37,14 +40,14 @@ fn bundles_are_delta_encoded_per_cpu_and_names_interned() {
         num_cpus: 2,
         ..Default::default()
     };
-    let mut w = TraceWriter::new(Vec::new(), &facts, 2).unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &facts, 2, 0).unwrap();
     w.switch(sw(1000, 0, 0, 10, "a"));
     w.switch(sw(1500, 0, 10, 11, "b"));
     w.switch(sw(2100, 0, 11, 10, "a"));
     w.switch(sw(1200, 1, 0, 12, "c"));
     w.flush(&[0, 3]).unwrap();
     w.switch(sw(2500, 0, 10, 0, "swapper/0"));
-    let written = w.finish(&[0, 3], &[4, 1]).unwrap();
+    let written = w.finish(&[0, 3], &[4, 1], None).unwrap();
     let out = w.into_inner();
     assert_eq!(written.switches, 5);
     assert_eq!(written.bytes, out.len() as u64);
@@ -87,7 +90,7 @@ fn bundles_are_delta_encoded_per_cpu_and_names_interned() {
 
 #[test]
 fn a_repaired_switch_is_counted_and_marked() {
-    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1, 0).unwrap();
     w.switch(sw(1, 0, 0, 10, "a"));
     let mut r = sw(3, 0, 10, 11, "b");
     r.repaired = true;
@@ -98,7 +101,7 @@ fn a_repaired_switch_is_counted_and_marked() {
         w.gap_tids().iter().copied().collect::<Vec<_>>(),
         vec![10, 11]
     );
-    w.finish(&[], &[]).unwrap();
+    w.finish(&[], &[], None).unwrap();
     let b = packets(&w.into_inner())
         .into_iter()
         .find_map(|p| p.ftrace_events)
@@ -109,12 +112,12 @@ fn a_repaired_switch_is_counted_and_marked() {
 
 #[test]
 fn a_thread_is_named_again_only_when_renamed() {
-    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1, 0).unwrap();
     w.switch(sw(1, 0, 0, 10, "a"));
     w.switch(sw(2, 0, 10, 10, "a"));
     w.flush(&[]).unwrap();
     w.switch(sw(3, 0, 10, 10, "renamed"));
-    w.finish(&[], &[]).unwrap();
+    w.finish(&[], &[], None).unwrap();
     let out = w.into_inner();
     let trees: Vec<_> = packets(&out)
         .into_iter()
@@ -127,7 +130,7 @@ fn a_thread_is_named_again_only_when_renamed() {
 
 #[test]
 fn task_events_are_ftrace_events_in_order_and_rename_the_thread() {
-    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1).unwrap();
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1, 0).unwrap();
     let ev = |ts, change| TaskEv {
         ts,
         cpu: 0,
@@ -152,7 +155,7 @@ fn task_events_are_ftrace_events_in_order_and_rename_the_thread() {
             old_comm: "old".into(),
         },
     ));
-    w.finish(&[], &[]).unwrap();
+    w.finish(&[], &[], None).unwrap();
     assert_eq!(w.written().tasks, 2);
     let p = packets(&w.into_inner());
     let tree = p.iter().find_map(|p| p.process_tree.clone()).unwrap();
@@ -172,4 +175,84 @@ fn task_events_are_ftrace_events_in_order_and_rename_the_thread() {
     );
     let m = b.event[1].sched_migrate_task.as_ref().unwrap();
     assert_eq!((m.orig_cpu, m.dest_cpu), (Some(1), Some(0)));
+}
+
+fn wake(ts: u64, cpu: u32, tid: u32) -> Wakeup {
+    Wakeup {
+        ts,
+        cpu,
+        tid,
+        tgid: tid,
+        waker_tid: 0,
+        target_cpu: 1,
+        prio: 120,
+        comm: "w".into(),
+        new: false,
+    }
+}
+
+/// CPU `cpu`'s switch timestamps (absolute) and wakings (absolute) over all bundles.
+fn times(out: &[u8], cpu: u32) -> (Vec<u64>, Vec<u64>) {
+    let (mut s, mut w) = (Vec::new(), Vec::new());
+    for b in packets(out).into_iter().filter_map(|p| p.ftrace_events) {
+        if b.cpu != Some(cpu) {
+            continue;
+        }
+        let cs = b.compact_sched.unwrap();
+        let mut t = 0;
+        for d in cs.switch_timestamp {
+            t = if t == 0 { d } else { t + d };
+            s.push(t);
+        }
+        let mut t = 0;
+        for d in cs.waking_timestamp {
+            t = if t == 0 { d } else { t + d };
+            w.push(t);
+        }
+    }
+    (s, w)
+}
+
+#[test]
+fn boundaries_follow_the_runtime_and_a_waking_stays_before_its_switch_in() {
+    // Woken on CPU 0 at 1_000, charged on CPU 1 from 980 (its enqueue: the idle CPU's
+    // clock update was skipped), switched in at 3_000, out at 10_000 after 9_020.
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 2, 1_000_000).unwrap();
+    w.switch(sw(500, 1, 7, 0, "swapper/1"));
+    w.wakeup(wake(1_000, 0, 7));
+    w.switch(sw(3_000, 1, 0, 7, "a"));
+    let mut out = sw(10_000, 1, 7, 0, "swapper/1");
+    out.runtime = Some(9_020);
+    w.switch(out);
+    w.finish(&[], &[], None).unwrap();
+    let out = w.into_inner();
+    // All moved onto the boot clock by the offset.
+    let (s, _) = times(&out, 1);
+    assert_eq!(s, vec![1_000_500, 1_000_980, 1_010_000]);
+    let (_, wk) = times(&out, 0);
+    assert_eq!(wk, vec![1_000_979], "the waking just before the boundary");
+}
+
+#[test]
+fn the_trace_ends_at_the_close_with_each_cpus_task_switched_out() {
+    let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 2, 0).unwrap();
+    w.switch(sw(100, 0, 0, 10, "a"));
+    w.switch(sw(200, 1, 11, 0, "swapper/1"));
+    let written = w.finish(&[], &[], Some(900)).unwrap();
+    assert_eq!((written.switches, written.window_cuts), (3, 1));
+    let out = w.into_inner();
+    assert_eq!(times(&out, 0).0, vec![100, 900]);
+    assert_eq!(times(&out, 1).0, vec![200], "an idle CPU needs no cut");
+    let b = packets(&out)
+        .into_iter()
+        .filter_map(|p| p.ftrace_events)
+        .rfind(|b| b.cpu == Some(0))
+        .unwrap();
+    let cs = b.compact_sched.unwrap();
+    assert_eq!(cs.switch_next_pid.last(), Some(&0));
+    assert_eq!(
+        cs.switch_prev_state.last(),
+        Some(&0),
+        "R: it was still running"
+    );
 }
