@@ -203,3 +203,88 @@ fn slow_off_cpu_shows_each_long_sleep() {
         }
     }
 }
+
+/// A `-- COMMAND` that execs (the launcher, then `sh`, then the workload), whose threads
+/// rename themselves with prctl (the spinners `spin-N`, the main thread `spinmain`) and
+/// wait for one CPU: each event's COMM and PREV COMM are the names runqslower prints
+/// for the same wait (read at the event, not when the thread was first seen); a wait is
+/// the same when its thread, previous thread, second and latency (2 % or 50 us) are.
+#[test]
+#[ignore = "needs root"]
+fn slow_names_are_the_names_at_the_event() {
+    require_root();
+    let mut rqs = Command::new("stdbuf")
+        .args(["-oL", runqslower(), "-P", "1000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rqs_lines = drain(&mut rqs);
+    // runqslower attached before the command starts.
+    std::thread::sleep(Duration::from_secs(3));
+    let truth_file = scratch("names-truth");
+    let script = format!(
+        "exec {WORKLOAD} spin --threads 3 --cpu 0 --rename --duration-ms 2000 --out {}",
+        truth_file.display()
+    );
+    let out = run_tracer(&["slow", "--min", "1ms", "--json", "--", "sh", "-c", &script]);
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(rqs.id() as i32, libc::SIGINT) };
+    let _ = rqs.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let truth = read_truth(&truth_file);
+    let _ = std::fs::remove_file(&truth_file);
+    let tids: Vec<u64> = truth.iter().map(|t| t.tid).collect();
+    let theirs: Vec<Rqs> = rqs_lines
+        .join()
+        .unwrap()
+        .lines()
+        .filter_map(runqslower_line)
+        .filter(|r| tids.contains(&r.tid))
+        .collect();
+    let ours: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let near = |x: u64, y: u64| x.abs_diff(y) <= 50 || x.abs_diff(y) as f64 <= 0.02 * x as f64;
+    let (mut matched, mut names) = (0, std::collections::BTreeSet::new());
+    for o in &ours {
+        let (tid, lat) = (u(&o["tid"]), u(&o["wait_ns"]) / 1000);
+        let sod = local_second_of_day(u(&o["time_unix_ns"]));
+        let Some(r) = theirs.iter().find(|r| {
+            r.tid == tid
+                && r.prev_tid == u(&o["prev_tid"])
+                && near(r.lat_us, lat)
+                && r.sod.abs_diff(sod) % 86399 <= 1
+        }) else {
+            continue;
+        };
+        matched += 1;
+        assert_eq!(o["comm"], r.comm.as_str(), "COMM of {o}, runqslower: {r:?}");
+        assert_eq!(
+            o["prev_comm"],
+            r.prev_comm.as_str(),
+            "PREV COMM of {o}, runqslower: {r:?}"
+        );
+        names.insert(r.comm.clone());
+    }
+    eprintln!(
+        "{} of ours, {} of runqslower's, {matched} matched; names {names:?}",
+        ours.len(),
+        theirs.len()
+    );
+    assert!(
+        matched as f64 >= 0.9 * theirs.len() as f64 && theirs.len() > 100,
+        "{matched} of runqslower's {} waits matched",
+        theirs.len()
+    );
+    // The renames and the exec are what is tested: the names must be the new ones.
+    for want in ["spinmain", "spin-0", "spin-1", "spin-2"] {
+        assert!(names.contains(want), "no wait of {want}: {names:?}");
+    }
+}

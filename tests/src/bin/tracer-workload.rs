@@ -5,6 +5,8 @@
 //! Usage: tracer-workload MODE --out FILE [options]
 //!   busy-sleep --threads N --work-ms W --sleep-ms S --duration-ms D
 //!   spin --threads N --cpu C --duration-ms D      (all pinned to CPU C)
+//!        [--rename]                               (each spinner renames itself spin-I with
+//!                                                  prctl, the main thread spinmain and spins)
 //!   churn --per-sec N --duration-ms D             (short threads, each a little work)
 //!   pingpong --cpu-a A --cpu-b B --duration-ms D  (two threads, pinned, passing a byte
 //!                                                  back and forth through two pipes)
@@ -62,6 +64,13 @@ fn pin(cpu: usize) {
         libc::CPU_SET(cpu, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
+}
+
+/// The calling thread's comm (prctl PR_SET_NAME; at most 15 bytes are kept).
+fn set_name(name: &str) {
+    let c = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: a NUL-terminated string the kernel copies.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
 /// A pipe: (read end, write end).
@@ -123,15 +132,25 @@ fn main() {
             // Pinned before the spawns too, so the threads inherit the mask: a thread
             // that pinned only itself could first wait (and run) on another CPU.
             pin(cpu);
-            for _ in 0..arg(&args, "--threads", 3) {
+            let rename = args.iter().any(|a| a == "--rename");
+            for i in 0..arg(&args, "--threads", 3) {
                 let out = out.clone();
                 handles.push(std::thread::spawn(move || {
                     pin(cpu);
+                    if rename {
+                        set_name(&format!("spin-{i}"));
+                    }
                     while start.elapsed() < duration {
                         spin_for(100_000);
                     }
                     record(&out);
                 }));
+            }
+            if rename {
+                set_name("spinmain");
+                while start.elapsed() < duration {
+                    spin_for(100_000);
+                }
             }
         }
         "churn" => {
