@@ -125,6 +125,8 @@ pub struct TraceWriter<W: Write> {
     tree_ts: Option<u64>,
     written: Written,
     buf: Vec<u8>,
+    /// What `buf` holds, added to `written` once it is written.
+    in_buf: Written,
     gap_tids: std::collections::BTreeSet<u32>,
     /// CLOCK_BOOTTIME less CLOCK_MONOTONIC, added to every timestamp written.
     boot_offset: u64,
@@ -149,6 +151,7 @@ impl<W: Write> TraceWriter<W> {
             tree_ts: None,
             written: Written::default(),
             buf: Vec::new(),
+            in_buf: Written::default(),
             gap_tids: Default::default(),
             boot_offset,
             woken: HashMap::new(),
@@ -193,7 +196,7 @@ impl<W: Write> TraceWriter<W> {
         );
         prost::encoding::encode_varint(len as u64, &mut self.buf);
         p.encode_raw(&mut self.buf);
-        self.written.packets += 1;
+        self.in_buf.packets += 1;
     }
 
     /// Writes the packets built so far in one `write_all`: a trace cut by a kill or a
@@ -204,7 +207,14 @@ impl<W: Write> TraceWriter<W> {
         }
         self.out.write_all(&self.buf)?;
         self.out.flush()?;
+        // Counted as written only now: after a failed write, what the report counts is
+        // what the file holds.
+        let b = std::mem::take(&mut self.in_buf);
         self.written.bytes += self.buf.len() as u64;
+        self.written.packets += b.packets;
+        self.written.switches += b.switches;
+        self.written.wakings += b.wakings;
+        self.written.tasks += b.tasks;
         self.buf.clear();
         Ok(())
     }
@@ -504,9 +514,9 @@ impl<W: Write> TraceWriter<W> {
         let lost = lost_now > p.overrun_seen || p.gap;
         p.overrun_seen = lost_now;
         p.gap = false;
-        self.written.switches += switches.len() as u64;
-        self.written.wakings += wakings.len() as u64;
-        self.written.tasks += tasks.len() as u64;
+        self.in_buf.switches += switches.len() as u64;
+        self.in_buf.wakings += wakings.len() as u64;
+        self.in_buf.tasks += tasks.len() as u64;
         Some(pb::FtraceEventBundle {
             cpu: Some(cpu),
             lost_events: lost.then_some(true),
@@ -533,6 +543,22 @@ impl<W: Write> TraceWriter<W> {
         self.stats(2, overrun, Some(read));
         self.write_buf()?;
         Ok(self.written)
+    }
+
+    /// After a write failed: drops what is pending and not written, then writes only the
+    /// end-of-trace stats (the caller has cut the output back to [`Written::bytes`]).
+    pub fn end_after_failure(&mut self, overrun: &[u64], read: &[u64]) -> std::io::Result<()> {
+        self.buf.clear();
+        self.in_buf = Written::default();
+        for p in self.cpus.values_mut() {
+            p.switches.clear();
+            p.wakings.clear();
+            p.tasks.clear();
+        }
+        self.tree = pb::ProcessTree::default();
+        self.pending = 0;
+        self.stats(2, overrun, Some(read));
+        self.write_buf()
     }
 
     fn cut_at(&mut self, close: u64) {

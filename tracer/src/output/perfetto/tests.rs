@@ -256,3 +256,50 @@ fn the_trace_ends_at_the_close_with_each_cpus_task_switched_out() {
         "R: it was still running"
     );
 }
+
+/// A disk that takes `room` more bytes, then says it is full.
+struct SmallDisk {
+    data: Vec<u8>,
+    room: usize,
+}
+
+impl Write for SmallDisk {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.room == 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        let n = b.len().min(self.room);
+        self.data.extend_from_slice(&b[..n]);
+        self.room -= n;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_write_counts_nothing_of_it_and_the_stats_still_end_the_trace() {
+    let disk = SmallDisk {
+        data: Vec::new(),
+        room: usize::MAX,
+    };
+    let mut w = TraceWriter::new(disk, &SystemFacts::default(), 1, 0).unwrap();
+    let start = w.written();
+    w.get_mut().room = 10;
+    w.switch(sw(1, 0, 0, 10, "a"));
+    w.switch(sw(2, 0, 10, 11, "b"));
+    assert!(w.flush(&[0]).is_err());
+    assert_eq!(w.written(), start, "nothing of the failed write is counted");
+    // The caller cuts the file back to what was written, which frees the room.
+    let good = w.written().bytes as usize;
+    let d = w.get_mut();
+    d.data.truncate(good);
+    d.room = 1000;
+    w.end_after_failure(&[3], &[2]).unwrap();
+    let out = w.into_inner().data;
+    let p = packets(&out);
+    assert!(p.iter().all(|p| p.ftrace_events.is_none()));
+    let end = p.last().unwrap().ftrace_stats.as_ref().unwrap();
+    assert_eq!((end.phase, end.cpu_stats[0].overrun), (Some(2), Some(3)));
+}
