@@ -222,3 +222,26 @@ impl Drop for Removed {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// A run that fails before it starts removes a regular file it left empty, never what
+/// else `-o` named (`/dev/stdout` is a symlink too: main removed it).
+#[test]
+#[ignore = "needs root"]
+fn a_failed_start_removes_no_device() {
+    require_root();
+    let link = scratch("devnull-link");
+    std::os::unix::fs::symlink("/dev/null", &link).unwrap();
+    let _gone = Removed(link.clone());
+    // 4194303 is above any pid_max (2^22).
+    let out = run_tracer(&["record", "-o", link.to_str().unwrap(), "-p", "4194303"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&link).is_ok(),
+        "the symlink -o named was removed"
+    );
+}
