@@ -34,13 +34,24 @@ pub mod kind {
 pub const FILENAME_LEN: usize = 128;
 
 /// `SchedEvent::flags` of a switch: the previous task was preempted (still runnable).
-pub const SWITCH_PREEMPT: u32 = 1;
+pub const SWITCH_PREEMPT: u16 = 1;
 /// `SchedEvent::flags` of a switch the programs did not see (the kernel skipped them,
 /// see `drop::UNSEEN_SWITCH_IN`), put back: the task that left this CPU next (`tid`) was
 /// not the one the last switch seen here put on it (`prev_tid`). Its time is estimated
 /// from `tid`'s runtime in this slice (`sum_exec_runtime - prev_sum_exec_runtime`),
 /// clamped to the time since that last switch; `prev_tid`'s state is not known (0).
-pub const SWITCH_REPAIRED: u32 = 2;
+pub const SWITCH_REPAIRED: u16 = 2;
+/// `SchedEvent::flags`: the switch before this one on this CPU is in the stream (sent,
+/// not lost), so `runtime` is the scheduler's runtime of the slice between the two.
+pub const SWITCH_CHAINED: u16 = 4;
+/// `SchedEvent::flags` of the first switch seen on a CPU: put in front of it, the switch
+/// to the task that was running when the programs attached (`tid`), at the window's
+/// opening or its switch-in if later (from its runtime in this slice), as the summary
+/// counts that slice; `prev_tid` and its state are not known (0).
+pub const SWITCH_START: u16 = 8;
+/// `SchedEvent::runtime` when not known: the slice of the idle task, a runtime the
+/// kernel does not keep, or 4.29 s and more.
+pub const RUNTIME_UNKNOWN: u32 = u32::MAX;
 
 /// `SlowEvent::how`: how the waiting thread became runnable.
 pub mod how {
@@ -63,7 +74,9 @@ pub const WOKEN_NEW: u32 = 2;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventHead {
-    /// `SchedEvent`: CLOCK_BOOTTIME (what Perfetto reads); `SlowEvent`: CLOCK_MONOTONIC.
+    /// CLOCK_MONOTONIC, the accounting's clock: a switch and a wakeup carry the very
+    /// timestamps the accounting took (user space moves them to CLOCK_BOOTTIME, what
+    /// Perfetto reads).
     pub ts_ns: u64,
     /// One of [`kind`].
     pub kind: u32,
@@ -85,10 +98,16 @@ pub struct SchedEvent {
     /// Switch: the previous task's `__state` as the tracepoint passes it; wakeup: the
     /// woken task's CPU (its target).
     pub state: u32,
-    /// `task_struct::prio` of `tid`.
-    pub prio: i32,
-    /// [`SWITCH_PREEMPT`].
-    pub flags: u32,
+    /// Switch: the scheduler's runtime of the slice that ends here, `prev_tid`'s
+    /// `sum_exec_runtime - prev_sum_exec_runtime` (ns, [`RUNTIME_UNKNOWN`] when not
+    /// known). Its start is where the scheduler began charging it, earlier than the
+    /// switch-in's timestamp when the kernel skipped its clock update then (after a
+    /// wakeup preemption, `rq_clock_skip_update()`). Wakeup: 0.
+    pub runtime: u32,
+    /// `task_struct::prio` of `tid` (-1 ..= 139).
+    pub prio: i16,
+    /// [`SWITCH_PREEMPT`], [`SWITCH_REPAIRED`], [`SWITCH_CHAINED`], [`SWITCH_START`].
+    pub flags: u16,
     /// `tid`'s comm.
     pub comm: [u8; crate::COMM_LEN],
 }
@@ -145,13 +164,27 @@ pub struct SlowEvent {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecCpu {
-    /// CLOCK_MONOTONIC of the last switch on this CPU (0: none seen yet).
+    /// CLOCK_MONOTONIC of the last switch on this CPU (`tracer slow`; 0: none seen yet).
     pub last_switch_ns: u64,
-    /// CLOCK_BOOTTIME of the last switch on this CPU (0: none seen yet).
-    pub last_boot_ns: u64,
+    /// CLOCK_MONOTONIC of the last switch `tracer record` saw on this CPU (0: none yet).
+    pub last_ns: u64,
+    /// The current switch's timestamp taken before the accounting ran.
+    pub pre_ns: u64,
     /// The task that switch put on the CPU.
     pub running: u32,
-    pub _pad: u32,
+    /// [`rec_cpu`] bits.
+    pub flags: u32,
+}
+
+/// `RecCpu::flags`.
+pub mod rec_cpu {
+    /// The last switch on this CPU is in the stream (see `SWITCH_CHAINED`).
+    pub const SENT: u32 = 1;
+    /// The current switch is to be sent: decided before the accounting, where a dying
+    /// thread still is in the traced set.
+    pub const SEND: u32 = 2;
+    /// The current switch's previous task is traced.
+    pub const PREV_TRACED: u32 = 4;
 }
 
 /// Indices of the per-CPU `REC_STATS` array.
@@ -166,7 +199,7 @@ pub mod stat {
 const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
-const _: () = assert!(core::mem::size_of::<RecCpu>() == 24);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 32);
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 208);
 
 #[cfg(feature = "user")]

@@ -261,7 +261,7 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
     let rec = if REC { config().record } else { 0 };
     if rec != 0 {
         // Before the accounting: a dying thread leaves the traced set there.
-        record::switch(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+        record::switch(&prev, &next);
     }
     account::switch(
         prev,
@@ -269,7 +269,8 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
         next,
     );
     if rec != 0 {
-        record::switch_done(&prev, &next);
+        // After it: the event carries the accounting's timestamps.
+        record::switch_done(&prev, preempt & 0xff != 0, prev_state as u32, &next);
     }
 }
 

@@ -5,9 +5,8 @@
 //! drop these paths as dead code, and the ring buffer is created with one page.
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id,
-        bpf_ktime_get_boot_ns, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_str_bytes,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::map,
     maps::{PerCpuArray, RingBuf},
@@ -15,15 +14,19 @@ use aya_ebpf::{
 use tracer_common::{
     filter,
     record::{
-        how, kind, on, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent, SWITCH_REPAIRED,
-        WOKEN_NEW,
+        how, kind, on, rec_cpu, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent,
+        RUNTIME_UNKNOWN, SWITCH_CHAINED, SWITCH_REPAIRED, SWITCH_START, WOKEN_NEW,
     },
     COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
 };
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
-use crate::{account, config, maps::CPU_STATE, Task};
+use crate::{
+    account, config,
+    maps::{CPU_STATE, WINDOW},
+    Task,
+};
 
 /// `BPF_RB_NO_WAKEUP`: switches and wakeups do not wake the reader, which drains on a
 /// timer: a wakeup per event would cost an irq_work each and, worse, make the reader
@@ -74,10 +77,10 @@ fn head(ts_ns: u64, k: u32) -> EventHead {
 }
 
 #[inline(always)]
-fn prio(t: &Task) -> i32 {
+fn prio(t: &Task) -> i16 {
     match config().task_prio_off {
         0 => 0,
-        off => t.field::<i32>(off).unwrap_or(0),
+        off => t.field::<i32>(off).unwrap_or(0) as i16,
     }
 }
 
@@ -94,26 +97,66 @@ fn comm(t: &Task) -> [u8; COMM_LEN] {
     t.comm.read()
 }
 
-/// A switch from `prev` to `next` (prev is `current`), before the accounting: a thread
-/// that dies leaves the traced set there, and its last switch-out must still be sent.
+/// A switch from `prev` to `next` (prev is `current`), before the accounting: whether
+/// it is sent is decided here, where a dying thread is still in the traced set, and a
+/// timestamp taken for the case the accounting leaves none.
 #[inline(always)]
-pub fn switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
-    if config().record & on::SCHED != 0 {
-        sched_switch(prev, preempt, prev_state, next);
+pub fn switch(prev: &Task, next: &Task) {
+    if config().record & on::SCHED == 0 {
+        return;
     }
+    let Some(rc) = REC_CPU.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; switches on a CPU do not nest.
+    let rc = unsafe { &mut *rc };
+    let prev_traced = config().filter == filter::ALL || account::traced(prev).is_some();
+    let mut f = rc.flags & rec_cpu::SENT;
+    if prev_traced {
+        f |= rec_cpu::PREV_TRACED | rec_cpu::SEND;
+    } else if account::traced(next).is_some() {
+        f |= rec_cpu::SEND;
+    }
+    rc.flags = f;
+    rc.pre_ns = unsafe { bpf_ktime_get_ns() };
 }
 
 /// The same switch after the accounting, which has just timed the wait that ends.
 #[inline(always)]
-pub fn switch_done(prev: &Task, next: &Task) {
-    if config().record & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
+pub fn switch_done(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+    let r = config().record;
+    if r & on::SCHED != 0 {
+        sched_switch(prev, preempt, prev_state, next);
+    }
+    if r & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
         slow(prev, next);
+    }
+}
+
+/// The window's opening and close (0: open), CLOCK_MONOTONIC.
+#[inline(always)]
+fn window() -> (u64, u64) {
+    match WINDOW.get(0) {
+        Some(w) => (w.open_ns, w.close_ns),
+        None => (0, 0),
+    }
+}
+
+/// The scheduler's runtime of the slice `prev` ends now (see `SchedEvent::runtime`).
+#[inline(always)]
+fn slice_runtime(prev: &Task) -> u32 {
+    if prev.tid == 0 {
+        return RUNTIME_UNKNOWN;
+    }
+    match prev.running_slice() {
+        Some(r) if r < RUNTIME_UNKNOWN as u64 => r as u32,
+        _ => RUNTIME_UNKNOWN,
     }
 }
 
 /// Queues one switch event; false when the ring buffer is full (counted).
 #[inline(always)]
-fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> bool {
+fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u16, runtime: u32, next: &Task) -> bool {
     bump(stat::SENT);
     match EVENTS.reserve::<SchedEvent>(0) {
         Some(mut e) => {
@@ -125,6 +168,7 @@ fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> b
                 (*p).tgid = next.tgid();
                 (*p).prev_tid = prev_tid;
                 (*p).state = state;
+                (*p).runtime = runtime;
                 (*p).prio = prio(next);
                 (*p).flags = flags;
                 (*p).comm = comm(next);
@@ -139,34 +183,63 @@ fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u32, next: &Task) -> b
     }
 }
 
-/// `tracer record`: the switch, when it touches the traced set; and first, when `prev`
-/// is not the task the last switch seen on this CPU put there, the switch to `prev`
-/// that the programs never saw, rebuilt (see `SWITCH_REPAIRED`).
+/// `tracer record`: the switch, when it touches the traced set, stamped where the
+/// accounting stamped it (its switch-in time of `next`, so a wait in the trace ends
+/// where the summary's does), with the scheduler's runtime of the slice it ends. First,
+/// at the first switch seen on this CPU, the switch to `prev` at the window's opening
+/// (`SWITCH_START`); or, when `prev` is not the task the last switch seen on this CPU
+/// put there, the switch to `prev` that the programs never saw, rebuilt
+/// (`SWITCH_REPAIRED`). Nothing after the window's close.
 #[inline(always)]
 fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
-    let c = config();
-    let now = unsafe { bpf_ktime_get_boot_ns() };
     let Some(rc) = REC_CPU.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU slot; switches on a CPU do not nest.
     let rc = unsafe { &mut *rc };
-    let prev_traced = c.filter == filter::ALL || account::traced(prev).is_some();
-    if rc.last_boot_ns != 0 && rc.running != prev.tid {
-        // On the CPU since: its runtime in this slice, never before the last switch.
-        let since = match prev.running_slice() {
-            Some(r) if prev.tid != 0 && r < now - rc.last_boot_ns => now - r,
-            _ => rc.last_boot_ns,
-        };
-        send_switch(since, rc.running, 0, SWITCH_REPAIRED, prev);
-    }
-    rc.last_boot_ns = now;
+    let ts = match CPU_STATE.get(0) {
+        Some(cs) if next.tid != 0 && cs.tid == next.tid && cs.traced != 0 => cs.slice_start_ns,
+        _ => rc.pre_ns,
+    };
+    let (open, close) = window();
+    let f = rc.flags;
+    let (last, was) = (rc.last_ns, rc.running);
+    rc.last_ns = ts;
     rc.running = next.tid;
-    if prev_traced || account::traced(next).is_some() {
-        send_switch(now, prev.tid, prev_state, preempt as u32, next);
+    rc.flags = 0;
+    if close != 0 && ts > close {
+        return;
+    }
+    let runtime = slice_runtime(prev);
+    let mut chained = f & rec_cpu::SENT != 0;
+    if last == 0 {
+        if f & rec_cpu::PREV_TRACED != 0 && prev.tid != 0 && open != 0 {
+            // Running since before the programs attached: from the opening, or from
+            // its switch-in when that came later, as the summary counts it.
+            let since = if runtime != RUNTIME_UNKNOWN && ts > open && ts - open > runtime as u64 {
+                ts - runtime as u64
+            } else {
+                open
+            };
+            chained = send_switch(since, 0, 0, SWITCH_START, RUNTIME_UNKNOWN, prev);
+        }
+    } else if was != prev.tid {
+        // On the CPU since: its runtime in this slice, never before the last switch.
+        let since = if runtime != RUNTIME_UNKNOWN && ts > last && (runtime as u64) < ts - last {
+            ts - runtime as u64
+        } else {
+            last
+        };
+        chained = send_switch(since, was, 0, SWITCH_REPAIRED, RUNTIME_UNKNOWN, prev);
+    }
+    if f & rec_cpu::SEND == 0 {
+        return;
+    }
+    let flags = preempt as u16 | if chained { SWITCH_CHAINED } else { 0 };
+    if send_switch(ts, prev.tid, prev_state, flags, runtime, next) {
+        rc.flags = rec_cpu::SENT;
     }
 }
-
 /// `tracer slow`: the wait of `next` that ends now, sent when at least the threshold.
 #[inline(always)]
 fn slow(prev: &Task, next: &Task) {
@@ -234,7 +307,10 @@ fn slow(prev: &Task, next: &Task) {
         (*p).how = how_;
         (*p).wait_ns = wait;
         (*p).prev_ran_ns = ran;
-        (*p).comm = s.comm;
+        // Both names as they are now, as runqslower reads them (`next->comm`, and `prev`
+        // is `current`): the entry's copy is from its creation, before any exec or
+        // rename.
+        (*p).comm = comm(next);
         (*p).prev_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
     }
     e.submit(0);
@@ -261,6 +337,17 @@ pub fn wakeup(p: &Task, new: bool) {
     if c.record & on::SCHED == 0 {
         return;
     }
+    // The accounting's own timestamp of this wakeup (where its wait starts), when it
+    // kept one.
+    let ts = match account::existing_entry(p) {
+        // SAFETY: map value or task storage, read once.
+        Some(s) if unsafe { (*s).runnable_ns } != 0 => unsafe { (*s).runnable_ns },
+        _ => unsafe { bpf_ktime_get_ns() },
+    };
+    let (_, close) = window();
+    if close != 0 && ts > close {
+        return;
+    }
     bump(stat::SENT);
     let Some(mut e) = EVENTS.reserve::<SchedEvent>(0) else {
         bump(stat::DROPPED);
@@ -274,14 +361,12 @@ pub fn wakeup(p: &Task, new: bool) {
     };
     // SAFETY: the reservation holds one SchedEvent; every field is written.
     unsafe {
-        (*ptr).head = head(
-            bpf_ktime_get_boot_ns(),
-            if new { kind::WAKEUP_NEW } else { kind::WAKEUP },
-        );
+        (*ptr).head = head(ts, if new { kind::WAKEUP_NEW } else { kind::WAKEUP });
         (*ptr).tid = p.tid;
         (*ptr).tgid = p.tgid();
         (*ptr).prev_tid = bpf_get_current_pid_tgid() as u32;
         (*ptr).state = target;
+        (*ptr).runtime = 0;
         (*ptr).prio = prio(p);
         (*ptr).flags = 0;
         (*ptr).comm = comm(p);
@@ -297,6 +382,11 @@ pub fn wakeup(p: &Task, new: bool) {
 /// Queues one task event; `fill` writes what the kind carries over zeroed fields.
 #[inline(always)]
 fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
+    let ts = unsafe { bpf_ktime_get_ns() };
+    let (_, close) = window();
+    if close != 0 && ts > close {
+        return;
+    }
     bump_atomic(stat::SENT);
     let Some(mut e) = EVENTS.reserve::<TaskEvent>(0) else {
         bump_atomic(stat::DROPPED);
@@ -307,7 +397,7 @@ fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
     // the rest zeroed first.
     unsafe {
         core::ptr::write_bytes(p as *mut u8, 0, core::mem::size_of::<TaskEvent>());
-        (*p).head = head(bpf_ktime_get_boot_ns(), k);
+        (*p).head = head(ts, k);
         (*p).tid = t.tid;
         (*p).tgid = t.tgid();
         (*p).actor_tid = bpf_get_current_pid_tgid() as u32;
@@ -360,7 +450,7 @@ pub fn exit(p: &Task) {
     if !recording(p) {
         return;
     }
-    send_task(kind::EXIT, p, |e| e.prio = prio(p));
+    send_task(kind::EXIT, p, |e| e.prio = prio(p) as i32);
 }
 
 /// `task_rename(task, comm)`: runs before the new comm is copied in, so the task's comm
@@ -391,7 +481,7 @@ pub fn migrate(p: &Task, dest_cpu: u32) {
         off => p.field::<u32>(off).unwrap_or(u32::MAX),
     };
     send_task(kind::MIGRATE, p, |e| {
-        e.prio = prio(p);
+        e.prio = prio(p) as i32;
         e.old = orig;
         e.dest_cpu = dest_cpu;
     });

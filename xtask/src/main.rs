@@ -340,7 +340,7 @@ fn test(unit_only: bool) -> Result<()> {
         if let Some(deb) = &deb {
             e2e.env("TRACER_DEB", deb);
         }
-        // record_e2e: Perfetto's protos (a venv under target/) and runqslower.
+        // record_*_e2e and slow_e2e: Perfetto's protos (a venv under target/) and runqslower.
         let mut apt = apt::Apt::new();
         e2e.env(
             "TRACER_PERFETTO_PYTHON",

@@ -5,7 +5,11 @@
 //! Usage: tracer-workload MODE --out FILE [options]
 //!   busy-sleep --threads N --work-ms W --sleep-ms S --duration-ms D
 //!   spin --threads N --cpu C --duration-ms D      (all pinned to CPU C)
+//!        [--rename]                               (each spinner renames itself spin-I with
+//!                                                  prctl, the main thread spinmain and spins)
 //!   churn --per-sec N --duration-ms D             (short threads, each a little work)
+//!   pingpong --cpu-a A --cpu-b B --duration-ms D  (two threads, pinned, passing a byte
+//!                                                  back and forth through two pipes)
 use std::{
     fs::File,
     io::Write,
@@ -62,6 +66,32 @@ fn pin(cpu: usize) {
     }
 }
 
+/// The calling thread's comm (prctl PR_SET_NAME; at most 15 bytes are kept).
+fn set_name(name: &str) {
+    let c = std::ffi::CString::new(name).expect("no NUL");
+    // SAFETY: a NUL-terminated string the kernel copies.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// A pipe: (read end, write end).
+fn pipe() -> (i32, i32) {
+    let mut fds = [0i32; 2];
+    // SAFETY: two ints for the kernel to fill.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    (fds[0], fds[1])
+}
+
+/// One byte from `fd`; false at end-of-file.
+fn read_byte(fd: i32, b: &mut [u8; 1]) -> bool {
+    // SAFETY: a one-byte buffer we own.
+    unsafe { libc::read(fd, b.as_mut_ptr() as *mut libc::c_void, 1) == 1 }
+}
+
+fn write_byte(fd: i32, b: &[u8; 1]) {
+    // SAFETY: a one-byte buffer we own.
+    unsafe { libc::write(fd, b.as_ptr() as *const libc::c_void, 1) };
+}
+
 fn arg(args: &[String], name: &str, default: u64) -> u64 {
     args.iter()
         .position(|a| a == name)
@@ -102,15 +132,25 @@ fn main() {
             // Pinned before the spawns too, so the threads inherit the mask: a thread
             // that pinned only itself could first wait (and run) on another CPU.
             pin(cpu);
-            for _ in 0..arg(&args, "--threads", 3) {
+            let rename = args.iter().any(|a| a == "--rename");
+            for i in 0..arg(&args, "--threads", 3) {
                 let out = out.clone();
                 handles.push(std::thread::spawn(move || {
                     pin(cpu);
+                    if rename {
+                        set_name(&format!("spin-{i}"));
+                    }
                     while start.elapsed() < duration {
                         spin_for(100_000);
                     }
                     record(&out);
                 }));
+            }
+            if rename {
+                set_name("spinmain");
+                while start.elapsed() < duration {
+                    spin_for(100_000);
+                }
             }
         }
         "churn" => {
@@ -126,8 +166,41 @@ fn main() {
                 }
             }
         }
+        "pingpong" => {
+            let (a, b) = (
+                arg(&args, "--cpu-a", 0) as usize,
+                arg(&args, "--cpu-b", 1) as usize,
+            );
+            let (ping, pong) = (pipe(), pipe());
+            // B answers each byte until A closes its end.
+            let out_b = out.clone();
+            handles.push(std::thread::spawn(move || {
+                pin(b);
+                let mut byte = [0u8];
+                while read_byte(ping.0, &mut byte) {
+                    write_byte(pong.1, &byte);
+                }
+                record(&out_b);
+            }));
+            let out_a = out.clone();
+            handles.push(std::thread::spawn(move || {
+                pin(a);
+                let mut byte = [0u8];
+                while start.elapsed() < duration {
+                    for _ in 0..100 {
+                        write_byte(ping.1, &byte);
+                        if !read_byte(pong.0, &mut byte) {
+                            break;
+                        }
+                    }
+                }
+                record(&out_a);
+                // SAFETY: our own descriptor, closed once: B reads end-of-file.
+                unsafe { libc::close(ping.1) };
+            }));
+        }
         _ => {
-            eprintln!("usage: tracer-workload busy-sleep|spin|churn --out FILE [options]");
+            eprintln!("usage: tracer-workload busy-sleep|spin|churn|pingpong --out FILE [options]");
             std::process::exit(2);
         }
     }

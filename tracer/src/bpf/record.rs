@@ -91,3 +91,12 @@ pub fn rec_stats(map: &aya::maps::Map) -> Result<(Vec<u64>, Vec<u64>)> {
     let lost = arr.get(&stat::DROPPED, 0)?.iter().copied().collect();
     Ok((sent, lost))
 }
+
+/// The window's close (CLOCK_MONOTONIC ns) from the `WINDOW` map, 0 while it is open.
+pub fn window_close(ebpf: &aya::Ebpf) -> Result<u64> {
+    let map = ebpf
+        .map("WINDOW")
+        .ok_or_else(|| anyhow!("WINDOW map missing"))?;
+    let arr: aya::maps::Array<_, tracer_common::Window> = aya::maps::Array::try_from(map)?;
+    Ok(arr.get(&0, 0)?.close_ns)
+}

@@ -13,7 +13,9 @@ use crate::{
 
 #[derive(Args, Debug, Clone)]
 pub struct RecordArgs {
-    /// Where the Perfetto trace goes (open it in ui.perfetto.dev).
+    /// Where the Perfetto trace goes (open it in ui.perfetto.dev). `-` (or /dev/stdout):
+    /// standard output, and the report goes to standard error; a FIFO waits, saying so,
+    /// for a reader; a terminal is refused.
     #[arg(
         short = 'o',
         long,

@@ -5,13 +5,21 @@
 //! bundles every second or every [`perfetto::MAX_PENDING`] events: memory stays bounded
 //! however long the run. Events the kernel could not queue (ring buffer full) are counted
 //! per CPU, said on stderr as they happen, and written into the trace's `FtraceStats`
-//! and the summary.
+//! and the summary. The trace ends at the window's close, where the summary does.
+//!
+//! The output (`sys::outfile`): `-o -` or `/dev/stdout` puts the trace on standard
+//! output and the report on standard error (as `perf record -o -`); a FIFO without a
+//! reader is said and waited for. A write that fails (a full disk) ends the run: the file
+//! is cut back to its last whole packet and ends with the stats where they fit, the
+//! report is printed, a command is sent SIGTERM (as `perf record` does with its
+//! workload), and the run fails with the write's error in one line.
 use std::{
     collections::HashSet,
     fs::File,
+    io::{Seek as _, SeekFrom},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc, Mutex,
     },
     thread::JoinHandle,
@@ -26,10 +34,12 @@ use crate::{
     },
     model::events::{decode, Event, TaskChange},
     output::{
+        heatmap::HeatmapSink,
         perfetto::{self, TraceWriter, Written},
         report::RecordSummary,
+        sink,
     },
-    sys::root::Root,
+    sys::{outfile, root::Root},
 };
 use anyhow::{anyhow, Context as _, Result};
 use aya::{maps::MapData, maps::RingBuf, Ebpf};
@@ -56,34 +66,62 @@ struct Outcome {
     read: Vec<u64>,
     undecodable: u64,
     gap_tids: Vec<u32>,
+    /// The write that failed (the trace is cut back to its last whole packet), and
+    /// whether the end-of-trace stats still fit after it.
+    failed: Option<(anyhow::Error, bool)>,
 }
 
 struct Recorder {
     path: PathBuf,
     buffer_bytes: u32,
-    file: Mutex<Option<File>>,
+    file: Mutex<Option<outfile::OutFile>>,
     stop: Arc<AtomicBool>,
+    /// The window's close (CLOCK_MONOTONIC), handed to the reader before `stop`.
+    close: Arc<AtomicU64>,
     /// The output failed: the session should end.
     failed: Arc<AtomicBool>,
     reader: Mutex<Option<JoinHandle<Result<Outcome>>>>,
+    /// The failure, for the run to end with after its report.
+    error: Mutex<Option<anyhow::Error>>,
 }
 
 pub fn run(args: RecordConfig, root: Root) -> Result<i32> {
-    let file = File::create(&args.output)
-        .map_err(|e| anyhow!("cannot write the trace to {}: {e}", args.output.display()))?;
+    let out = outfile::open(&args.output, outfile::say_stderr)?;
+    let (on_stdout, regular) = (out.on_stdout, out.regular);
     let rec = Arc::new(Recorder {
         path: args.output.clone(),
         buffer_bytes: args.buffer_size,
-        file: Mutex::new(Some(file)),
+        file: Mutex::new(Some(out)),
         stop: Arc::new(AtomicBool::new(false)),
+        close: Arc::new(AtomicU64::new(0)),
         failed: Arc::new(AtomicBool::new(false)),
         reader: Mutex::new(None),
+        error: Mutex::new(None),
     });
     let mut run = args.run;
     run.hook = Hook(Some(rec.clone()));
-    let r = crate::cmd::run::run(run, root);
-    if r.is_err() && rec.file.lock().map(|f| f.is_some()).unwrap_or(false) {
-        // Never started: leave no empty file behind.
+    let r = if on_stdout {
+        // The trace has standard output: the report goes to standard error.
+        let mut sink = sink::stderr_sink(run.json);
+        if let Some(path) = &run.heatmap {
+            sink = Box::new(
+                HeatmapSink::create(sink, path)
+                    .with_context(|| format!("creating the heatmap file {}", path.display()))?,
+            );
+        }
+        let front = crate::cmd::run::Frontend {
+            sink,
+            quit: None,
+            banner: true,
+            command_output: None,
+        };
+        crate::cmd::run::run_with(run, root, front)
+    } else {
+        crate::cmd::run::run(run, root)
+    };
+    let never_started = rec.file.lock().map(|f| f.is_some()).unwrap_or(false);
+    if r.is_err() && never_started && regular {
+        // Leave no empty file behind (never a FIFO's or a device's name).
         let _ = std::fs::remove_file(&args.output);
     }
     r
@@ -99,28 +137,44 @@ impl Extension for Recorder {
     }
 
     fn attached(&self, ebpf: &mut Ebpf) -> Result<()> {
-        let file = self
+        let out = self
             .file
             .lock()
             .map_err(|_| anyhow!("recorder state poisoned"))?
             .take()
             .ok_or_else(|| anyhow!("the trace file was already taken"))?;
+        let regular = out.regular;
         let rb = RingBuf::try_from(ebpf.take_map("EVENTS").context("EVENTS map missing")?)?;
         let stats = ebpf
             .take_map("REC_STATS")
             .context("REC_STATS map missing")?;
         let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)? as u32;
-        let writer = TraceWriter::new(file, &perfetto::system_facts(cpus), cpus)
-            .with_context(|| format!("writing {}", self.path.display()))?;
-        let (stop, failed, path) = (self.stop.clone(), self.failed.clone(), self.path.clone());
+        let facts = perfetto::system_facts(cpus);
+        let offset = crate::sys::clock::boot_offset_ns();
+        let writer = TraceWriter::new(out.file, &facts, cpus, offset)
+            .with_context(|| format!("writing the trace {}", self.path.display()))?;
+        let (stop, close, failed, path) = (
+            self.stop.clone(),
+            self.close.clone(),
+            self.failed.clone(),
+            self.path.clone(),
+        );
         let h = std::thread::Builder::new()
             .name("record".into())
             .spawn(move || {
-                let r = read_loop(rb, stats, writer, &stop, cpus as usize);
-                if r.is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-                r.with_context(|| format!("writing the trace {}", path.display()))
+                let ends = Ends {
+                    stop: &stop,
+                    close: &close,
+                    failed: &failed,
+                    regular,
+                };
+                read_loop(rb, stats, writer, &ends, cpus as usize).map(|mut o| {
+                    if let Some((e, stats)) = o.failed.take() {
+                        let e = e.context(format!("writing the trace {}", path.display()));
+                        o.failed = Some((e, stats));
+                    }
+                    o
+                })
             })?;
         *self.reader.lock().map_err(|_| anyhow!("poisoned"))? = Some(h);
         Ok(())
@@ -130,22 +184,42 @@ impl Extension for Recorder {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn finish(&self, _ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
-        self.stop.store(true, Ordering::Relaxed);
+    fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
+        // The trace ends where the summary does; 0 (no close) writes no cut.
+        let close = crate::bpf::record::window_close(ebpf).unwrap_or(0);
+        self.close.store(close, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
         let h = self
             .reader
             .lock()
             .map_err(|_| anyhow!("poisoned"))?
             .take()
             .ok_or_else(|| anyhow!("the trace reader never started"))?;
-        let o = h
+        let mut o = h
             .join()
             .map_err(|_| anyhow!("the trace reader panicked"))??;
-        Ok(summary(&self.path, &o))
+        let (summary, mut notices) = summary(&self.path, &o);
+        if let Some((e, stats)) = o.failed.take() {
+            notices.push(format!(
+                "record: the trace could not be written on: it is cut back to its last whole packet ({} bytes), {}",
+                o.written.bytes,
+                if stats {
+                    "with the end-of-trace stats after it"
+                } else {
+                    "without the end-of-trace stats (no room for them)"
+                }
+            ));
+            *self.error.lock().map_err(|_| anyhow!("poisoned"))? = Some(e);
+        }
+        Ok((summary, notices))
     }
 
     fn report(&self) -> bool {
         true
+    }
+
+    fn error(&self) -> Option<anyhow::Error> {
+        self.error.lock().ok()?.take()
     }
 }
 
@@ -172,6 +246,7 @@ fn summary(path: &Path, o: &Outcome) -> (Option<RecordSummary>, Vec<String>) {
         read_per_cpu: o.read.clone(),
         undecodable: o.undecodable,
         gaps: w.gaps,
+        window_cuts: w.window_cuts,
         // Bounded: enough to tell which threads' times are off.
         gap_tids: o.gap_tids.iter().take(1000).copied().collect(),
     };
@@ -218,11 +293,41 @@ fn proc_cmdline(tgid: u32) -> Option<(Vec<String>, Option<u32>)> {
     (!argv.is_empty()).then_some((argv, ppid))
 }
 
+/// How the reader learns that the session ends, and tells that its output failed.
+struct Ends<'a> {
+    stop: &'a AtomicBool,
+    close: &'a AtomicU64,
+    failed: &'a AtomicBool,
+    /// The output is a regular file (it can be cut back and space reserved in it).
+    regular: bool,
+}
+
+/// Room kept past the end of a regular file (`fallocate`, size unchanged) so the
+/// end-of-trace stats fit after a write that fails on a full disk: that write is cut
+/// back, freeing what it took.
+const RESERVE: u64 = 16 * 1024;
+
+/// After a failed write: the file cut back to its last whole packet, then the
+/// end-of-trace stats if they fit. Whether they did.
+fn end_after_failure(w: &mut TraceWriter<File>, regular: bool, lost: &[u64], read: &[u64]) -> bool {
+    let good = w.written().bytes;
+    let cut =
+        |f: &mut File| regular && f.set_len(good).is_ok() && f.seek(SeekFrom::Start(good)).is_ok();
+    if regular && !cut(w.get_mut()) {
+        return false;
+    }
+    if w.end_after_failure(lost, read).is_ok() {
+        return true;
+    }
+    let _ = cut(w.get_mut());
+    false
+}
+
 fn read_loop(
     mut rb: RingBuf<MapData>,
     stats: aya::maps::Map,
     mut w: TraceWriter<File>,
-    stop: &AtomicBool,
+    ends: &Ends,
     cpus: usize,
 ) -> Result<Outcome> {
     let mut read = vec![0u64; cpus];
@@ -231,14 +336,21 @@ fn read_loop(
     let mut lost_said = 0u64;
     let mut named: HashSet<u32> = HashSet::new();
     let mut lost = vec![0u64; cpus];
-    let fail = |w: &mut TraceWriter<File>, e: std::io::Error| -> anyhow::Error {
-        // Cut the file back to its last whole packet: it stays a valid trace.
-        let good = w.written().bytes;
-        let _ = w.get_mut().set_len(good);
-        anyhow::Error::new(e)
+    let reserve = |w: &mut TraceWriter<File>| {
+        if ends.regular {
+            let at = w.written().bytes;
+            let _ = rustix::fs::fallocate(
+                &*w.get_mut(),
+                rustix::fs::FallocateFlags::KEEP_SIZE,
+                at,
+                RESERVE,
+            );
+        }
     };
+    reserve(&mut w);
+    let mut failure: Option<std::io::Error> = None;
     loop {
-        let stopping = stop.load(Ordering::Relaxed);
+        let stopping = ends.stop.load(Ordering::Acquire);
         if !stopping {
             std::thread::sleep(DRAIN_EVERY);
         }
@@ -279,11 +391,13 @@ fn read_loop(
             }
             if w.full() {
                 if let Err(e) = w.flush(&lost) {
-                    return Err(fail(&mut w, e));
+                    failure = Some(e);
+                    break;
                 }
+                reserve(&mut w);
             }
         }
-        if stopping {
+        if stopping || failure.is_some() {
             break;
         }
         if last_flush.elapsed() >= FLUSH_EVERY {
@@ -303,22 +417,38 @@ fn read_loop(
                 lost_said = total;
             }
             if let Err(e) = w.flush(&lost) {
-                return Err(fail(&mut w, e));
+                failure = Some(e);
+                break;
             }
+            reserve(&mut w);
         }
     }
     let (sent, l) = rec_stats(&stats)?;
     lost = l;
-    let written = match w.finish(&lost, &read) {
-        Ok(v) => v,
-        Err(e) => return Err(fail(&mut w, e)),
-    };
+    if failure.is_none() {
+        let close = ends.close.load(Ordering::Relaxed);
+        if let Err(e) = w.finish(&lost, &read, (close != 0).then_some(close)) {
+            failure = Some(e);
+        }
+    }
+    let failed = failure.map(|e| {
+        // The session ends at its next check (`should_stop`).
+        ends.failed.store(true, Ordering::Relaxed);
+        let stats = end_after_failure(&mut w, ends.regular, &lost, &read);
+        (anyhow::Error::new(e), stats)
+    });
+    if ends.regular && failed.is_none() {
+        // Give back the room kept for the stats.
+        let at = w.written().bytes;
+        let _ = w.get_mut().set_len(at);
+    }
     Ok(Outcome {
         gap_tids: w.gap_tids().iter().copied().collect(),
-        written,
+        written: w.written(),
         sent,
         lost,
         read,
         undecodable,
+        failed,
     })
 }

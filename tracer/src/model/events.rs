@@ -1,12 +1,13 @@
 //! Ring-buffer records (`tracer_common::record`) to typed events.
 use tracer_common::record::{
-    how, kind, EventHead, SchedEvent, SlowEvent, TaskEvent, SWITCH_PREEMPT, SWITCH_REPAIRED,
+    how, kind, EventHead, SchedEvent, SlowEvent, TaskEvent, RUNTIME_UNKNOWN, SWITCH_CHAINED,
+    SWITCH_PREEMPT, SWITCH_REPAIRED, SWITCH_START,
 };
 
 /// A context switch on `cpu`: `prev_tid` leaves, `next_tid` runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Switch {
-    /// CLOCK_BOOTTIME ns.
+    /// CLOCK_MONOTONIC ns: the accounting's timestamp of it.
     pub ts: u64,
     pub cpu: u32,
     pub prev_tid: u32,
@@ -17,6 +18,15 @@ pub struct Switch {
     /// A switch the programs did not see, put back with an estimated time (see
     /// `tracer_common::record::SWITCH_REPAIRED`).
     pub repaired: bool,
+    /// Put in front of a CPU's first switch: the task running when the programs
+    /// attached, from the window's opening (`tracer_common::record::SWITCH_START`); or
+    /// written at the window's close for the task still on a CPU then.
+    pub edge: bool,
+    /// The switch before it on this CPU is in the stream, so `runtime` is the slice
+    /// between the two.
+    pub chained: bool,
+    /// The scheduler's runtime of the slice this switch ends (`prev_tid`'s).
+    pub runtime: Option<u32>,
     pub next_tid: u32,
     pub next_tgid: u32,
     pub next_prio: i32,
@@ -26,7 +36,7 @@ pub struct Switch {
 /// A task became runnable (`sched_wakeup` / `sched_wakeup_new`), seen on `cpu`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wakeup {
-    /// CLOCK_BOOTTIME ns.
+    /// CLOCK_MONOTONIC ns: the accounting's timestamp of it.
     pub ts: u64,
     pub cpu: u32,
     pub tid: u32,
@@ -66,7 +76,7 @@ pub enum TaskChange {
 /// A task event, seen on `cpu`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskEv {
-    /// CLOCK_BOOTTIME ns.
+    /// CLOCK_MONOTONIC ns.
     pub ts: u64,
     pub cpu: u32,
     pub tid: u32,
@@ -170,9 +180,12 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 prev_state: e.state,
                 preempt: e.flags & SWITCH_PREEMPT != 0,
                 repaired: e.flags & SWITCH_REPAIRED != 0,
+                edge: e.flags & SWITCH_START != 0,
+                chained: e.flags & SWITCH_CHAINED != 0,
+                runtime: (e.runtime != RUNTIME_UNKNOWN).then_some(e.runtime),
                 next_tid: e.tid,
                 next_tgid: e.tgid,
-                next_prio: e.prio,
+                next_prio: e.prio as i32,
                 next_comm: comm_str(&e.comm),
             }))
         }
@@ -185,7 +198,7 @@ pub fn decode(b: &[u8]) -> Result<Event, DecodeError> {
                 tgid: e.tgid,
                 waker_tid: e.prev_tid,
                 target_cpu: e.state,
-                prio: e.prio,
+                prio: e.prio as i32,
                 comm: comm_str(&e.comm),
                 new: h.kind == kind::WAKEUP_NEW,
             }))
@@ -307,8 +320,9 @@ mod tests {
             tgid: 5,
             prev_tid: 3,
             state: 1,
+            runtime: 5000,
             prio: 120,
-            flags: SWITCH_PREEMPT,
+            flags: SWITCH_PREEMPT | SWITCH_CHAINED,
             comm: [0; 16],
         };
         e.comm[..4].copy_from_slice(b"work");
@@ -319,7 +333,8 @@ mod tests {
             (s.ts, s.cpu, s.prev_tid, s.next_tid, s.next_tgid),
             (42, 1, 3, 7, 5)
         );
-        assert!(s.preempt);
+        assert!(s.preempt && s.chained && !s.repaired && !s.edge);
+        assert_eq!(s.runtime, Some(5000));
         assert_eq!(s.next_comm, "work");
         assert_eq!(s.next_prio, 120);
     }

@@ -1,5 +1,6 @@
 //! The data every layer shares, as plain types: options, snapshots of the kernel's
 //! aggregates, histograms, the typed report. No clap, no aya, no I/O.
+pub mod boundaries;
 pub mod cross_check;
 pub mod events;
 pub mod hist;

@@ -40,6 +40,9 @@ pub struct RecordSummary {
     pub undecodable: u64,
     /// Switches the kernel did not run the switch program for, put back estimated.
     pub gaps: u64,
+    /// Of `switches`, those written at the window's close for the tasks still on a CPU
+    /// then (the trace ends where the summary does; not events from the kernel).
+    pub window_cuts: u64,
     /// Threads next to a gap (at most 1000).
     pub gap_tids: Vec<u32>,
 }

@@ -94,6 +94,15 @@ pub fn stdout_sink(json: bool) -> Box<dyn Sink> {
     }
 }
 
+/// The same on standard error: `tracer record -o -` keeps standard output for the trace.
+pub fn stderr_sink(json: bool) -> Box<dyn Sink> {
+    if json {
+        Box::new(JsonLinesSink::new(std::io::stderr()))
+    } else {
+        Box::new(TextSink::new(std::io::stderr()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

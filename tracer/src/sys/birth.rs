@@ -21,6 +21,6 @@ pub fn started_ns(root: &Root, tid: u32) -> Option<u64> {
     let hz = if hz > 0 { hz as u64 } else { 100 };
     let boot_ns = ticks.saturating_mul(1_000_000_000) / hz;
     // Boot time to monotonic time: less the time the machine was suspended.
-    let asleep = crate::sys::clock::boottime_ns().saturating_sub(crate::sys::clock::monotonic_ns());
+    let asleep = crate::sys::clock::boot_offset_ns();
     Some(boot_ns.saturating_sub(asleep))
 }

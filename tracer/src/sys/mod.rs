@@ -1,9 +1,11 @@
 //! The operating system underneath: BTF, tracefs, procfs, the root for fixture trees,
-//! launching the traced command, privileges, clocks and the parsers of user input.
+//! launching the traced command, privileges, clocks, binary output files and the parsers
+//! of user input.
 pub mod birth;
 pub mod btf;
 pub mod clock;
 pub mod launch;
+pub mod outfile;
 pub mod parse;
 pub mod privileges;
 pub mod procfs;

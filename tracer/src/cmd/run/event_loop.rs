@@ -30,6 +30,9 @@ enum End {
     TargetsExited,
     /// An interval report could not be written (closed pipe, full disk).
     Output(TracerError),
+    /// A streaming command's output failed (`tracer record` on a full disk): the report
+    /// is printed, then the error; a command is stopped.
+    StreamFailed,
 }
 
 /// SIGINT, SIGTERM and SIGHUP (a closed terminal) end the run with the final report.
@@ -152,6 +155,7 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
     match end {
         End::CommandExited(state) => Some(*state),
         End::Output(_) | End::TargetsExited => None,
+        End::StreamFailed => child.map(|pid| stop_command(s, pid)),
         End::Signal | End::Duration | End::Count => child.map(|pid| {
             // Ctrl-C on a terminal reaches the command too: give it a moment to end, so
             // the header says what became of it rather than "still running".
@@ -173,6 +177,30 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
             })
         }),
     }
+}
+
+/// The run failed with the command still running: SIGTERM it, as `perf record` does
+/// with its workload, and wait a second for it to end; one that does not goes on,
+/// untraced, and the report says so.
+fn stop_command(s: &mut Session, pid: u32) -> launch::ChildState {
+    if let Some(state) = launch::try_wait_exit(pid) {
+        return state;
+    }
+    // SAFETY: a signal to our own child, not reaped yet (the PID is still ours).
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    for _ in 0..100 {
+        if let Some(state) = launch::try_wait_exit(pid) {
+            s.notices.push(format!(
+                "the run failed before the command ended: PID {pid} was sent SIGTERM"
+            ));
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.notices.push(format!(
+        "the run failed before the command ended: PID {pid} was sent SIGTERM, is still running and goes on untraced"
+    ));
+    launch::ChildState::Running { pid }
 }
 
 /// Waits for the run's end, reporting each interval to the front end's sink, then
@@ -256,7 +284,7 @@ pub(super) async fn event_loop(
                     break End::Output(TracerError::OutputClosed);
                 }
                 if args.hook.should_stop() {
-                    break End::Duration;
+                    break End::StreamFailed;
                 }
             }
         }
@@ -294,6 +322,9 @@ pub(super) async fn event_loop(
     r.notices.extend(hook_notices);
     if args.hook.report() {
         sink.total(&r)?;
+    }
+    if let Some(e) = args.hook.error() {
+        return Err(e);
     }
     Ok(state.and_then(|s| s.exit_code()).unwrap_or(0))
 }

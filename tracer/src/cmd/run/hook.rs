@@ -13,13 +13,19 @@ pub trait Extension: Send + Sync {
     fn load(&self) -> RecordLoad;
     /// The programs are attached (the target not yet released): start reading.
     fn attached(&self, ebpf: &mut aya::Ebpf) -> Result<()>;
-    /// Whether the session should end now (the output failed).
+    /// Whether the session should end now (the output failed): it then ends as after a
+    /// failure, the command stopped (see [`Extension::error`]).
     fn should_stop(&self) -> bool;
     /// The window closed and the programs are detached: read the rest, finish the
     /// output; sections and notices for the final report.
     fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)>;
     /// Whether `tracer run`'s report is printed at the end.
     fn report(&self) -> bool;
+    /// After [`Extension::finish`]: the failure that ended the output, if one did. The
+    /// run prints its report first, then ends with this error.
+    fn error(&self) -> Option<anyhow::Error> {
+        None
+    }
 }
 
 /// An optional [`Extension`] carried in `RunConfig` (none for `tracer run` itself).
@@ -57,5 +63,8 @@ impl Hook {
     }
     pub fn report(&self) -> bool {
         self.0.as_ref().is_none_or(|e| e.report())
+    }
+    pub fn error(&self) -> Option<anyhow::Error> {
+        self.0.as_ref().and_then(|e| e.error())
     }
 }
