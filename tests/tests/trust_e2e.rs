@@ -193,14 +193,23 @@ fn exec_from_a_non_main_thread_keeps_its_time() {
         let doc = final_report(&out);
         let truth = read_truth(&truth_file);
         let t = &truth[0];
-        // The exec'd task has the leader's TID; its row (comm "exe") carries its whole
-        // life, the old leader's its own.
+        // The exec'd task has the leader's TID: its time until the exec is in the row of
+        // its old TID (`exec_as` names the new one), the rest in the new TID's row (comm
+        // "exe"), as the trace names them; the old leader's row has its own.
         let rows: Vec<&Value> = doc["threads"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|r| r["tid"].as_u64() == Some(t.tid) && r["comm"] == "exe")
+            .filter(|r| {
+                (r["tid"].as_u64() == Some(t.tid) && r["comm"] == "exe")
+                    || r["exec_as"].as_u64() == Some(t.tid)
+            })
             .collect();
+        assert_eq!(
+            rows.len(),
+            2,
+            "--probe {mode}: the exec'd task's two rows: {doc}"
+        );
         let got: u64 = rows.iter().map(|r| ns(r, "on_cpu_ns")).sum();
         let want = t.run_ns as f64;
         assert!(

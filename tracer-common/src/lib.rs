@@ -81,6 +81,23 @@ pub const OFF_BLOCKED: u32 = 1;
 pub const OFF_PREEMPTED: u32 = 2;
 
 impl ThreadStats {
+    /// The totals counted from zero again, the bases of the next slice, wait and
+    /// off-CPU period kept: a thread going on under another TID after an exec.
+    #[inline(always)]
+    pub fn restart(&mut self) {
+        self.on_cpu_ns = 0;
+        self.slices = 0;
+        self.voluntary = 0;
+        self.involuntary = 0;
+        self.runq_wait_ns = 0;
+        self.runq_waits = 0;
+        self.off_cpu_ns = 0;
+        self.blocked_ns = 0;
+        self.preempted_ns = 0;
+        self.migrations = 0;
+        self.counters = [0; MAX_SLICE_COUNTERS];
+    }
+
     pub const fn zeroed() -> Self {
         Self {
             on_cpu_ns: 0,
@@ -110,12 +127,15 @@ impl ThreadStats {
 }
 
 /// A thread's final totals, sent through the `EXITED` ring buffer when it dies so the
-/// `THREADS` entry can be freed at once (bounded map usage under thread churn).
+/// `THREADS` entry can be freed at once (bounded map usage under thread churn), or its
+/// totals under its TID when an exec from it ends that TID (`became`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExitRecord {
     pub tid: u32,
-    pub _pad: u32,
+    /// 0: the thread died. Else it exec'd from a non-main thread and goes on under this
+    /// TID (its leader's): these are its totals under `tid`, until the exec.
+    pub became: u32,
     pub stats: ThreadStats,
 }
 

@@ -628,14 +628,20 @@ fn flush_dead(t: &Task, s: &mut ThreadStats) {
 /// Hands a dead thread's totals to user space through the ring buffer.
 #[inline(always)]
 fn flush_record(t: &Task, s: &ThreadStats) {
+    flush_record_as(t.tid, 0, s)
+}
+
+/// Sends `s` as the totals of `tid` (which goes on as `became`, if not 0).
+#[inline(always)]
+fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
     match EXITED.reserve::<ExitRecord>(0) {
         Some(mut e) => {
             // Written in place: an `ExitRecord` built on the stack first costs 184 bytes.
             let p = e.as_mut_ptr();
             // SAFETY: the reservation holds one ExitRecord; `s` is a map value.
             unsafe {
-                (*p).tid = t.tid;
-                (*p)._pad = 0;
+                (*p).tid = tid;
+                (*p).became = became;
                 core::ptr::copy_nonoverlapping(s as *const ThreadStats, &mut (*p).stats, 1);
             }
             e.submit(0);
@@ -673,12 +679,13 @@ pub fn wakeup(p: Task, new: bool) {
 }
 
 /// `sched_process_exec` of a thread that was not its process's leader: `de_thread()` gave
-/// it the leader's TID (`new`) and reaps the old leader, so the traced set, the
-/// per-thread entry keyed by TID and this CPU's slice (the exec'ing thread is `current`)
-/// move from `old` to `new`. In task-local storage the entry hangs off the task and
-/// needs no move.
+/// it the leader's TID (`new`) and reaps the old leader. The traced set and this CPU's
+/// slice (the exec'ing thread is `current`) move from `old` to `new`. Its totals so far
+/// go out under `old`, which ends here, and it goes on from zero under `new`: one
+/// convention with the trace, which names every event with the TID it had then.
 #[inline(always)]
-pub fn exec(new: u32, old: u32) {
+pub fn exec(t: &Task, old: u32) {
+    let new = t.tid;
     if new == old || new == 0 || old == 0 {
         return;
     }
@@ -698,26 +705,31 @@ pub fn exec(new: u32, old: u32) {
             let _ = TRACKED.remove(old);
         }
     }
-    if config().use_task_storage != 0 {
+    if in_storage(t) {
+        // The entry hangs off the task.
+        if let Some(s) = existing_entry(t) {
+            // SAFETY: the task's storage.
+            let s = unsafe { &mut *s };
+            flush_record_as(old, new, s);
+            s.restart();
+            s.serial = next_serial();
+        }
         return;
     }
-    // SAFETY: copied out at once.
-    let Some(moved) = unsafe { THREADS.get(old) }.copied() else {
-        return;
-    };
     if let Some(leader) = THREADS.get_ptr_mut(new) {
         // The old leader has not made its final switch yet: hand its totals over now.
-        let t = crate::Task {
-            tid: new,
-            tgid: 0,
-            ptr: core::ptr::null(),
-            trusted: false,
-            comm: crate::CommSrc::None,
-        };
         // SAFETY: map value.
-        flush_record(&t, unsafe { &*leader });
+        flush_record_as(new, 0, unsafe { &*leader });
     }
-    if THREADS.insert(new, moved, 0).is_err() {
+    let Some(s) = THREADS.get_ptr_mut(old) else {
+        return;
+    };
+    // SAFETY: map value.
+    let s = unsafe { &mut *s };
+    flush_record_as(old, new, s);
+    s.restart();
+    s.serial = next_serial();
+    if THREADS.insert(new, &*s, 0).is_err() {
         count_drop(drop::THREADS_FULL);
     }
     let _ = THREADS.remove(old);

@@ -291,7 +291,7 @@ fn on_fork(child: *const u8, trusted: bool) {
 #[inline(always)]
 fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
     let t = task_from_btf(p, trusted);
-    account::exec(t.tid, old as u32);
+    account::exec(&t, old as u32);
     if config().record != 0 {
         record::exec(&t, old as u32, bprm);
     }
@@ -521,10 +521,14 @@ pub fn sched_stat_runtime_tp(ctx: TracePointContext) -> u32 {
 #[tracepoint(category = "sched", name = "sched_process_exec")]
 pub fn sched_exec_tp(ctx: TracePointContext) -> u32 {
     let c = config();
-    account::exec(
-        rec_u32(&ctx, c.tp_exec_pid),
-        rec_u32(&ctx, c.tp_exec_old_pid),
-    );
+    let t = Task {
+        tid: rec_u32(&ctx, c.tp_exec_pid),
+        tgid: 0,
+        ptr: core::ptr::null(),
+        trusted: false,
+        comm: CommSrc::None,
+    };
+    account::exec(&t, rec_u32(&ctx, c.tp_exec_old_pid));
     0
 }
 
@@ -630,7 +634,7 @@ pub fn dump_threads(ctx: *mut core::ffi::c_void) -> i32 {
     };
     let rec = tracer_common::ExitRecord {
         tid: t.tid,
-        _pad: 0,
+        became: 0,
         // SAFETY: the task's storage, copied out.
         stats: unsafe { *s },
     };

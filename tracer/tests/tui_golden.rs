@@ -53,6 +53,7 @@ fn thread(tid: u32, tgid: u32, comm: &[u8], on_ms: u64, i: u64) -> (ThreadRecord
             stats: s,
             exited: false,
             folded: 0,
+            became: 0,
         },
         h,
     )

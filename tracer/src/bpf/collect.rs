@@ -160,6 +160,7 @@ impl Collector {
                     stats: rec.stats,
                     exited: true,
                     folded: 0,
+                    became: rec.became,
                 },
             );
             *gen += 1;
@@ -331,6 +332,7 @@ impl Collector {
                     stats,
                     exited: false,
                     folded: 0,
+                    became: 0,
                 },
             );
         }
@@ -406,6 +408,7 @@ impl Collector {
                         stats,
                         exited: false,
                         folded: 0,
+                        became: 0,
                     },
                 );
                 key

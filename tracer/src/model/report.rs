@@ -145,6 +145,11 @@ pub struct ThreadRow {
     /// 0 for one thread; else this row sums that many exited threads of the process.
     #[serde(rename = "folded_threads", skip_serializing_if = "is_zero")]
     pub folded: u32,
+    /// The thread exec'd from a non-main thread and went on under this TID (its
+    /// leader's): this row is its time until the exec, that TID's row the rest (as the
+    /// trace names them).
+    #[serde(rename = "exec_as", skip_serializing_if = "is_zero")]
+    pub became: u32,
     /// `--slice-event` sums read in the kernel at every switch, in slot order.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_map")]
     pub slice_counters: Option<Vec<(String, u64)>>,
@@ -447,6 +452,7 @@ impl<S> Report<S> {
                     migrations: s.migrations,
                     exited: t.exited,
                     folded: t.folded,
+                    became: t.became,
                     slice_counters: (!slice_events.is_empty()).then(|| {
                         slice_events
                             .iter()

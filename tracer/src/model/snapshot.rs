@@ -24,6 +24,9 @@ pub struct ThreadRecord {
     /// 0 for one thread; else this row sums that many exited threads of process
     /// `stats.tgid` (key `(tgid, FOLDED_GEN)`, `tid` 0), folded to bound memory.
     pub folded: u32,
+    /// Not 0: the thread exec'd from a non-main thread and went on as this TID (its
+    /// leader's); the row holds its time until then (`exited` is set).
+    pub became: u32,
 }
 
 /// Exited threads kept one by one. Past this (plus a quarter, so folding is amortized)
@@ -91,6 +94,7 @@ pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) 
                 stats,
                 exited: true,
                 folded: 0,
+                became: 0,
             }
         });
         add_stats(&mut row.stats, &r.stats);
@@ -323,6 +327,7 @@ impl Snapshot {
                         stats,
                         exited: r.exited,
                         folded: r.folded,
+                        became: r.became,
                     },
                 );
             }
@@ -502,7 +507,7 @@ mod tests {
         stats.on_cpu_ns = on_cpu_ns;
         let r = ExitRecord {
             tid,
-            _pad: 0,
+            became: 0,
             stats,
         };
         // SAFETY: plain data, viewed as its bytes.
@@ -525,6 +530,7 @@ mod tests {
             stats,
             exited: true,
             folded: 0,
+            became: 0,
         }
     }
 

@@ -58,6 +58,7 @@ pub fn never_ran(tid: u32, tgid: u32, comm: [u8; 16], open: u64, end: u64) -> Th
         stats,
         exited: false,
         folded: 0,
+        became: 0,
     }
 }
 
@@ -76,6 +77,7 @@ mod tests {
             stats,
             exited: false,
             folded: 0,
+            became: 0,
         }
     }
 

@@ -98,6 +98,7 @@ mod tests {
                     stats: s,
                     exited: tid == 11,
                     folded: 0,
+                    became: 0,
                 },
             );
         }
@@ -221,6 +222,7 @@ mod tests {
                     stats: s,
                     exited: false,
                     folded: 0,
+                    became: 0,
                 },
             );
         }
