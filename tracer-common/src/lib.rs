@@ -160,6 +160,10 @@ pub struct CpuState {
     pub tid: u32,
     /// 1 when `tid` is traced and its slice is being timed.
     pub traced: u32,
+    /// The `task_struct` address of `tid` (0: not known, classic tracepoints): a task
+    /// whose TID changed while it ran here (an exec from a non-main thread) is still
+    /// recognised as the task this CPU switched to.
+    pub task: u64,
 }
 
 /// The window, in `CLOCK_MONOTONIC` ns (the `WINDOW` map's one value), written by user
@@ -314,7 +318,7 @@ pub struct Config {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 176);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 184);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 56);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 64);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
 const _: () = assert!(core::mem::size_of::<Config>() == 136);

@@ -234,6 +234,17 @@ fn read_counter(i: usize) -> Option<u64> {
     Some(v.counter)
 }
 
+/// The address of `current`'s task_struct (`prev`): from its BTF pointer, else one
+/// helper call (only asked when a CPU's record and `prev` disagree).
+#[inline(always)]
+fn task_addr(prev: &Task) -> u64 {
+    if prev.ptr.is_null() {
+        unsafe { aya_ebpf::helpers::bpf_get_current_task() }
+    } else {
+        prev.ptr as u64
+    }
+}
+
 /// A context switch seen in one place (sched_switch): close `prev`, open `next`.
 #[inline(always)]
 pub fn switch(prev: Task, leave: Leave, next: Task) {
@@ -263,26 +274,37 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let cs = unsafe { &mut *cs };
     let c = config();
     let (open, close) = window();
-    if cs.traced != 0 && cs.tid != prev.tid && cs.tid == prev.tgid && prev.tid != prev.tgid {
-        // An old leader leaving after another thread of its process exec'd:
-        // `de_thread()` gave the exec'ing thread the leader's TID (the TGID, which this
-        // CPU switched to) and this exiting task the other's (`exchange_tids()`) while
-        // it still ran here. Its last moments since the exec are not counted; at its
-        // final switch its totals go out under its own TID (in task storage the entry
-        // hangs off the task; in the THREADS hash `exec()` handed them over already).
-        // (Not `flush_dead`: the traced set's entry for that TID is the exec'd thread's.)
-        if leave == Leave::Dead && in_storage(&prev) {
-            if let Some(s) = existing_entry(&prev) {
-                let mut leader = prev;
-                leader.tid = cs.tid;
-                // SAFETY: task storage of the task leaving.
-                flush_record(&leader, unsafe { &*s });
-                // SAFETY: a trusted task pointer (`current`).
-                unsafe { TASK_STATS.delete(prev.ptr) };
+    if cs.traced != 0
+        && cs.tid != 0
+        && cs.tid != prev.tid
+        && cs.task != 0
+        && cs.task == task_addr(&prev)
+    {
+        // The task this CPU switched to, under another TID: an exec from a non-main
+        // thread, `de_thread()` swapping the TIDs of the exec'ing thread and the old
+        // leader (`exchange_tids()`) while it ran here.
+        if leave == Leave::Dead {
+            // The old leader's final switch: its last moments since the exec are not
+            // counted; its totals go out under its own TID (in task storage the entry
+            // hangs off the task; in the THREADS hash `exec()` handed them over
+            // already). Not `flush_dead`: the traced set's entry for that TID is the
+            // exec'd thread's.
+            if in_storage(&prev) {
+                if let Some(s) = existing_entry(&prev) {
+                    let mut leader = prev;
+                    leader.tid = cs.tid;
+                    // SAFETY: task storage of the task leaving.
+                    flush_record(&leader, unsafe { &*s });
+                    // SAFETY: a trusted task pointer (`current`).
+                    unsafe { TASK_STATS.delete(prev.ptr) };
+                }
             }
+            cs.traced = 0;
+            return 0;
         }
-        cs.traced = 0;
-        return 0;
+        // The exec'ing thread, preempted before `sched_process_exec` moved this CPU's
+        // record: its slice is the one that began here.
+        cs.tid = prev.tid;
     }
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
@@ -539,6 +561,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     // SAFETY: per-CPU state.
     let cs = unsafe { &mut *cs };
     cs.tid = next.tid;
+    cs.task = next.ptr as u64;
     cs.traced = 0;
     let c = config();
     if traced(&next).is_none() {
