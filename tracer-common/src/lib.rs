@@ -133,11 +133,16 @@ impl ThreadStats {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ExitRecord {
     pub tid: u32,
-    /// 0: the thread died. Else it exec'd from a non-main thread and goes on under this
-    /// TID (its leader's): these are its totals under `tid`, until the exec.
+    /// 0: the thread died. [`REAPED_BY_EXEC`]: it was a leader that another thread's
+    /// exec ended. Else it exec'd from a non-main thread and goes on under this TID (its
+    /// leader's): these are its totals under `tid`, until the exec.
     pub became: u32,
     pub stats: ThreadStats,
 }
+
+/// `ExitRecord::became` of a leader reaped by the exec of another of its threads
+/// (`de_thread()`), which takes its TID.
+pub const REAPED_BY_EXEC: u32 = u32::MAX;
 
 /// What is running on one CPU right now (a `PERCPU_ARRAY` with one slot).
 #[repr(C)]

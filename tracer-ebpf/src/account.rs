@@ -19,7 +19,7 @@ use tracer_common::{
     drop, filter,
     hist::{bucket_index, msb, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS, SUB},
     scope, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
-    OFF_PREEMPTED, TRACK_INHERIT,
+    OFF_PREEMPTED, REAPED_BY_EXEC, TRACK_INHERIT,
 };
 
 use crate::{
@@ -291,10 +291,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             // exec'd thread's.
             if in_storage(&prev) {
                 if let Some(s) = existing_entry(&prev) {
-                    let mut leader = prev;
-                    leader.tid = cs.tid;
                     // SAFETY: task storage of the task leaving.
-                    flush_record(&leader, unsafe { &*s });
+                    flush_record_as(cs.tid, REAPED_BY_EXEC, unsafe { &*s });
                     // SAFETY: a trusted task pointer (`current`).
                     unsafe { TASK_STATS.delete(prev.ptr) };
                 }
@@ -742,7 +740,7 @@ pub fn exec(t: &Task, old: u32) {
     if let Some(leader) = THREADS.get_ptr_mut(new) {
         // The old leader has not made its final switch yet: hand its totals over now.
         // SAFETY: map value.
-        flush_record_as(new, 0, unsafe { &*leader });
+        flush_record_as(new, REAPED_BY_EXEC, unsafe { &*leader });
     }
     let Some(s) = THREADS.get_ptr_mut(old) else {
         return;

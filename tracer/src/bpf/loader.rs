@@ -424,9 +424,14 @@ impl Tracer {
                     _ => return None,
                 };
                 let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
-                info.lines()
+                let n = info
+                    .lines()
                     .find_map(|l| l.strip_prefix("recursion_misses:"))
-                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())?;
+                if n > 0 {
+                    log::debug!("{name}: {n} runs the kernel skipped (recursion_misses)");
+                }
+                Some(n)
             })
             .sum()
     }

@@ -150,6 +150,10 @@ pub struct ThreadRow {
     /// trace names them).
     #[serde(rename = "exec_as", skip_serializing_if = "is_zero")]
     pub became: u32,
+    /// A leader that the exec of another of its threads ended (`de_thread()`): that
+    /// thread goes on under this row's TID, in a row of its own.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reaped_by_exec: bool,
     /// `--slice-event` sums read in the kernel at every switch, in slot order.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_map")]
     pub slice_counters: Option<Vec<(String, u64)>>,
@@ -452,7 +456,12 @@ impl<S> Report<S> {
                     migrations: s.migrations,
                     exited: t.exited,
                     folded: t.folded,
-                    became: t.became,
+                    became: if t.became == tracer_common::REAPED_BY_EXEC {
+                        0
+                    } else {
+                        t.became
+                    },
+                    reaped_by_exec: t.became == tracer_common::REAPED_BY_EXEC,
                     slice_counters: (!slice_events.is_empty()).then(|| {
                         slice_events
                             .iter()

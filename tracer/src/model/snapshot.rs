@@ -64,6 +64,10 @@ fn max_stats(into: &mut ThreadStats, s: &ThreadStats) {
     into.off_cpu_ns = into.off_cpu_ns.max(s.off_cpu_ns);
     into.blocked_ns = into.blocked_ns.max(s.blocked_ns);
     into.preempted_ns = into.preempted_ns.max(s.preempted_ns);
+    // Each part kept on its own can add up past the larger total (an open period one
+    // read counted as blocked, the next read settled a little shorter and then added a
+    // preemption): off-CPU is their sum then.
+    into.off_cpu_ns = into.off_cpu_ns.max(into.blocked_ns + into.preempted_ns);
     into.migrations = into.migrations.max(s.migrations);
     for i in 0..into.counters.len() {
         into.counters[i] = into.counters[i].max(s.counters[i]);

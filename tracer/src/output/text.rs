@@ -224,6 +224,8 @@ fn thread_table(r: &Report) -> String {
         let mut comm = printable(&t.comm);
         if t.folded > 0 {
             comm = format!("{} exited", t.folded);
+        } else if t.reaped_by_exec {
+            comm.push_str(" (reaped by exec)");
         } else if t.became != 0 {
             comm.push_str(&format!(" (exec'd as {})", t.became));
         } else if t.exited {

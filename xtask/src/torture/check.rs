@@ -116,6 +116,20 @@ pub(super) fn check(
                 continue;
             }
             let n = v.as_f64().unwrap_or(0.0);
+            // Classic tracepoint programs share the kernel's per-CPU `bpf_prog_active`
+            // with every kprobe and tracepoint program (`trace_call_bpf()`): a wakeup in
+            // an interrupt while one of them runs on that CPU (our fork or exec program,
+            // or another tool's) is skipped, and counted. Not a sizing loss; the
+            // per-thread checks against the truth still hold the figures.
+            if k == "recursion_misses" && o.scenario.probe == "tracepoint" {
+                if n > 0.0 {
+                    o.notes.push(format!(
+                        "drops.recursion_misses = {n}: wakeups skipped by the kernel's shared \
+                         recursion guard of classic tracepoint programs"
+                    ));
+                }
+                continue;
+            }
             o.expect(Class::Drops, n == 0.0, || {
                 format!("drops.{k} = {n}: nothing should be lost in a workload this small")
             });
@@ -146,7 +160,13 @@ pub(super) fn check(
     let dur = num(total, "duration_ns");
     let close_min = w.open.saturating_add(dur as u64);
     let mut rows: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
-    for r in total["threads"].items() {
+    // A leader reaped by another thread's exec has no truth of its own (it was killed)
+    // and shares its TID with the exec'd thread's later row: not matched to it.
+    for r in total["threads"]
+        .items()
+        .iter()
+        .filter(|r| r["reaped_by_exec"].as_bool() != Some(true))
+    {
         rows.entry((
             r["tid"].as_u64().unwrap_or(0),
             r["pid"].as_u64().unwrap_or(0),
