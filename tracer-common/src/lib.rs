@@ -7,6 +7,7 @@
 pub mod hist;
 pub mod offcpu;
 pub mod record;
+pub mod slice;
 
 /// Length of `task_struct::comm` (TASK_COMM_LEN).
 pub const COMM_LEN: usize = 16;

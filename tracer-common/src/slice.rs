@@ -69,7 +69,14 @@ pub fn slice(f: &Facts) -> Slice {
         (end > f.start, end.saturating_sub(f.start))
     } else if f.at_open {
         let since_open = f.now.saturating_sub(f.open);
-        (true, if f.running < since_open { f.running } else { since_open })
+        (
+            true,
+            if f.running < since_open {
+                f.running
+            } else {
+                since_open
+            },
+        )
     } else if f.sum != 0 && f.last_sum != 0 && f.sum >= f.last_sum {
         (true, f.sum - f.last_sum)
     } else if f.start == 0 && f.running != UNKNOWN {

@@ -22,6 +22,8 @@ use tracer_common::{
     OFF_PREEMPTED, REAPED_BY_EXEC, TRACK_INHERIT,
 };
 
+use tracer_common::slice;
+
 use crate::{
     config,
     maps::{
@@ -354,7 +356,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    if close != 0 && (start >= close || start < open) {
+    if slice::edge(start, open, close) == slice::Edge::Outside {
         // Began after the close (or before the opening): nothing of it is in the window.
         // Only a death still has to be handed over.
         if leave == Leave::Dead {
@@ -365,9 +367,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
         return now;
     }
-    // After the close the slice is cut there.
-    let cut = close != 0 && now > close;
-    let end = if cut { close } else { now };
     let Some(s) = thread_entry(&prev, prev.tgid, None) else {
         return now;
     };
@@ -384,7 +383,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Some(r) => r,
         None => u64::MAX,
     };
-    let unseen_in = if start == 0 && running != u64::MAX {
+    let unseen_in = if start == 0 && running != slice::UNKNOWN {
         now.saturating_sub(running)
     } else {
         0
@@ -400,11 +399,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // other, not every pair of them.)
     let wait = if c.use_task_storage != 0 {
         if seen_in {
-            (cs.wait_ns != u64::MAX).then_some(cs.wait_ns)
-        } else if s.runnable_ns != 0 && unseen_in > s.runnable_ns {
-            Some(unseen_in - s.runnable_ns)
+            cs.wait_ns
         } else {
-            None
+            slice::wait_from(s.runnable_ns, unseen_in)
         }
     } else if let Some(rd) = prev.run_delay() {
         let base = if s.flags & HAVE_RUN_DELAY != 0 {
@@ -412,24 +409,18 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         } else if seen_in {
             cs.run_delay_in
         } else {
-            u64::MAX
+            slice::UNKNOWN
         };
         s.last_run_delay = rd;
         s.flags |= HAVE_RUN_DELAY;
-        if base != u64::MAX && rd > base {
-            Some(rd - base)
-        } else {
-            None
-        }
-    } else if s.runnable_ns != 0 && start.max(unseen_in) > s.runnable_ns {
-        Some(start.max(unseen_in) - s.runnable_ns)
+        slice::wait_by_run_delay(rd, base)
     } else {
-        None
+        slice::wait_from(s.runnable_ns, start.max(unseen_in))
     };
-    if let Some(d) = wait {
-        s.runq_wait_ns += d;
+    if wait != slice::UNKNOWN {
+        s.runq_wait_ns += wait;
         s.runq_waits += 1;
-        hist_add(KIND_RUNQ, id, d);
+        hist_add(KIND_RUNQ, id, wait);
     }
     let cpu = unsafe { bpf_get_smp_processor_id() };
     if s.last_cpu != u32::MAX && s.last_cpu != cpu {
@@ -437,72 +428,32 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     }
     s.last_cpu = cpu;
 
-    // The slice as the scheduler accounted it (sum_exec_runtime delta) when its base is
-    // known; else switch-in to now. The two differ where the kernel skips a clock update
-    // after a wakeup preemption (wakeup_preempt() -> rq_clock_skip_update()): it then
-    // counts the wakeup-to-switch latency as run time, schedstat agrees with it.
-    let (has_slice, slice) = if cut {
-        // The scheduler's figure runs past the close: time it to the close instead.
-        (end > start, end.saturating_sub(start))
-    } else if at_open {
-        // Running when the programs attached: from the opening, or from its switch-in
-        // when that came later (between the opening and the attach).
-        (true, now.saturating_sub(open).min(running))
-    } else if sum != 0 && s.last_sum_exec != 0 && sum >= s.last_sum_exec {
-        (true, sum - s.last_sum_exec)
-    } else if start == 0 && running != u64::MAX {
-        // Start unseen, base unknown: the scheduler's runtime of this slice.
-        (true, running)
-    } else if s.pending_runtime != 0 {
-        (true, s.pending_runtime)
-    } else if start != 0 && now > start {
-        (true, now - start)
-    } else {
-        (false, 0)
-    };
+    // The slice, its start and the scheduler's credit and gap (see `slice::slice`).
+    let sl = slice::slice(&slice::Facts {
+        now,
+        open,
+        close,
+        start,
+        at_open,
+        running,
+        sum,
+        last_sum: s.last_sum_exec,
+        pending_runtime: s.pending_runtime,
+    });
+    let (has_slice, slice) = (sl.counted, sl.len);
     s.last_sum_exec = sum;
     s.pending_runtime = 0;
-    // What ended when this slice began: its off-CPU time, less what the scheduler
-    // credited to the slice from before its switch-in (its clock update is skipped
-    // after a wakeup preemption): that is on-CPU time by its account, so not off-CPU
-    // too, and on-CPU plus off-CPU never exceed the window. A slice whose switch-in
-    // was not seen (running at the attach, or unseen) began `slice` ago by the
-    // scheduler's account.
-    let wall = if at_open || start == 0 {
-        u64::MAX
-    } else {
-        end.saturating_sub(start)
-    };
-    let credit = slice.saturating_sub(wall);
-    let begun = if wall != u64::MAX {
-        start
-    } else if has_slice {
-        now.saturating_sub(slice)
-    } else {
-        0
-    };
-    if s.last_off_ns != 0 && begun > s.last_off_ns {
-        let d = (begun - s.last_off_ns).saturating_sub(credit);
-        if d != 0 {
-            s.off_cpu_ns += d;
-            if s.off_state == OFF_PREEMPTED {
-                s.preempted_ns += d;
-            } else {
-                s.blocked_ns += d;
-            }
-            hist_add(KIND_OFF_CPU, id, d);
+    let d = slice::off_cpu(s.last_off_ns, sl.begun, sl.credit);
+    if d != 0 {
+        s.off_cpu_ns += d;
+        if s.off_state == OFF_PREEMPTED {
+            s.preempted_ns += d;
+        } else {
+            s.blocked_ns += d;
         }
+        hist_add(KIND_OFF_CPU, id, d);
     }
-    // The other side of that credit: the slice the scheduler charged is shorter than
-    // the wall time since the switch-in (the thread that preempts it is charged from
-    // the wakeup; interrupts and steal are not run time either). By the scheduler's
-    // account this thread left the CPU that much earlier, so its off-CPU time starts
-    // there: on + off stay equal to its time in the window.
-    let gap = if has_slice && wall != u64::MAX {
-        wall.saturating_sub(slice)
-    } else {
-        0
-    };
+    let gap = sl.gap;
     // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
     // the per-CPU figures add up to the threads'. They never overlap on a CPU: after a
     // wakeup preemption the scheduler charges the woken thread from the wakeup, and the
