@@ -339,11 +339,6 @@ fn frames(v: Vec<Vec<SymFrame>>) -> Vec<Frame> {
         .collect()
 }
 
-fn comm_of(c: &[u8]) -> String {
-    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..end]).into_owned()
-}
-
 fn build_report(
     o: &OffcpuOptions,
     tracer: &OffcpuTracer,
@@ -365,7 +360,7 @@ fn build_report(
     let mut truncated: BTreeSet<String> = BTreeSet::new();
     let mut stacks = Vec::new();
     for (k, v) in &sums {
-        let comm = comm_of(&v.comm);
+        let comm = crate::model::words::from_comm(&v.comm);
         let kernel = kcache
             .entry(k.kernel_stack)
             .or_insert_with(|| match ips.get(&(k.kernel_stack as u32)) {

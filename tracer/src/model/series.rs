@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use tracer_common::ThreadStats;
 
-use crate::model::{hist::Histogram, snapshot::HistSet};
+use crate::model::{hist::Histogram, snapshot::HistSet, words};
 
 /// Counter totals of a series (ns and counts, as the kernel keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -238,14 +238,29 @@ fn hist_is_empty(h: &HistSet) -> bool {
 
 /// The first `depth` components of a cgroup v2 path (`/system.slice/x.service/y` at
 /// depth 2 is `/system.slice/x.service`): a systemd unit or a container, not each of
-/// its sub-cgroups. Depth 0 is `/`.
-pub fn cgroup_label(path: &str, depth: usize) -> String {
-    let parts: Vec<&str> = path
-        .split('/')
+/// its sub-cgroups. Depth 0 is `/`. Bytes, as the kernel gives the path: a component
+/// that is not UTF-8 is cut off below the depth like any other.
+pub fn cgroup_prefix(path: &[u8], depth: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len() + 1);
+    for part in path
+        .trim_ascii_end()
+        .split(|&b| b == b'/')
         .filter(|p| !p.is_empty())
         .take(depth)
-        .collect();
-    format!("/{}", parts.join("/"))
+    {
+        out.push(b'/');
+        out.extend_from_slice(part);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// The label of [`cgroup_prefix`], escaped ([`words::escape`]): a cgroup named with
+/// bytes that are not UTF-8 (or with controls) gets a label of its own.
+pub fn cgroup_label(path: &[u8], depth: usize) -> String {
+    words::escape(cgroup_prefix(path, depth))
 }
 
 #[cfg(test)]
@@ -301,11 +316,19 @@ mod tests {
     #[test]
     fn cgroup_labels_cut_at_depth() {
         assert_eq!(
-            cgroup_label("/system.slice/x.service/y", 2),
+            cgroup_label(b"/system.slice/x.service/y", 2),
             "/system.slice/x.service"
         );
-        assert_eq!(cgroup_label("/", 2), "/");
-        assert_eq!(cgroup_label("/user.slice", 0), "/");
-        assert_eq!(cgroup_label("/a/b", 9), "/a/b");
+        assert_eq!(cgroup_label(b"/", 2), "/");
+        assert_eq!(cgroup_label(b"/user.slice", 0), "/");
+        assert_eq!(cgroup_label(b"/a/b", 9), "/a/b");
+        assert_eq!(cgroup_label(b"/a/b\n", 9), "/a/b");
+        // Issue 24 item 11: names that are not UTF-8 got `unknown`.
+        assert_eq!(cgroup_label(b"/hide\xff/x", 2), "/hide\\xff/x");
+        assert_eq!(cgroup_label(b"/top/hide\xff\x1b]2;x\x07", 1), "/top");
+        assert_eq!(
+            cgroup_label(b"/top/hide\xff\x1b]2;x\x07", 2),
+            "/top/hide\\xff\\x1b]2;x\\x07"
+        );
     }
 }

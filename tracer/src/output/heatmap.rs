@@ -14,6 +14,7 @@ use crate::error::TracerError;
 use crate::model::{
     hist::{human_ns, Histogram},
     snapshot::{HistKind, HistSet},
+    words,
 };
 use crate::output::{
     report::Report,
@@ -133,8 +134,11 @@ const LEFT: usize = 70;
 const PANEL_GAP: usize = 60;
 const TOP: usize = 40;
 
+/// Text as XML character data: [`words::escape`] first (controls are not XML), then
+/// the markup characters.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    words::escape(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
