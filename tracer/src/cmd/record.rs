@@ -69,7 +69,7 @@ struct Recorder {
 }
 
 pub fn run(args: RecordConfig, root: Root) -> Result<i32> {
-    let file = File::create(&args.output)
+    let file = crate::sys::files::create_output(&args.output)
         .map_err(|e| anyhow!("cannot write the trace to {}: {e}", args.output.display()))?;
     let rec = Arc::new(Recorder {
         path: args.output.clone(),

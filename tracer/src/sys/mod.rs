@@ -2,6 +2,7 @@
 //! launching the traced command, privileges, clocks and the parsers of user input.
 pub mod btf;
 pub mod clock;
+pub mod files;
 pub mod launch;
 pub mod parse;
 pub mod privileges;
