@@ -72,6 +72,11 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     if !o.command.is_empty() && (!o.pids.is_empty() || !o.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
+    let as_user = if o.command.is_empty() || o.as_root {
+        None
+    } else {
+        privileges::sudo_user()?
+    };
     for &pid in &o.pids {
         procfs::threads_of(&root, pid)?;
     }
@@ -88,11 +93,6 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     let held: Option<Held> = if o.command.is_empty() {
         None
     } else {
-        let as_user = if o.as_root {
-            None
-        } else {
-            privileges::sudo_user()
-        };
         Some(launch::spawn_held(&o.command, as_user, None)?)
     };
     let child = held.as_ref().map(|h| h.pid);
@@ -105,10 +105,15 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
             return Err(e);
         }
     };
+    // Attached: from here on only what symbolizing needs.
+    let locked = privileges::after_attach(privileges::Keep::Symbolization);
     let child = match held {
         Some(h) => Some(h.release(&o.command)?),
         None => None,
     };
+    if let Err(e) = locked {
+        log::warn!("could not lock privileges after attaching: {e}");
+    }
     trace(o, &root, tracer, child, svg)
 }
 

@@ -112,6 +112,13 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     if !args.command.is_empty() && (!args.pids.is_empty() || !args.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
+    // Who the command runs as is settled before anything is attached: a SUDO_UID that
+    // cannot be honoured is an error, not a command run as root.
+    let as_user = if args.command.is_empty() || args.as_root {
+        None
+    } else {
+        privileges::sudo_user()?
+    };
     // Validate everything cheap before touching the kernel.
     for &pid in &args.pids {
         procfs::threads_of(&root, pid)?;
@@ -144,11 +151,6 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     let held: Option<Held> = if args.command.is_empty() {
         None
     } else {
-        let as_user = if args.as_root {
-            None
-        } else {
-            privileges::sudo_user()
-        };
         Some(launch::spawn_held(
             &args.command,
             as_user,
@@ -190,10 +192,10 @@ fn trace(
     if !args.events.is_empty() {
         crate::perf::exception_levels::detect();
     }
-    if let Err(e) = privileges::drop_all() {
+    if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
         session
             .notices
-            .push(format!("could not drop capabilities after attaching: {e}"));
+            .push(format!("could not lock privileges after attaching: {e}"));
     }
     let child_pid = match held {
         Some(h) => Some(h.release(&args.command)?),

@@ -162,8 +162,8 @@ async fn serve(
     let mut collector =
         Collector::new(&mut tracer.ebpf, scope::PROCESS, tracer.runq, root.clone())?;
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
-    if let Err(e) = privileges::drop_all() {
-        log::warn!("could not drop capabilities after attaching: {e}");
+    if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
+        log::warn!("could not lock privileges after attaching: {e}");
     }
     let exposition = Arc::new(Mutex::new(Exposition {
         book: Book::new(cfg.max_series, cfg.expiry.as_nanos() as u64),
