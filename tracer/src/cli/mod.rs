@@ -8,7 +8,8 @@ use crate::{
     model::stacks::StateFilter,
     output::stdout::EXIT_OUTPUT_CLOSED,
     sys::parse::{
-        parse_count, parse_duration, parse_interval, parse_max_threads, parse_u32_any_base,
+        parse_count, parse_duration, parse_interval, parse_max_threads, parse_top,
+        parse_u32_any_base, parse_window, DURATION_HELP,
     },
     sys::root::Root,
 };
@@ -56,7 +57,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Off-CPU stacks: where threads blocked or were preempted, and for how long.
     Offcpu(OffcpuArgs),
-    /// Export scheduling metrics for Prometheus, continuously (OpenMetrics on /metrics).
+    /// Export scheduling metrics for Prometheus, continuously (on /metrics: Prometheus text format, OpenMetrics when the scraper asks for it).
     Serve(ServeArgs),
     /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
     #[command(hide = true)]
@@ -136,8 +137,9 @@ pub struct TargetArgs {
     /// Trace this thread only (repeatable).
     #[arg(short = 't', long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
-    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice).
-    #[arg(long, value_name = "PATH")]
+    /// Trace only tasks in this cgroup v2 directory (e.g. /sys/fs/cgroup/system.slice);
+    /// not with -p/-t (a thread is in one cgroup: say which you mean).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "tids"])]
     pub cgroup: Option<PathBuf>,
     /// Run COMMAND as root even when started through sudo.
     #[arg(long)]
@@ -163,14 +165,16 @@ pub struct ProbeArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct RunArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (e.g. 5s, 250ms, 2m; above 0); default: until Ctrl-C or
+    /// COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
-    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval)]
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     /// Stop after N intervals (N >= 1).
     #[arg(long, value_name = "N", requires = "interval", value_parser = parse_count)]
@@ -180,7 +184,7 @@ pub struct RunArgs {
     pub json: bool,
     /// Threads listed: the first N in --sort order (text default 20; 0: all). JSON lists
     /// every thread unless --top is given.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true)]
     pub top: Option<usize>,
     /// Order of the thread list, largest first.
     #[arg(long, value_enum, default_value_t = SortKey::OnCpu)]
@@ -217,14 +221,15 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct TopArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// Refresh every DURATION (at least 10ms).
-    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s")]
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s", allow_hyphen_values = true)]
     pub interval: Duration,
-    /// Stop after this long; default: until q, Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (above 0); default: until q, Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     #[command(flatten)]
     pub probe: ProbeArgs,
@@ -341,11 +346,12 @@ pub struct CheckArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct OffcpuArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop after this long; default: until Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (above 0); default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Which off-CPU periods: blocked (asleep), preempted (runnable, waiting for a CPU), or all.
     #[arg(long, value_enum, default_value_t = StateFilter::All)]
@@ -369,7 +375,7 @@ pub struct OffcpuArgs {
     #[arg(long)]
     pub json: bool,
     /// Stacks in the text report (0: all).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_top, allow_negative_numbers = true)]
     pub top: usize,
     /// Capacity of the traced set and of the map of threads off-CPU now.
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
@@ -548,7 +554,61 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }
-        assert!(Cli::try_parse_from(["tracer", "run", "-d", "0"]).is_ok());
+        assert!(Cli::try_parse_from(["tracer", "run", "-d", "1"]).is_ok());
+    }
+
+    /// Issue 25's small ones and issue 24 item 12 (`-d 0s` was a 4 ms window).
+    #[test]
+    fn what_users_type_gets_an_answer_that_fits() {
+        let err = |args: &[&str]| match Cli::try_parse_from(args) {
+            Ok(_) => panic!("{args:?} accepted"),
+            Err(e) => e.to_string(),
+        };
+        for cmd in ["run", "top", "offcpu", "slow", "record"] {
+            let e = err(&["tracer", cmd, "-d", "0s"]);
+            assert!(e.contains("a window of 0 traces nothing"), "{cmd}: {e}");
+            let e = err(&["tracer", cmd, "-d", "-1s"]);
+            assert!(e.contains("cannot be negative"), "{cmd}: {e}");
+            assert!(!e.contains("-- -1"), "{cmd}: {e}");
+            let e = err(&["tracer", cmd, "-p", "1", "--cgroup", "/sys/fs/cgroup"]);
+            assert!(e.contains("cannot be used with"), "{cmd}: {e}");
+        }
+        for cmd in ["run", "offcpu"] {
+            let e = err(&["tracer", cmd, "--top", "-1"]);
+            assert!(e.contains("expected a whole number of rows"), "{cmd}: {e}");
+            assert!(!e.contains("-- -1"), "{cmd}: {e}");
+        }
+        let e = err(&["tracer", "run", "-d", "1e9s"]);
+        assert!(e.contains("too long"), "{e}");
+        assert_eq!(parse_duration("1e6us").unwrap(), Duration::from_secs(1));
+        assert_eq!(
+            parse_duration("2.5e-1s").unwrap(),
+            Duration::from_millis(250)
+        );
+        for same in ["5", "5s", "5 s", "5sec", "5secs", " 5 "] {
+            assert_eq!(
+                parse_duration(same).unwrap(),
+                Duration::from_secs(5),
+                "{same:?}"
+            );
+        }
+        // dtl's 0 is a snapshot, not a window.
+        assert!(Cli::try_parse_from(["tracer", "dtl", "-d", "0"]).is_ok());
+        // What a bare number means is in the help.
+        use clap::CommandFactory;
+        let help = Cli::command()
+            .find_subcommand_mut("run")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("a bare number is seconds"), "{help}");
+        let serve = Cli::command()
+            .find_subcommand("serve")
+            .unwrap()
+            .get_about()
+            .unwrap()
+            .to_string();
+        assert!(serve.contains("Prometheus text format"), "{serve}");
     }
 
     #[test]

@@ -128,6 +128,8 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
+    // The port the kernel chose for `--listen ADDR:0`.
+    let listening = listener.local_addr().unwrap_or(cfg.listen);
     let bounds_ns = if cfg.bounds_ns.is_empty() {
         openmetrics::default_bounds_ns()
     } else {
@@ -210,7 +212,7 @@ async fn serve(
         let _ = writeln!(
             std::io::stderr().lock(),
             "Serving scheduling metrics of all CPUs at {scheme}://{}/metrics (probe {}). Hit Ctrl-C to end.",
-            cfg.listen,
+            listening,
             st.tracer.mode.name()
         );
     }
