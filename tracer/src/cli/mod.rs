@@ -271,6 +271,10 @@ pub struct ServeArgs {
     /// Most process series; processes beyond it are summed as pid="other".
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = parse_max_series)]
     pub max_series: usize,
+    /// Most cgroup series; cgroups beyond it are summed as cgroup="other" (each costs
+    /// about as much memory and scrape time as a process series).
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = parse_max_series)]
+    pub max_cgroups: usize,
     /// A process series without activity for this long goes away.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub expiry: Duration,
@@ -309,6 +313,7 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             web_config: a.web_config,
             cgroup_depth: a.cgroup_depth,
             max_series: a.max_series,
+            max_cgroups: a.max_cgroups,
             expiry: a.expiry,
             bounds_ns: bounds,
             probe: a.probe.probe,

@@ -7,6 +7,8 @@
 //! a sum of non-negative deltas cannot. A process gets its own series the first time it
 //! runs while there is room (`max_series`), keeps it while it runs, and loses it after
 //! `expiry_ns` without activity; processes that found no room are summed in `other`.
+//! Cgroup series are bounded the same way (`max_cgroups`): whoever may create cgroups
+//! must not be able to grow every scrape without limit; the rest go to `cgroup="other"`.
 use std::collections::BTreeMap;
 
 use tracer_common::ThreadStats;
@@ -78,14 +80,19 @@ pub struct Book {
     pub processes: BTreeMap<u32, ProcessSeries>,
     /// Processes without a series of their own, summed.
     pub other: Series,
-    /// Largest number of process series (cgroups are not counted: their number is the
-    /// machine's configuration, bounded by `--cgroup-depth`).
+    /// Cgroups without a series of their own (`max_cgroups` reached), summed.
+    pub other_cgroup: Series,
+    /// Largest number of process series.
     pub max_series: usize,
+    /// Largest number of cgroup series.
+    pub max_cgroups: usize,
     pub expiry_ns: u64,
     /// Series removed after `expiry_ns` idle, since the start.
     pub expired: u64,
     /// Process deltas that went to `other` because `max_series` was reached.
     pub overflowed: u64,
+    /// Cgroup deltas that went to `other_cgroup` because `max_cgroups` was reached.
+    pub cgroups_overflowed: u64,
 }
 
 /// Who a delta belongs to.
@@ -97,16 +104,31 @@ pub struct Owner<'a> {
 }
 
 impl Book {
-    pub fn new(max_series: usize, expiry_ns: u64) -> Self {
+    pub fn new(max_series: usize, max_cgroups: usize, expiry_ns: u64) -> Self {
         Book {
             cgroups: BTreeMap::new(),
             processes: BTreeMap::new(),
             other: Series::default(),
+            other_cgroup: Series::default(),
             max_series,
+            max_cgroups,
             expiry_ns,
             expired: 0,
             overflowed: 0,
+            cgroups_overflowed: 0,
         }
+    }
+
+    /// The cgroup's series, created while there is room, else `other_cgroup`.
+    fn cgroup(&mut self, label: &str, now_ns: u64) -> &mut Series {
+        let s = if self.cgroups.contains_key(label) || self.cgroups.len() < self.max_cgroups {
+            self.cgroups.entry(label.to_string()).or_default()
+        } else {
+            self.cgroups_overflowed += 1;
+            &mut self.other_cgroup
+        };
+        s.touch(now_ns);
+        s
     }
 
     /// The process's series, created while there is room; `None`: it goes to `other`.
@@ -137,9 +159,7 @@ impl Book {
 
     /// Adds a thread's growth to its process and cgroup.
     pub fn add_thread(&mut self, o: Owner, d: &ThreadStats, now_ns: u64) {
-        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
-        cg.totals.add(d);
-        cg.touch(now_ns);
+        self.cgroup(o.cgroup, now_ns).totals.add(d);
         match self.process(o, now_ns) {
             Some(s) => s.totals.add(d),
             None => {
@@ -154,9 +174,7 @@ impl Book {
         if hist_is_empty(h) {
             return;
         }
-        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
-        cg.hist.merge(h);
-        cg.touch(now_ns);
+        self.cgroup(o.cgroup, now_ns).hist.merge(h);
         match self.process(o, now_ns) {
             Some(s) => s.hist.merge(h),
             None => {
@@ -284,7 +302,7 @@ mod tests {
 
     #[test]
     fn process_series_are_bounded_and_the_rest_is_other() {
-        let mut b = Book::new(2, 10);
+        let mut b = Book::new(2, 10, 10);
         for pid in 1..=4 {
             b.add_thread(owner(pid), &stats(100), 1);
         }
@@ -299,7 +317,7 @@ mod tests {
 
     #[test]
     fn idle_series_expire_and_make_room() {
-        let mut b = Book::new(1, 10);
+        let mut b = Book::new(1, 10, 10);
         b.add_thread(owner(1), &stats(1), 100);
         assert_eq!(b.expire(105, |_| false), 0);
         assert_eq!(
@@ -311,6 +329,26 @@ mod tests {
         b.add_thread(owner(2), &stats(1), 112);
         assert!(b.processes.contains_key(&2));
         assert_eq!(b.expired, 2);
+    }
+
+    /// Issue 25 item 5: 1,500 cgroups made every scrape 141k lines.
+    #[test]
+    fn cgroup_series_are_bounded_and_the_rest_is_other() {
+        let mut b = Book::new(100, 2, 10);
+        for (pid, cg) in [(1, "/a"), (2, "/b"), (3, "/c"), (4, "/d"), (5, "/a")] {
+            let o = Owner {
+                pid,
+                comm: "w",
+                cgroup: cg,
+            };
+            b.add_thread(o, &stats(10), 1);
+        }
+        assert_eq!(b.cgroups.len(), 2);
+        assert_eq!(b.cgroups["/a"].totals.on_cpu_ns, 20);
+        assert_eq!(b.other_cgroup.totals.on_cpu_ns, 20);
+        assert_eq!(b.cgroups_overflowed, 2);
+        // Processes keep their own series (and their cgroup's name).
+        assert_eq!(b.processes[&3].cgroup, "/c");
     }
 
     #[test]

@@ -48,6 +48,8 @@ pub struct ServeConfig {
     pub web_config: Option<PathBuf>,
     pub cgroup_depth: usize,
     pub max_series: usize,
+    /// Most cgroup series; cgroups beyond it are summed as cgroup="other".
+    pub max_cgroups: usize,
     pub expiry: Duration,
     /// Classic histogram bounds, ns (empty: powers of two from 1.024 µs to 17.2 s).
     pub bounds_ns: Vec<u64>,
@@ -168,7 +170,11 @@ async fn serve(
         log::warn!("could not lock privileges after attaching: {e}");
     }
     let exposition = Arc::new(Mutex::new(Exposition {
-        book: Book::new(cfg.max_series, cfg.expiry.as_nanos() as u64),
+        book: Book::new(
+            cfg.max_series,
+            cfg.max_cgroups,
+            cfg.expiry.as_nanos() as u64,
+        ),
         bounds_ns,
         probe: tracer.mode.name().to_string(),
         runq_source: tracer.runq.name().to_string(),
