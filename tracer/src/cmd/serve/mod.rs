@@ -4,6 +4,8 @@
 //! and per-process series ([`Book`]), and forgets what it counted: exit records, the
 //! histograms of dead processes. Series only grow, the number of process series is
 //! bounded, idle ones expire.
+mod auth;
+mod conns;
 mod http;
 
 use std::{
@@ -194,7 +196,7 @@ async fn serve(
     let shared = http::Shared {
         refresh: tx,
         exposition: exposition.clone(),
-        auth: Arc::new(web),
+        auth: Arc::new(auth::Auth::new(&web)),
         index: Arc::new(index_page(&cfg)),
     };
     let mut st = State {
