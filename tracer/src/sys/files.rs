@@ -342,7 +342,10 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         std::os::unix::fs::lchown(&link, nobody, nobody).unwrap();
         let e = create_output(&link).unwrap_err().to_string();
-        assert!(e.contains("protected_symlinks") && e.contains("uid 65534"), "{e}");
+        assert!(
+            e.contains("protected_symlinks") && e.contains("uid 65534"),
+            "{e}"
+        );
         assert!(!e.contains('\n'));
         // Also when reached through a path component, or a link to the link.
         let mine = d.join("mine");
