@@ -1,9 +1,15 @@
-//! The exporter's connections, bounded: at most [`MAX_TOTAL`] at once and
-//! [`MAX_PER_PEER`] from one address. A new connection is always let in: when a bound
-//! is reached, the connection that has been idle longest (no request in progress: in
-//! its TLS handshake, before its first request or between keep-alive requests) is
-//! dropped to make room, so idle and half-open clients cannot keep a scraper out. Only
-//! when every connection is in the middle of a request is the new one closed at once.
+//! The exporter's connections, bounded in two classes, and never by making a newcomer
+//! wait behind idle clients:
+//! - *pending*: accepted (or in its TLS handshake) and no complete request yet. At most
+//!   [`MAX_PENDING`]; a newcomer beyond that closes the oldest pending one. A scraper
+//!   sends its request at once, so it leaves this class within one poll of its task,
+//!   long before hundreds of newer connections could push it out; half-sent requests
+//!   and half handshakes sit here until the header timeout closes them.
+//! - *established*: has sent a request. At most [`MAX_TOTAL`], [`MAX_PER_PEER`] from one
+//!   address; a connection starting a request beyond a bound closes the one idle
+//!   longest between keep-alive requests (of that address first). One in the middle of
+//!   a request is never closed; when all are, the request is still served (scrapes are
+//!   served while the bounds are reached) and the class is briefly above its bound.
 use std::{
     collections::HashMap,
     net::IpAddr,
@@ -12,102 +18,149 @@ use std::{
 
 use tokio::sync::Notify;
 
-/// Connections served at once.
+/// Established connections at once.
 pub const MAX_TOTAL: usize = 64;
-/// Connections from one address at once.
+/// Established connections from one address at once.
 pub const MAX_PER_PEER: usize = 16;
+/// Connections without a complete request yet (well within the default 1024 open files).
+pub const MAX_PENDING: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Pending,
+    Idle,
+    Busy,
+}
 
 /// One connection as the table sees it.
 struct Entry {
     peer: IpAddr,
     /// When it was accepted or last answered a request, in the table's own clock (a
     /// count of such events: a strict order, where instants can tie).
-    idle_since: u64,
-    busy: bool,
+    since: u64,
+    state: State,
     close: Arc<Notify>,
 }
 
-/// The table of live connections, with the clock of [`Entry::idle_since`] (which also
-/// numbers the connections).
+#[derive(Default)]
+struct Table {
+    clock: u64,
+    entries: HashMap<u64, Entry>,
+}
+
+impl Table {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn count(&self, f: impl Fn(&Entry) -> bool) -> usize {
+        self.entries.values().filter(|e| f(e)).count()
+    }
+
+    /// Closes the entry in `state` that has waited longest (of `peer` when given);
+    /// false when there is none.
+    fn evict(&mut self, state: State, peer: Option<IpAddr>) -> bool {
+        let victim = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.state == state && peer.is_none_or(|p| e.peer == p))
+            .min_by_key(|(_, e)| e.since)
+            .map(|(&id, _)| id);
+        match victim.and_then(|id| self.entries.remove(&id)) {
+            Some(e) => {
+                // notify_one stores a permit: the task sees it even if not waiting yet.
+                e.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// The table of live connections.
 #[derive(Default)]
 pub struct Conns {
-    table: Mutex<(u64, HashMap<u64, Entry>)>,
+    table: Mutex<Table>,
 }
 
 /// A connection's place in the table; leaves it when dropped.
 pub struct Slot {
     conns: Arc<Conns>,
     id: u64,
-    /// Notified when the connection is dropped to make room.
+    /// Notified when the connection is closed to make room.
     pub close: Arc<Notify>,
 }
 
 impl Conns {
-    /// Admits a connection from `peer`, dropping the longest-idle one (of that peer at
-    /// its bound, else of all) when needed; None when every candidate is busy.
-    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Slot> {
-        let mut g = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        let (next, table) = &mut *g;
-        let from_peer = table.values().filter(|e| e.peer == peer).count();
-        if from_peer >= MAX_PER_PEER && !evict(table, Some(peer)) {
-            return None;
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admits a connection from `peer` as pending, closing the oldest pending one when
+    /// there are [`MAX_PENDING`].
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Slot {
+        let mut t = self.lock();
+        if t.count(|e| e.state == State::Pending) >= MAX_PENDING {
+            t.evict(State::Pending, None);
         }
-        if table.len() >= MAX_TOTAL && !evict(table, None) {
-            return None;
-        }
-        *next += 1;
+        let id = t.tick();
         let close = Arc::new(Notify::new());
-        table.insert(
-            *next,
+        t.entries.insert(
+            id,
             Entry {
                 peer,
-                idle_since: *next,
-                busy: false,
+                since: id,
+                state: State::Pending,
                 close: close.clone(),
             },
         );
-        Some(Slot {
+        Slot {
             conns: self.clone(),
-            id: *next,
+            id,
             close,
-        })
-    }
-}
-
-/// Drops the longest-idle connection (of `peer`, or of anyone); false if none is idle.
-fn evict(table: &mut HashMap<u64, Entry>, peer: Option<IpAddr>) -> bool {
-    let victim = table
-        .iter()
-        .filter(|(_, e)| !e.busy && peer.is_none_or(|p| e.peer == p))
-        .min_by_key(|(_, e)| e.idle_since)
-        .map(|(&id, _)| id);
-    match victim.and_then(|id| table.remove(&id)) {
-        Some(e) => {
-            // notify_one stores a permit: the task sees it even if not waiting yet.
-            e.close.notify_one();
-            true
         }
-        None => false,
     }
 }
 
 impl Slot {
-    /// A request is being answered: not to be dropped (true) or done (false).
-    pub fn set_busy(&self, busy: bool) {
-        let mut g = self.conns.table.lock().unwrap_or_else(|e| e.into_inner());
-        let (clock, table) = &mut *g;
-        *clock += 1;
-        if let Some(e) = table.get_mut(&self.id) {
-            e.busy = busy;
-            e.idle_since = *clock;
+    /// A request's headers are in: the connection is established and busy until
+    /// [`Slot::done`]. Makes room at the bounds by closing the longest-idle established
+    /// connection (of this address first).
+    pub fn busy(&self) {
+        let mut t = self.conns.lock();
+        let Some(e) = t.entries.get(&self.id) else {
+            return;
+        };
+        let (peer, was) = (e.peer, e.state);
+        if was == State::Pending {
+            let established = |e: &Entry| e.state != State::Pending;
+            if t.count(|e| established(e) && e.peer == peer) >= MAX_PER_PEER {
+                t.evict(State::Idle, Some(peer));
+            }
+            if t.count(established) >= MAX_TOTAL {
+                t.evict(State::Idle, None);
+            }
+        }
+        if let Some(e) = t.entries.get_mut(&self.id) {
+            e.state = State::Busy;
+        }
+    }
+
+    /// The response is written: idle until the next request.
+    pub fn done(&self) {
+        let mut t = self.conns.lock();
+        let now = t.tick();
+        if let Some(e) = t.entries.get_mut(&self.id) {
+            e.state = State::Idle;
+            e.since = now;
         }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut g = self.conns.table.lock().unwrap_or_else(|e| e.into_inner());
-        g.1.remove(&self.id);
+        self.conns.lock().entries.remove(&self.id);
     }
 }
 
@@ -129,39 +182,66 @@ mod tests {
     }
 
     fn live(c: &Conns) -> usize {
-        c.table.lock().unwrap().1.len()
+        c.lock().entries.len()
     }
 
     #[test]
-    fn the_longest_idle_goes_first_and_busy_ones_stay() {
+    fn half_open_clients_never_keep_a_scraper_out() {
+        let c = Arc::new(Conns::default());
+        let attacker: IpAddr = [127, 0, 0, 1].into();
+        // More half-open connections than the pending class holds: the oldest go.
+        let half: Vec<Slot> = (0..MAX_PENDING + 10).map(|_| c.admit(attacker)).collect();
+        assert_eq!(live(&c), MAX_PENDING);
+        assert!(closing(&half[0]) && closing(&half[9]) && !closing(&half[10]));
+        // A scraper from the same address gets in and, once its request is in, stays
+        // through any number of newer half-open ones.
+        let scraper = c.admit(attacker);
+        scraper.busy();
+        let _more: Vec<Slot> = (0..3 * MAX_PENDING).map(|_| c.admit(attacker)).collect();
+        assert!(!closing(&scraper));
+        scraper.done();
+        assert!(
+            !closing(&scraper),
+            "idle between scrapes, still in its class"
+        );
+    }
+
+    #[test]
+    fn established_bounds_close_the_longest_idle_first() {
         let c = Arc::new(Conns::default());
         let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
-        let from_a: Vec<Slot> = (0..MAX_PER_PEER).map(|_| c.admit(a).unwrap()).collect();
-        from_a[0].set_busy(true);
+        let from_a: Vec<Slot> = (0..MAX_PER_PEER).map(|_| c.admit(a)).collect();
+        for s in &from_a {
+            s.busy();
+            s.done();
+        }
+        from_a[0].busy();
         // At a's bound: a's longest idle that is not busy (the second) makes room.
-        let newest_a = c.admit(a).expect("room is made");
-        assert_eq!(live(&c), MAX_PER_PEER);
+        let newest_a = c.admit(a);
+        newest_a.busy();
         assert!(!closing(&from_a[0]), "busy: kept");
-        assert!(closing(&from_a[1]), "the longest idle is told to close");
+        assert!(closing(&from_a[1]), "the longest idle is closed");
         assert!(!closing(&from_a[2]));
-        // Other addresses are held only by the total.
-        let from_b: Vec<Slot> = (0..MAX_TOTAL - MAX_PER_PEER)
+        // Others are held only by the total.
+        let others: Vec<Slot> = (0..MAX_TOTAL - MAX_PER_PEER)
             .map(|i| {
-                c.admit([10, 0, 1, (i / MAX_PER_PEER) as u8].into())
-                    .unwrap()
+                let s = c.admit([10, 0, 1, (i / MAX_PER_PEER) as u8].into());
+                s.busy();
+                s.done();
+                s
             })
             .collect();
-        assert_eq!(live(&c), MAX_TOTAL);
-        let _newest_b = c.admit(b).expect("room is made at the total too");
-        assert_eq!(live(&c), MAX_TOTAL);
+        let late = c.admit([10, 0, 2, 1].into());
+        late.busy();
         assert!(closing(&from_a[2]), "the longest idle of all");
-        // Every connection answering a request: the newcomer is refused.
-        for s in from_a.iter().chain(&from_b).chain([&newest_a, &_newest_b]) {
-            s.set_busy(true);
+        // Every one busy: the request is still served, above the bound for a moment.
+        for s in from_a.iter().chain(&others) {
+            s.busy();
         }
-        assert!(c.admit(b).is_none());
-        drop(from_b);
-        assert!(c.admit(b).is_some(), "closed connections leave the table");
+        let extra = c.admit([10, 0, 3, 1].into());
+        extra.busy();
+        assert!(!closing(&extra));
+        drop(others);
+        assert!(live(&c) < MAX_TOTAL, "closed connections leave the table");
     }
 }

@@ -42,7 +42,7 @@ pub struct Shared {
 
 /// Accepts connections until the listener fails or the task is dropped. Every
 /// connection is accepted at once (nothing waits in the kernel's queue behind idle
-/// clients); [`Conns::admit`] makes room by closing the longest-idle one.
+/// clients); `conns` makes room by closing the longest-waiting ones.
 pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shared) {
     let conns = Arc::new(Conns::default());
     loop {
@@ -55,11 +55,7 @@ pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shar
                 continue;
             }
         };
-        let Some(slot) = conns.admit(peer.ip()) else {
-            log::info!("connection from {peer} closed: every slot is answering a request");
-            continue;
-        };
-        let slot = Arc::new(slot);
+        let slot = Arc::new(conns.admit(peer.ip()));
         let shared = shared.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -93,9 +89,9 @@ where
         let slot = slot.clone();
         async move {
             // Busy from the headers to the response: not to be closed to make room.
-            slot.set_busy(true);
+            slot.busy();
             let r = respond(req, &shared).await;
-            slot.set_busy(false);
+            slot.done();
             Ok::<_, Infallible>(r)
         }
     });
