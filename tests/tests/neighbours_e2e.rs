@@ -120,7 +120,7 @@ const SYMBOLIZE: &str = "0000010400080004";
 /// Starts `tracer ARGS` (debug log of the privilege policy on stderr), waits until it
 /// holds its programs and has locked down, checks every thread, ends it with SIGINT.
 fn check_locked(args: &[&str], caps: &str) {
-    let mut child = Command::new(tracer_bin())
+    let child = Command::new(tracer_bin())
         .args(args)
         .env("RUST_LOG", "tracer::sys::privileges=debug")
         .stdin(Stdio::null())
@@ -144,7 +144,7 @@ fn check_locked(args: &[&str], caps: &str) {
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(states.len() >= 1);
+    assert!(!states.is_empty());
     for (comm, st) in &states {
         assert_eq!(
             st,

@@ -84,7 +84,7 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         None
     } else {
         Some(
-            files::create_private("tracer-top", ".log")
+            files::create_private("top", ".log")
                 .context("creating a file for the command's output")?,
         )
     };

@@ -269,9 +269,10 @@ fn random_name() -> String {
         .collect()
 }
 
-/// Creates `PREFIX-RANDOM SUFFIX`, mode 0600, O_EXCL|O_NOFOLLOW, in a directory only we
-/// can write: `$XDG_RUNTIME_DIR` or `$TMPDIR` (else /tmp) when they are so, else a
-/// directory of our own made inside the latter (mkdtemp-style, 0700).
+/// Creates `tracer-PREFIX-RANDOM SUFFIX`, mode 0600, O_EXCL|O_NOFOLLOW, in a directory
+/// only we can write: `$XDG_RUNTIME_DIR` or `$TMPDIR` (else /tmp) when they are so, else
+/// `PREFIX-RANDOM SUFFIX` in a directory of our own, `tracer-RANDOM`, made inside the
+/// latter (mkdtemp-style, 0700). Short names: a message naming the file fits a line.
 pub fn create_private(prefix: &str, suffix: &str) -> Result<(PrivateFile, File), TracerError> {
     let runtime = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
@@ -294,7 +295,10 @@ pub fn create_private(prefix: &str, suffix: &str) -> Result<(PrivateFile, File),
     };
     let mut tries = 0;
     loop {
-        let path = dir.join(format!("{prefix}-{}{suffix}", random_name()));
+        let path = match made_dir {
+            Some(_) => dir.join(format!("{prefix}-{}{suffix}", random_name())),
+            None => dir.join(format!("tracer-{prefix}-{}{suffix}", random_name())),
+        };
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rfs::open(&path, flags, Mode::from_raw_mode(0o600)) {
@@ -389,7 +393,7 @@ mod tests {
     /// without O_EXCL: links planted for the PID range made root truncate its own files.
     #[test]
     fn private_files_are_fresh_0600_in_a_directory_only_we_can_write() {
-        let (p, mut f) = create_private("tracer-test", ".log").unwrap();
+        let (p, mut f) = create_private("test", ".log").unwrap();
         use std::io::Write as _;
         f.write_all(b"x").unwrap();
         let md = std::fs::symlink_metadata(&p.path).unwrap();
@@ -397,7 +401,7 @@ mod tests {
         assert_eq!(md.mode() & 0o777, 0o600);
         let dir = p.path.parent().unwrap();
         assert!(only_ours(dir), "{}", dir.display());
-        let (q, _) = create_private("tracer-test", ".log").unwrap();
+        let (q, _) = create_private("test", ".log").unwrap();
         assert_ne!(p.path, q.path, "random names");
         p.remove();
         q.remove();
