@@ -92,7 +92,10 @@ pub struct Frontend {
 pub fn run(args: RunConfig, root: Root) -> Result<i32> {
     let mut sink = sink::stdout_sink(args.json);
     if let Some(path) = &args.heatmap {
-        sink = Box::new(HeatmapSink::create(sink, path).context("--heatmap")?);
+        sink = Box::new(
+            HeatmapSink::create(sink, path)
+                .with_context(|| format!("creating the heatmap file {}", path.display()))?,
+        );
     }
     run_with(
         args,
