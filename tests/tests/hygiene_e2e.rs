@@ -13,7 +13,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{
-    held_programs, json_docs, require_root, run_tracer, scratch, tracer_bin, wait_held, Background,
+    held_programs, require_root, run_tracer, scratch, tracer_bin, wait_held, Background,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -335,15 +335,12 @@ fn numeric_options_are_validated_never_a_panic() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }
-    // -d 0 is one instant window.
+    // -d 0 was a 4 ms window reported as a trace (issue 24 item 12): refused now.
     let out = run_tracer(&["run", "--json", "-d", "0"]);
-    assert!(out.status.success());
-    assert!(
-        json_docs(&out).pop().unwrap()["duration_ns"]
-            .as_u64()
-            .unwrap()
-            < 1_000_000_000
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a window of 0 traces nothing"), "{err}");
+    assert!(out.stdout.is_empty());
 }
 
 /// A workload process that exits by itself after `ms`, and the TID of one of its threads.

@@ -55,6 +55,9 @@ pub enum TracerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// A file another user could have planted (a symlink or a file in /tmp).
+    #[error("refusing to write {path}: {why}")]
+    Unsafe { path: PathBuf, why: String },
     #[error(
         "tracepoint {event} has no field {field:?} on this kernel (its format differs; try --probe tp-btf)"
     )]

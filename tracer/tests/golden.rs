@@ -328,3 +328,209 @@ fn json_reports_match_the_golden_files() {
         check(name, &line, true);
     }
 }
+
+/// Names any user can give a thread (prctl) or a binary: window title and clipboard
+/// (OSC 2, OSC 52), a row spoofed with CR/LF and a screen clear, a bidi override, an
+/// unterminated OSC, bytes that are not UTF-8.
+const HOSTILE: &[&[u8]] = &[
+    b"\x1b]2;OWNED\x07",
+    b"\x1b]52;c;cm0K\x07",
+    b"ok\r\nfake 1 0\x1b[2J",
+    "evil\u{202e}gpj.exe".as_bytes(),
+    b"\x1b]0unterminated",
+    b"w\xff\xfe\xc3",
+    "csi\u{9b}31m\u{2066}".as_bytes(),
+];
+
+/// What no byte of a terminal or line-oriented output may be: a control other than
+/// the newlines and tabs the format itself writes, a C1 control, a bidi override.
+fn assert_inert(what: &str, out: &str) {
+    for (i, c) in out.chars().enumerate() {
+        let bad = (c.is_control() && c != '\n' && c != '\t')
+            || ('\u{202a}'..='\u{202e}').contains(&c)
+            || ('\u{2066}'..='\u{2069}').contains(&c);
+        assert!(!bad, "{what}: {c:?} at char {i}:\n{out}");
+    }
+}
+
+fn hostile_snapshot() -> Snapshot {
+    let mut snap = Snapshot {
+        at_ns: 123 * MS,
+        ..Default::default()
+    };
+    for (i, name) in HOSTILE.iter().enumerate() {
+        let tid = 100 + i as u32;
+        let mut r = thread(tid, 100, &name[..name.len().min(15)], 3 + i as u64);
+        r.stats.tgid = 100;
+        snap.threads.insert((tid, 0), r);
+        snap.scoped.insert(tid, hists(1));
+    }
+    snap.hist = hists(1);
+    snap.cpu_busy_ns = vec![30 * MS, 12 * MS];
+    snap
+}
+
+#[test]
+fn hostile_names_are_escaped_in_the_run_report() {
+    let mut r = build(None, false, {
+        ReportOptions {
+            top: None,
+            sort: SortKey::OnCpu,
+            unit: Unit::Usecs,
+            hist_scope: scope::THREAD,
+        }
+    });
+    // The same report with the hostile threads' rows and per-thread histograms.
+    let hostile = Report::build(ReportInput {
+        kind: ReportKind::Total,
+        time_unix_ns: 1_764_519_725_123_456_789,
+        local_time: "16:22:05".into(),
+        duration_ns: 50 * MS,
+        run: r.run.clone(),
+        snapshot: hostile_snapshot(),
+        cpus_utilized_task_clock: None,
+        thread_counters: BTreeMap::new(),
+        sections: Sections::default(),
+        notices: vec![],
+        command: Some(Command {
+            argv: vec!["sh".into(), "-c".into(), "printf '\x1b]2;x\x07'".into()],
+            state: ChildState::Exited(0),
+        }),
+        options: ReportOptions {
+            top: None,
+            sort: SortKey::OnCpu,
+            unit: Unit::Usecs,
+            hist_scope: scope::THREAD,
+        },
+    });
+    r = hostile;
+    let text = render(&r, false);
+    assert_inert("run text", &text);
+    assert!(text.contains("\\x1b]2;OWNED\\x07"), "{text}");
+    assert!(text.contains("w\\xff\\xfe\\xc3"), "{text}");
+    check("hostile_run", &text, false);
+    // JSON keeps the real characters, escaped its own way (C1 and bidi controls too,
+    // which serde_json leaves raw); not UTF-8 as \xNN.
+    let json = render(&r, true);
+    assert!(json.contains("evil\\u202egpj.exe"), "{json}");
+    assert!(json.contains("csi\\u009b31m\\u2066"), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        v.to_string().contains("evil\u{202e}gpj.exe"),
+        "the same text once decoded"
+    );
+    assert_inert("run JSON", &json);
+    assert!(json.contains("\\u001b]2;OWNED\\u0007"), "{json}");
+    assert!(json.contains("w\\\\xff\\\\xfe\\\\xc3"), "{json}");
+}
+
+#[test]
+fn hostile_names_are_escaped_in_slow_lines() {
+    use tracer::model::events::{How, Slow, SlowKind};
+    use tracer::output::slow;
+    let mut out = slow::header(SlowKind::Runq) + "\n";
+    for (i, name) in HOSTILE.iter().enumerate() {
+        let s = Slow {
+            ts_mono: 5,
+            kind: SlowKind::Runq,
+            cpu: 1,
+            tid: 101 + i as u32,
+            tgid: 100,
+            comm: tracer::model::words::from_bytes(name),
+            wait_ns: 12_345_678,
+            how: How::Preempted,
+            prev_tid: 7,
+            prev_comm: tracer::model::words::from_bytes(HOSTILE[(i + 1) % HOSTILE.len()]),
+            prev_ran_ns: 4_000_000,
+        };
+        // The time of day depends on the zone: not part of the golden file.
+        let line = slow::text_line(&s, 0);
+        out += &line[12..];
+        out += "\n";
+    }
+    assert_inert("slow", &out);
+    check("hostile_slow", &out, false);
+}
+
+fn hostile_offcpu() -> tracer::model::stacks::OffcpuReport {
+    use tracer::model::stacks::{
+        Frame, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
+    };
+    let frames = |names: &[&str]| {
+        StackPart::Frames(
+            names
+                .iter()
+                .map(|n| Frame {
+                    name: n.to_string(),
+                    inlined: false,
+                })
+                .collect(),
+        )
+    };
+    let stacks = HOSTILE
+        .iter()
+        .enumerate()
+        .map(|(i, name)| OffcpuStack {
+            pid: 100,
+            tid: 100 + i as u32,
+            comm: tracer::model::words::from_bytes(name),
+            state: OffState::Blocked,
+            total_ns: (i as u64 + 1) * 1_000_000,
+            count: 3,
+            // Symbols come from the user's own binary: as hostile as its name.
+            user: frames(&["main", "\x1b]2;OWNED\x07<&>\"sym;bol", "nanosleep"]),
+            kernel: frames(&["entry_SYSCALL_64", "do_nanosleep", "schedule"]),
+            user_truncated: (i == 0).then(|| "lib\x1b[2J.so".to_string()),
+        })
+        .collect();
+    OffcpuReport::new(
+        50 * MS,
+        "PID 100".into(),
+        StateFilter::All,
+        1000,
+        stacks,
+        OffcpuDrops::default(),
+        vec!["user stacks of PID 100 (\x1b]2;OWNED\x07) are not symbolized".into()],
+    )
+}
+
+#[test]
+fn hostile_names_are_escaped_in_offcpu_text_folded_and_svg() {
+    use tracer::output::{flamegraph, folded, stacks};
+    let r = hostile_offcpu();
+    let mut text = Vec::new();
+    stacks::write_text(&r, 0, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert_inert("offcpu text", &text);
+    check("hostile_offcpu", &text, false);
+    let mut f = Vec::new();
+    folded::write(&r, &mut f).unwrap();
+    let f = String::from_utf8(f).unwrap();
+    assert_inert("folded", &f);
+    for line in f.lines() {
+        // comm; 3 user frames; the truncation marker of the first; 3 kernel frames.
+        let frames = line.rsplit_once(' ').unwrap().0.split(';').count();
+        assert!(frames == 7 || frames == 8, "{line}");
+    }
+    check("hostile_folded", &f, false);
+    let mut svg = Vec::new();
+    flamegraph::write_svg(&r, &mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    assert_inert("flame graph", &svg);
+    // `;` separates frames in the folded input: a name's own is shown as `:`.
+    assert!(svg.contains("\\x1b]2:OWNED\\x07&lt;&amp;&gt;"), "{svg}");
+}
+
+#[test]
+fn the_heatmap_svg_is_xml_whatever_its_text() {
+    use tracer::output::heatmap::{svg, Column};
+    let cols: Vec<Column> = (1..=3)
+        .map(|i| Column::new(i, format!("16:22:0{i}\x1b]2;x\x07<"), &hists(i)))
+        .collect();
+    let s = svg("title \x1b]52;c;cm0K\x07 & <b>\u{202e}", &cols);
+    assert_inert("heatmap", &s);
+    assert!(
+        s.contains("title \\x1b]52;c;cm0K\\x07 &amp; &lt;b&gt;\\u{202e}"),
+        "{s}"
+    );
+}

@@ -60,17 +60,27 @@ fn thread(tid: u32, tgid: u32, comm: &[u8], on_ms: u64, i: u64) -> (ThreadRecord
 }
 
 fn report(i: u64) -> Report {
+    report_of(
+        i,
+        &[
+            (100, 100, b"postgres", 5),
+            (101, 100, b"pg-worker", 420),
+            (102, 100, b"pg-worker", 380),
+            (200, 200, b"nginx", 90),
+            (300, 300, b"kworker/0:1", 12),
+        ],
+    )
+}
+
+/// Interval `i` of threads (TID, PID, comm, on-CPU ms).
+fn report_of(i: u64, threads: &[(u32, u32, &[u8], u64)]) -> Report {
     let mut snap = Snapshot {
         at_ns: i * 1000 * MS,
         ..Default::default()
     };
-    let rows = [
-        thread(100, 100, b"postgres", 5, i),
-        thread(101, 100, b"pg-worker", 420, i),
-        thread(102, 100, b"pg-worker", 380, i),
-        thread(200, 200, b"nginx", 90, i),
-        thread(300, 300, b"kworker/0:1", 12, i),
-    ];
+    let rows = threads
+        .iter()
+        .map(|&(tid, pid, comm, ms)| thread(tid, pid, comm, ms, i));
     for (r, h) in rows {
         snap.hist.merge(&h);
         snap.scoped.insert(r.tid, h);
@@ -231,4 +241,33 @@ fn tiny_and_odd_terminals_draw_without_panicking() {
     // No report yet: the title says so.
     let empty = Top::new("PID 1".into(), false);
     assert!(frame(&empty, 80, 24).contains("waiting for the first interval"));
+}
+
+/// Issue 25: names any user can give a thread reached the terminal (an OSC 2 set the
+/// pane title, OSC 52 the clipboard): every cell, the detail pane's title included,
+/// shows them escaped.
+#[test]
+fn hostile_names_are_escaped_in_every_cell() {
+    let threads: &[(u32, u32, &[u8], u64)] = &[
+        (100, 100, b"\x1b]2;OWNED\x07", 300),
+        (101, 100, b"\x1b]52;c;cm0K\x07", 200),
+        (200, 200, b"ok\r\nfake\x1b[2J", 100),
+        (300, 300, "evil\u{202e}gpj".as_bytes(), 50),
+        (400, 400, b"w\xff\xfe\xc2\x9b", 20),
+    ];
+    let mut t = Top::new("PID 100 \x1b]0;title".into(), false);
+    for i in 1..=3 {
+        t.push(Sample::from_report(&report_of(i, threads)));
+    }
+    // Expanded, the first thread selected: its name is in the detail pane's title too.
+    press(&mut t, "\nJ");
+    let f = frame(&t, 80, 24);
+    for c in f.chars() {
+        assert!(
+            c == '\n' || !(c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c)),
+            "{c:?} on screen:\n{f}"
+        );
+    }
+    assert!(f.contains("\\x1b]2;OWNED\\x07"), "{f}");
+    check("top_hostile_80x24", &f);
 }

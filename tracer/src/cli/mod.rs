@@ -8,7 +8,8 @@ use crate::{
     model::stacks::StateFilter,
     output::stdout::EXIT_OUTPUT_CLOSED,
     sys::parse::{
-        parse_count, parse_duration, parse_interval, parse_max_threads, parse_u32_any_base,
+        parse_count, parse_duration, parse_interval, parse_max_threads, parse_top,
+        parse_u32_any_base, parse_window, DURATION_HELP,
     },
     sys::root::Root,
 };
@@ -56,7 +57,7 @@ pub enum Command {
     Check(CheckArgs),
     /// Off-CPU stacks: where threads blocked or were preempted, and for how long.
     Offcpu(OffcpuArgs),
-    /// Export scheduling metrics for Prometheus, continuously (OpenMetrics on /metrics).
+    /// Export scheduling metrics for Prometheus, continuously (on /metrics: Prometheus text format, OpenMetrics when the scraper asks for it).
     Serve(ServeArgs),
     /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
     #[command(hide = true)]
@@ -137,8 +138,9 @@ pub struct TargetArgs {
     #[arg(short = 't', long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
     /// Trace only tasks in this cgroup v2 directory and the cgroups below it
-    /// (e.g. /sys/fs/cgroup/system.slice).
-    #[arg(long, value_name = "PATH")]
+    /// (e.g. /sys/fs/cgroup/system.slice); not with -p/-t (a thread is in one cgroup:
+    /// say which you mean).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "tids"])]
     pub cgroup: Option<PathBuf>,
     /// With --cgroup: only tasks directly in PATH, not in the cgroups below it (perf's
     /// cgroup counters, -e, always count the cgroups below too).
@@ -181,14 +183,16 @@ pub struct ProbeArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct RunArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (e.g. 5s, 250ms, 2m; above 0); default: until Ctrl-C or
+    /// COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
-    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval)]
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     /// Stop after N intervals (N >= 1).
     #[arg(long, value_name = "N", requires = "interval", value_parser = parse_count)]
@@ -198,7 +202,7 @@ pub struct RunArgs {
     pub json: bool,
     /// Threads listed: the first N in --sort order (text default 20; 0: all). JSON lists
     /// every thread unless --top is given.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_top, allow_negative_numbers = true)]
     pub top: Option<usize>,
     /// Order of the thread list, largest first.
     #[arg(long, value_enum, default_value_t = SortKey::OnCpu)]
@@ -235,14 +239,15 @@ pub struct RunArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct TopArgs {
     #[command(flatten)]
     pub target: TargetArgs,
     /// Refresh every DURATION (at least 10ms).
-    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s")]
+    #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, default_value = "1s", allow_hyphen_values = true)]
     pub interval: Duration,
-    /// Stop after this long; default: until q, Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (above 0); default: until q, Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     #[command(flatten)]
     pub probe: ProbeArgs,
@@ -280,6 +285,10 @@ pub struct ServeArgs {
     /// Most process series; processes beyond it are summed as pid="other".
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = parse_max_series)]
     pub max_series: usize,
+    /// Most cgroup series; cgroups beyond it are summed as cgroup="other" (each costs
+    /// about as much memory and scrape time as a process series).
+    #[arg(long, value_name = "N", default_value_t = 500, value_parser = parse_max_series)]
+    pub max_cgroups: usize,
     /// A process series without activity for this long goes away.
     #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
     pub expiry: Duration,
@@ -318,6 +327,7 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             web_config: a.web_config,
             cgroup_depth: a.cgroup_depth,
             max_series: a.max_series,
+            max_cgroups: a.max_cgroups,
             expiry: a.expiry,
             bounds_ns: bounds,
             probe: a.probe.probe,
@@ -355,11 +365,12 @@ pub struct CheckArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct OffcpuArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop after this long; default: until Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (above 0); default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Which off-CPU periods: blocked (asleep), preempted (runnable, waiting for a CPU), or all.
     #[arg(long, value_enum, default_value_t = StateFilter::All)]
@@ -383,7 +394,7 @@ pub struct OffcpuArgs {
     #[arg(long)]
     pub json: bool,
     /// Stacks in the text report (0: all).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = parse_top, allow_negative_numbers = true)]
     pub top: usize,
     /// Capacity of the traced set and of the map of threads off-CPU now.
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
@@ -513,61 +524,4 @@ pub fn main() -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sys::parse::{MAX_THREADS_LIMIT, MIN_INTERVAL};
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("5").unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        for bad in ["", "s", "-1s", "5x", "1..2s", "1e9999", "99999999h", "NaN"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
-        }
-    }
-
-    #[test]
-    fn numeric_options_are_validated() {
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("0").is_err());
-        assert!(parse_interval("1ms").is_err());
-        assert_eq!(parse_interval("10ms").unwrap(), MIN_INTERVAL);
-        assert!(parse_count("0").is_err());
-        assert!(parse_count("-1").is_err());
-        assert_eq!(parse_count("3").unwrap(), 3);
-        assert!(parse_max_threads("0").is_err());
-        assert!(parse_max_threads("4294967296").is_err());
-        assert!(parse_max_threads("4194305").is_err());
-        assert_eq!(parse_max_threads("4194304").unwrap(), MAX_THREADS_LIMIT);
-        let e = parse_max_threads("0").unwrap_err().to_string();
-        assert!(e.contains("at least 1"), "{e}");
-        // Through clap, as a user types them.
-        for bad in [
-            &["tracer", "run", "-i", "0s", "--count", "1"][..],
-            &["tracer", "run", "-i", "1s", "--count", "0"],
-            &["tracer", "run", "--max-threads", "0"],
-        ] {
-            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
-        }
-        assert!(Cli::try_parse_from(["tracer", "run", "-d", "0"]).is_ok());
-    }
-
-    #[test]
-    fn numbers_in_any_base() {
-        assert_eq!(parse_u32_any_base("0x7").unwrap(), 7);
-        assert_eq!(parse_u32_any_base("12").unwrap(), 12);
-        assert_eq!(parse_u32_any_base("0b11").unwrap(), 3);
-        assert!(parse_u32_any_base("0xzz").is_err());
-    }
-
-    #[test]
-    fn cli_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-    }
-}
+mod tests;

@@ -8,10 +8,11 @@ use crate::{
     cli::{RunArgs, TargetArgs},
     cmd::{record::RecordConfig, run::RunConfig, slow::SlowConfig},
     model::options::ProbeMode,
-    sys::parse::{parse_buffer_size, parse_duration},
+    sys::parse::{parse_buffer_size, parse_duration, parse_window, DURATION_HELP},
 };
 
 #[derive(Args, Debug, Clone)]
+#[command(after_help = DURATION_HELP)]
 pub struct RecordArgs {
     /// Where the Perfetto trace goes (open it in ui.perfetto.dev). `-` (or /dev/stdout):
     /// standard output, and the report goes to standard error; a FIFO waits, saying so,
@@ -33,7 +34,9 @@ pub struct RecordArgs {
 #[derive(Args, Debug, Clone)]
 #[command(
     after_help = "The previous task is the one that ran on that CPU just before the waiting thread: \
-                  not necessarily the cause of the wait (runqslower -P shows the same)."
+                  not necessarily the cause of the wait (runqslower -P shows the same).\n\n\
+                  DURATION: a number and a unit: ns, us, ms, s (sec, secs), m (min) or h; a bare \
+                  number is seconds (5 and `5 s` are 5s)."
 )]
 pub struct SlowArgs {
     /// Shortest wait shown (runqslower's default is 10ms too).
@@ -47,8 +50,8 @@ pub struct SlowArgs {
     pub json: bool,
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop after this long; default: until Ctrl-C or COMMAND exits.
-    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Stop after this long (above 0); default: until Ctrl-C or COMMAND exits.
+    #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
     /// Attach mode (tp-btf or raw-tp: the events need task pointers).
     #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]

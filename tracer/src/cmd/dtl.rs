@@ -126,6 +126,9 @@ pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport>
         }
         let stats = vcpudispatch::read_stats(root)?;
         let mut files = open_all(root)?;
+        // The logs are open and the settings changed: restoring them writes root's own
+        // files (DAC), which needs no capability.
+        lock_down(root, &mut notes);
         let mut an = DtlAnalyzer::new(tb);
         let live = root.is_live();
         let start = Instant::now();
@@ -176,6 +179,7 @@ pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport>
                 notes.push("--dtl-freq has no effect on a snapshot and was ignored".to_string());
             }
             let state = vcpudispatch::read_stats(root)?;
+            lock_down(root, &mut notes);
             base_report(false, &state, None, &state)
         } else {
             if guard.enable_stats()? {
@@ -188,6 +192,7 @@ pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport>
                 guard.set_freq(f)?;
             }
             let before = vcpudispatch::read_stats(root)?;
+            lock_down(root, &mut notes);
             if before == StatsState::Off {
                 anyhow::bail!(
                     "{} still reads `off` after enabling it",
@@ -217,6 +222,18 @@ pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport>
     let mut report = report;
     report.notes.extend(notes);
     Ok(report)
+}
+
+/// The privilege policy of every command, once what needs privileges is open. Not for a
+/// `--root` tree (fixtures, a copied system): nothing privileged is open then, and the
+/// fixture tests run this in their own process.
+fn lock_down(root: &Root, notes: &mut Vec<String>) {
+    if !root.is_live() {
+        return;
+    }
+    if let Err(e) = crate::sys::privileges::after_attach(crate::sys::privileges::Keep::Nothing) {
+        notes.push(format!("could not lock privileges: {e}"));
+    }
 }
 
 fn until(window: Option<Duration>) -> String {

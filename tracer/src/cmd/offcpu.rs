@@ -66,6 +66,11 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     if !o.targets.command.is_empty() && (!o.targets.pids.is_empty() || !o.targets.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
+    let as_user = if o.targets.command.is_empty() || o.targets.as_root {
+        None
+    } else {
+        privileges::sudo_user()?
+    };
     for &pid in &o.targets.pids {
         procfs::threads_of(&root, pid)?;
     }
@@ -83,11 +88,6 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     let held: Option<Held> = if o.targets.command.is_empty() {
         None
     } else {
-        let as_user = if o.targets.as_root {
-            None
-        } else {
-            privileges::sudo_user()
-        };
         Some(launch::spawn_held(&o.targets.command, as_user, None)?)
     };
     let child = held.as_ref().map(|h| h.pid);
@@ -100,10 +100,15 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
             return Err(e);
         }
     };
+    // Attached: from here on only what symbolizing needs.
+    let locked = privileges::after_attach(privileges::Keep::Symbolization);
     let child = match held {
         Some(h) => Some(h.release(&o.targets.command)?),
         None => None,
     };
+    if let Err(e) = locked {
+        log::warn!("could not lock privileges after attaching: {e}");
+    }
     trace(o, &root, tracer, child, svg)
 }
 
@@ -285,11 +290,6 @@ fn frames(v: Vec<Vec<SymFrame>>) -> Vec<Frame> {
         .collect()
 }
 
-fn comm_of(c: &[u8]) -> String {
-    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..end]).into_owned()
-}
-
 fn build_report(
     o: &OffcpuOptions,
     tracer: &OffcpuTracer,
@@ -311,7 +311,7 @@ fn build_report(
     let mut truncated: BTreeSet<String> = BTreeSet::new();
     let mut stacks = Vec::new();
     for (k, v) in &sums {
-        let comm = comm_of(&v.comm);
+        let comm = crate::model::words::from_comm(&v.comm);
         let kernel = kcache
             .entry(k.kernel_stack)
             .or_insert_with(|| match ips.get(&(k.kernel_stack as u32)) {

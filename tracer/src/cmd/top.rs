@@ -10,7 +10,7 @@ use super::run::{self, Frontend, RunConfig};
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
 use crate::model::targets::Targets;
 use crate::output::tui::term::TuiSink;
-use crate::sys::root::Root;
+use crate::sys::{files, root::Root};
 
 /// What `tracer top` was asked to do.
 #[derive(Debug, Clone)]
@@ -61,18 +61,16 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         hook: Default::default(),
     };
     // The command's output would scribble over the screen: it goes to a file, named at
-    // the end (and removed if the command wrote nothing).
+    // the end (and removed if the command wrote nothing). A private one: a random name
+    // made with O_EXCL, mode 0600, in a directory only we can write (a predictable name
+    // in /tmp let other users plant links there and read the output).
     let log = if cfg.targets.command.is_empty() {
         None
     } else {
-        let path = std::env::temp_dir().join(format!("tracer-top-{}.log", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .with_context(|| format!("creating {} for the command's output", path.display()))?;
-        Some((path, file))
+        Some(
+            files::create_private("top", ".log")
+                .context("creating a file for the command's output")?,
+        )
     };
     let (log_path, command_output) = match log {
         Some((p, f)) => (Some(p), Some(f)),
@@ -89,10 +87,13 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         },
     );
     if let Some(p) = log_path {
-        if std::fs::metadata(&p).is_ok_and(|m| m.len() > 0) {
-            eprintln!("tracer top: the command's output is in {}", p.display());
+        if std::fs::metadata(&p.path).is_ok_and(|m| m.len() > 0) {
+            eprintln!(
+                "tracer top: the command's output is in {}",
+                p.path.display()
+            );
         } else {
-            let _ = std::fs::remove_file(&p);
+            p.remove();
         }
     }
     result

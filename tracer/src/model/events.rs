@@ -160,10 +160,9 @@ fn read<T: Copy>(b: &[u8]) -> Option<T> {
         .then(|| unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) })
 }
 
-/// The comm up to its first NUL, lossily as UTF-8.
+/// The comm up to its first NUL (bytes that are not UTF-8 as `\xNN`).
 pub fn comm_str(c: &[u8]) -> String {
-    let n = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..n]).into_owned()
+    crate::model::words::from_comm(c)
 }
 
 /// Decodes one ring-buffer record.

@@ -387,10 +387,9 @@ fn sorted_threads(s: &Snapshot, key: SortKey) -> Vec<&ThreadRecord> {
     v
 }
 
-/// C string from the kernel's fixed-size comm.
+/// C string from the kernel's fixed-size comm (bytes that are not UTF-8 as `\xNN`).
 pub fn comm_str(c: &[u8]) -> String {
-    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
-    String::from_utf8_lossy(&c[..end]).into_owned()
+    crate::model::words::from_comm(c)
 }
 
 /// Per-process rows, busiest first, ties by PID.

@@ -7,11 +7,13 @@
 //! a sum of non-negative deltas cannot. A process gets its own series the first time it
 //! runs while there is room (`max_series`), keeps it while it runs, and loses it after
 //! `expiry_ns` without activity; processes that found no room are summed in `other`.
+//! Cgroup series are bounded the same way (`max_cgroups`): whoever may create cgroups
+//! must not be able to grow every scrape without limit; the rest go to `cgroup="other"`.
 use std::collections::BTreeMap;
 
 use tracer_common::ThreadStats;
 
-use crate::model::{hist::Histogram, snapshot::HistSet};
+use crate::model::{hist::Histogram, snapshot::HistSet, words};
 
 /// Counter totals of a series (ns and counts, as the kernel keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -78,14 +80,19 @@ pub struct Book {
     pub processes: BTreeMap<u32, ProcessSeries>,
     /// Processes without a series of their own, summed.
     pub other: Series,
-    /// Largest number of process series (cgroups are not counted: their number is the
-    /// machine's configuration, bounded by `--cgroup-depth`).
+    /// Cgroups without a series of their own (`max_cgroups` reached), summed.
+    pub other_cgroup: Series,
+    /// Largest number of process series.
     pub max_series: usize,
+    /// Largest number of cgroup series.
+    pub max_cgroups: usize,
     pub expiry_ns: u64,
     /// Series removed after `expiry_ns` idle, since the start.
     pub expired: u64,
     /// Process deltas that went to `other` because `max_series` was reached.
     pub overflowed: u64,
+    /// Cgroup deltas that went to `other_cgroup` because `max_cgroups` was reached.
+    pub cgroups_overflowed: u64,
 }
 
 /// Who a delta belongs to.
@@ -97,16 +104,31 @@ pub struct Owner<'a> {
 }
 
 impl Book {
-    pub fn new(max_series: usize, expiry_ns: u64) -> Self {
+    pub fn new(max_series: usize, max_cgroups: usize, expiry_ns: u64) -> Self {
         Book {
             cgroups: BTreeMap::new(),
             processes: BTreeMap::new(),
             other: Series::default(),
+            other_cgroup: Series::default(),
             max_series,
+            max_cgroups,
             expiry_ns,
             expired: 0,
             overflowed: 0,
+            cgroups_overflowed: 0,
         }
+    }
+
+    /// The cgroup's series, created while there is room, else `other_cgroup`.
+    fn cgroup(&mut self, label: &str, now_ns: u64) -> &mut Series {
+        let s = if self.cgroups.contains_key(label) || self.cgroups.len() < self.max_cgroups {
+            self.cgroups.entry(label.to_string()).or_default()
+        } else {
+            self.cgroups_overflowed += 1;
+            &mut self.other_cgroup
+        };
+        s.touch(now_ns);
+        s
     }
 
     /// The process's series, created while there is room; `None`: it goes to `other`.
@@ -137,9 +159,7 @@ impl Book {
 
     /// Adds a thread's growth to its process and cgroup.
     pub fn add_thread(&mut self, o: Owner, d: &ThreadStats, now_ns: u64) {
-        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
-        cg.totals.add(d);
-        cg.touch(now_ns);
+        self.cgroup(o.cgroup, now_ns).totals.add(d);
         match self.process(o, now_ns) {
             Some(s) => s.totals.add(d),
             None => {
@@ -154,9 +174,7 @@ impl Book {
         if hist_is_empty(h) {
             return;
         }
-        let cg = self.cgroups.entry(o.cgroup.to_string()).or_default();
-        cg.hist.merge(h);
-        cg.touch(now_ns);
+        self.cgroup(o.cgroup, now_ns).hist.merge(h);
         match self.process(o, now_ns) {
             Some(s) => s.hist.merge(h),
             None => {
@@ -238,14 +256,29 @@ fn hist_is_empty(h: &HistSet) -> bool {
 
 /// The first `depth` components of a cgroup v2 path (`/system.slice/x.service/y` at
 /// depth 2 is `/system.slice/x.service`): a systemd unit or a container, not each of
-/// its sub-cgroups. Depth 0 is `/`.
-pub fn cgroup_label(path: &str, depth: usize) -> String {
-    let parts: Vec<&str> = path
-        .split('/')
+/// its sub-cgroups. Depth 0 is `/`. Bytes, as the kernel gives the path: a component
+/// that is not UTF-8 is cut off below the depth like any other.
+pub fn cgroup_prefix(path: &[u8], depth: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len() + 1);
+    for part in path
+        .trim_ascii_end()
+        .split(|&b| b == b'/')
         .filter(|p| !p.is_empty())
         .take(depth)
-        .collect();
-    format!("/{}", parts.join("/"))
+    {
+        out.push(b'/');
+        out.extend_from_slice(part);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// The label of [`cgroup_prefix`], escaped ([`words::escape`]): a cgroup named with
+/// bytes that are not UTF-8 (or with controls) gets a label of its own.
+pub fn cgroup_label(path: &[u8], depth: usize) -> String {
+    words::escape(cgroup_prefix(path, depth))
 }
 
 #[cfg(test)]
@@ -269,7 +302,7 @@ mod tests {
 
     #[test]
     fn process_series_are_bounded_and_the_rest_is_other() {
-        let mut b = Book::new(2, 10);
+        let mut b = Book::new(2, 10, 10);
         for pid in 1..=4 {
             b.add_thread(owner(pid), &stats(100), 1);
         }
@@ -284,7 +317,7 @@ mod tests {
 
     #[test]
     fn idle_series_expire_and_make_room() {
-        let mut b = Book::new(1, 10);
+        let mut b = Book::new(1, 10, 10);
         b.add_thread(owner(1), &stats(1), 100);
         assert_eq!(b.expire(105, |_| false), 0);
         assert_eq!(
@@ -298,14 +331,42 @@ mod tests {
         assert_eq!(b.expired, 2);
     }
 
+    /// Issue 25 item 5: 1,500 cgroups made every scrape 141k lines.
+    #[test]
+    fn cgroup_series_are_bounded_and_the_rest_is_other() {
+        let mut b = Book::new(100, 2, 10);
+        for (pid, cg) in [(1, "/a"), (2, "/b"), (3, "/c"), (4, "/d"), (5, "/a")] {
+            let o = Owner {
+                pid,
+                comm: "w",
+                cgroup: cg,
+            };
+            b.add_thread(o, &stats(10), 1);
+        }
+        assert_eq!(b.cgroups.len(), 2);
+        assert_eq!(b.cgroups["/a"].totals.on_cpu_ns, 20);
+        assert_eq!(b.other_cgroup.totals.on_cpu_ns, 20);
+        assert_eq!(b.cgroups_overflowed, 2);
+        // Processes keep their own series (and their cgroup's name).
+        assert_eq!(b.processes[&3].cgroup, "/c");
+    }
+
     #[test]
     fn cgroup_labels_cut_at_depth() {
         assert_eq!(
-            cgroup_label("/system.slice/x.service/y", 2),
+            cgroup_label(b"/system.slice/x.service/y", 2),
             "/system.slice/x.service"
         );
-        assert_eq!(cgroup_label("/", 2), "/");
-        assert_eq!(cgroup_label("/user.slice", 0), "/");
-        assert_eq!(cgroup_label("/a/b", 9), "/a/b");
+        assert_eq!(cgroup_label(b"/", 2), "/");
+        assert_eq!(cgroup_label(b"/user.slice", 0), "/");
+        assert_eq!(cgroup_label(b"/a/b", 9), "/a/b");
+        assert_eq!(cgroup_label(b"/a/b\n", 9), "/a/b");
+        // Issue 24 item 11: names that are not UTF-8 got `unknown`.
+        assert_eq!(cgroup_label(b"/hide\xff/x", 2), "/hide\\xff/x");
+        assert_eq!(cgroup_label(b"/top/hide\xff\x1b]2;x\x07", 1), "/top");
+        assert_eq!(
+            cgroup_label(b"/top/hide\xff\x1b]2;x\x07", 2),
+            "/top/hide\\xff\\x1b]2;x\\x07"
+        );
     }
 }

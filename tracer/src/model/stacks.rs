@@ -2,6 +2,8 @@
 //! command from the kernel's sums and the symbolizer's frames.
 use serde::Serialize;
 
+use crate::model::words;
+
 /// How the thread left the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -231,7 +233,8 @@ impl OffcpuReport {
             let line = s
                 .folded_frames()
                 .iter()
-                .map(|f| f.replace(';', ":"))
+                // One line per stack and `;` between frames, whatever the names hold.
+                .map(|f| words::escape(f).replace(';', ":"))
                 .collect::<Vec<_>>()
                 .join(";");
             *m.entry(line).or_default() += s.total_ns;

@@ -7,7 +7,7 @@ use inferno::flamegraph::{
     from_lines, Options,
 };
 
-use crate::{error::TracerError, model::stacks::OffcpuReport, output::folded};
+use crate::{error::TracerError, model::stacks::OffcpuReport, output::folded, sys::files};
 
 /// The window as a title shows it: "10.0 s".
 fn seconds(ns: u64) -> String {
@@ -34,10 +34,8 @@ pub fn write_svg(r: &OffcpuReport, out: &mut dyn Write) -> std::io::Result<()> {
     from_lines(&mut opts, lines.iter().map(|s| s.as_str()), out)
 }
 
-/// Opens `path` for writing: done before tracing, so a bad path fails at once.
+/// Opens `path` for writing: done before tracing, so a bad path fails at once; a link
+/// or file another user planted in /tmp is refused ([`files::create_output`]).
 pub fn create(path: &Path) -> Result<std::fs::File, TracerError> {
-    std::fs::File::create(path).map_err(|source| TracerError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    files::create_output(path)
 }

@@ -14,11 +14,13 @@ use crate::error::TracerError;
 use crate::model::{
     hist::{human_ns, Histogram},
     snapshot::{HistKind, HistSet},
+    words,
 };
 use crate::output::{
     report::Report,
     sink::{write_flush, Sink},
 };
+use crate::sys::files;
 
 /// Rows: row `r` holds values in `[2^(r-1), 2^r)` ns, row 0 holds 0 ns. The log-linear
 /// buckets never straddle a power of two, so each bucket lands whole in one row and the
@@ -133,8 +135,11 @@ const LEFT: usize = 70;
 const PANEL_GAP: usize = 60;
 const TOP: usize = 40;
 
+/// Text as XML character data: [`words::escape`] first (controls are not XML), then
+/// the markup characters.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
+    words::escape(s)
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
@@ -274,11 +279,12 @@ pub struct HeatmapSink {
 }
 
 impl HeatmapSink {
-    /// Creates the file now, so a path that cannot be written fails before the run.
-    pub fn create(inner: Box<dyn Sink>, path: &Path) -> std::io::Result<HeatmapSink> {
+    /// Creates the file now, so a path that cannot be written fails before the run (and
+    /// a link another user planted in /tmp is refused: [`files::create_output`]).
+    pub fn create(inner: Box<dyn Sink>, path: &Path) -> Result<HeatmapSink, TracerError> {
         Ok(HeatmapSink {
             inner,
-            file: std::fs::File::create(path)?,
+            file: files::create_output(path)?,
             cols: Vec::new(),
         })
     }
@@ -286,7 +292,7 @@ impl HeatmapSink {
 
 /// Writes `cols` as an SVG to `path`.
 pub fn write_svg(path: &Path, title: &str, cols: &[Column]) -> Result<(), TracerError> {
-    let mut f = std::fs::File::create(path).map_err(TracerError::Output)?;
+    let mut f = files::create_output(path)?;
     write_flush(&mut f, &svg(title, cols))
 }
 

@@ -172,12 +172,15 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 
 /// Every (labels, series) pair of one scope.
 fn scoped(x: &Exposition) -> [(&'static str, Vec<(Labels, &Series)>); 2] {
-    let cg: Vec<(Labels, &Series)> = x
+    let mut cg: Vec<(Labels, &Series)> = x
         .book
         .cgroups
         .iter()
         .map(|(name, s)| (labels(&[("cgroup", name)]), s))
         .collect();
+    if x.book.other_cgroup.last_active_ns > 0 {
+        cg.push((labels(&[("cgroup", "other")]), &x.book.other_cgroup));
+    }
     let mut pr: Vec<(Labels, &Series)> = x
         .book
         .processes
@@ -375,7 +378,7 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
     gauge(
         enc,
         "tracer_series",
-        "Series kept, by scope (process series are bounded by --max-series)",
+        "Series kept, by scope (bounded by --max-cgroups and --max-series)",
         None,
         &[
             (labels(&[("scope", "cgroup")]), x.book.cgroups.len() as f64),
@@ -398,6 +401,13 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
         "Process deltas summed into pid=\"other\" because --max-series was reached",
         None,
         &[(Labels::new(), x.book.overflowed as f64)],
+    )?;
+    counter(
+        enc,
+        "tracer_cgroup_series_overflow",
+        "Cgroup deltas summed into cgroup=\"other\" because --max-cgroups was reached",
+        None,
+        &[(Labels::new(), x.book.cgroups_overflowed as f64)],
     )?;
     counter(
         enc,
@@ -505,7 +515,7 @@ mod tests {
     use crate::model::series::{Book, Owner};
 
     fn exposition() -> Exposition {
-        let mut book = Book::new(10, u64::MAX);
+        let mut book = Book::new(10, 10, u64::MAX);
         let mut d = tracer_common::ThreadStats::zeroed();
         d.on_cpu_ns = 1_500_000_000;
         d.voluntary = 3;

@@ -1,7 +1,10 @@
 //! `tracer slow` lines: text like libbpf-tools `runqslower -P` (time, comm, TID, wait in
 //! µs, the previous task), with the CPU, PID, how the thread became runnable and how long
 //! the previous task had run; or one JSON object per line.
-use crate::model::events::{Slow, SlowKind};
+use crate::model::{
+    events::{Slow, SlowKind},
+    words,
+};
 
 /// The header of the text output.
 pub fn header(kind: SlowKind) -> String {
@@ -40,15 +43,15 @@ pub fn text_line(s: &Slow, unix_ns: u64) -> String {
         "{:<12} {:>3} {:<16} {:>7} {:>7} {:>10} {:<9} {:<16} {:>8} {:>12}",
         local_time(unix_ns),
         s.cpu,
-        s.comm,
+        words::escape(&s.comm),
         s.tgid,
         s.tid,
         s.wait_ns / 1000,
         s.how.name(),
         if s.prev_tid == 0 {
-            "[idle]"
+            "[idle]".to_string()
         } else {
-            &s.prev_comm
+            words::escape(&s.prev_comm)
         },
         s.prev_tid,
         s.prev_ran_ns / 1000,

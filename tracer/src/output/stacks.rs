@@ -1,7 +1,10 @@
 //! `tracer offcpu`'s text report (totals, notes, the top stacks) and its JSON document.
 use std::io::Write;
 
-use crate::model::stacks::{Missing, OffcpuReport, StackPart};
+use crate::model::{
+    stacks::{Missing, OffcpuReport, StackPart},
+    words::escape,
+};
 
 fn secs(ns: u64) -> String {
     if ns >= 1_000_000_000 {
@@ -28,7 +31,7 @@ fn write_part(out: &mut dyn Write, part: &StackPart) -> std::io::Result<()> {
         StackPart::Frames(f) => {
             for fr in f {
                 let tag = if fr.inlined { " (inlined)" } else { "" };
-                writeln!(out, "      {}{tag}", fr.name)?;
+                writeln!(out, "      {}{tag}", escape(&fr.name))?;
             }
         }
         StackPart::Missing { missing } => writeln!(out, "      {}", missing_text(*missing))?,
@@ -42,7 +45,7 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
     writeln!(
         out,
         "Off-CPU stacks: {}, {}, states {}, periods of at least {}",
-        r.target,
+        escape(&r.target),
         secs(r.window_ns),
         r.states,
         secs(r.min_ns)
@@ -71,7 +74,7 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
         writeln!(out, "drops: none")?;
     }
     for n in &r.notes {
-        writeln!(out, "note: {n}")?;
+        writeln!(out, "note: {}", escape(n))?;
     }
     let n = if top == 0 {
         r.stacks.len()
@@ -91,7 +94,7 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
             i + 1,
             secs(s.total_ns),
             s.state.name(),
-            s.comm,
+            escape(&s.comm),
             s.pid,
             s.tid,
             s.count
@@ -103,7 +106,8 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
         if let Some(b) = &s.user_truncated {
             writeln!(
                 out,
-                "      [likely truncated here: {b} has no frame pointers]"
+                "      [likely truncated here: {} has no frame pointers]",
+                escape(b)
             )?;
         }
     }
@@ -120,6 +124,7 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
 
 /// The JSON document.
 pub fn write_json(r: &OffcpuReport, out: &mut dyn Write) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, r)?;
+    let doc = serde_json::to_string_pretty(r)?;
+    out.write_all(crate::output::json::terminal_safe(doc).as_bytes())?;
     writeln!(out)
 }

@@ -6,7 +6,7 @@ use crate::model::{
     options::RunqSource,
     report::{drop_advice, ReportKind, ThreadRow, UtilSource, View},
     snapshot::{HistKind, HistSet},
-    words::plural,
+    words::{self, plural},
 };
 use crate::output::report::Report;
 use crate::perf;
@@ -66,9 +66,13 @@ pub fn format_text(r: &Report) -> String {
     }
     if let Some(c) = &r.command {
         let shown = launch::short_command(&c.argv, launch::COMMAND_SHOWN);
-        out += &format!("  command: {shown} ({})\n", c.state.describe());
+        out += &format!(
+            "  command: {} ({})\n",
+            words::escape(&shown),
+            c.state.describe()
+        );
     } else if !r.run.system_wide {
-        out += &format!("  traced: {}\n", r.run.target);
+        out += &format!("  traced: {}\n", words::escape(&r.run.target));
     }
     out += "\n";
 
@@ -80,14 +84,18 @@ pub fn format_text(r: &Report) -> String {
         scope::PROCESS => {
             for p in r.processes.iter().flatten().take(shown) {
                 if let Some(h) = &p.histograms {
-                    out += &hist_block(&format!("pid {} ({}) ", p.pid, p.comm), h, o.unit);
+                    out += &hist_block(
+                        &format!("pid {} ({}) ", p.pid, words::escape(&p.comm)),
+                        h,
+                        o.unit,
+                    );
                 }
             }
         }
         scope::THREAD => {
             for t in r.threads.shown(View::Text) {
                 if let Some(h) = &t.histograms {
-                    let label = format!("tid {} ({}) ", t.tid, t.comm);
+                    let label = format!("tid {} ({}) ", t.tid, words::escape(&t.comm));
                     out += &hist_block(&label, h, o.unit);
                 }
             }
@@ -163,20 +171,6 @@ fn hist_block(label: &str, h: &HistSet, unit: Unit) -> String {
     out
 }
 
-/// A comm as shown in the table: control characters (a comm is whatever the program
-/// wrote with prctl) escaped so one row stays one line.
-fn printable(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
-}
-
 /// A counter column: its header (event, with the unit when there is one) and how a value
 /// is shown. Clocks (task-clock, cpu-clock) count ns: shown in ms as perf does.
 struct CounterColumn {
@@ -221,7 +215,8 @@ impl CounterColumn {
 fn thread_table(r: &Report) -> String {
     let rows = r.threads.shown(View::Text);
     let comm_of = |t: &ThreadRow| {
-        let mut comm = printable(&t.comm);
+        // A comm is whatever the program wrote with prctl: escaped, one row one line.
+        let mut comm = words::escape(&t.comm);
         if t.folded > 0 {
             comm = format!("{} exited", t.folded);
         } else if t.reaped_by_exec {

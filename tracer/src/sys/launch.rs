@@ -81,6 +81,73 @@ unsafe fn reset_signals(ignored: u64, mask: &libc::sigset_t) {
     unsafe { libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut()) };
 }
 
+/// Who a command runs as: a user, their primary group and every group they are in,
+/// and the environment sudo gives (HOME, USER, LOGNAME), as `sudo -u USER` starts it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups, as initgroups(3) finds them (the primary included).
+    pub groups: Vec<u32>,
+    pub name: std::ffi::OsString,
+    pub home: std::ffi::OsString,
+}
+
+impl RunAs {
+    /// The user `uid` of the password database with primary group `gid` and the groups
+    /// the group database gives them; None when no user has that uid.
+    pub fn lookup(uid: u32, gid: u32) -> Option<RunAs> {
+        use std::os::unix::ffi::OsStrExt as _;
+        // SAFETY: passwd is plain data (integers and pointers); all-zero is valid.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: getpwuid_r writes `pw` and strings into `buf` (its length given), and
+        // sets `found` to &pw or null; nothing is kept past the call but copies.
+        let r = unsafe {
+            libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut found)
+        };
+        if r != 0 || found.is_null() || pw.pw_name.is_null() {
+            return None;
+        }
+        // SAFETY: both point into `buf`, NUL-terminated, as getpwuid_r succeeded.
+        let (name, home) = unsafe {
+            (
+                std::ffi::CStr::from_ptr(pw.pw_name).to_owned(),
+                if pw.pw_dir.is_null() {
+                    std::ffi::CString::from(c"/")
+                } else {
+                    std::ffi::CStr::from_ptr(pw.pw_dir).to_owned()
+                },
+            )
+        };
+        let mut groups: Vec<libc::gid_t> = vec![0; 64];
+        loop {
+            let mut n = groups.len() as libc::c_int;
+            // SAFETY: `groups` holds `n` gids; getgrouplist writes at most `n` and sets
+            // `n` to the number it found (more than given: -1, and we retry larger).
+            let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut n) };
+            if r >= 0 {
+                groups.truncate(n.max(0) as usize);
+                break;
+            }
+            if groups.len() >= 65536 {
+                groups = vec![gid];
+                break;
+            }
+            let len = (n.max(0) as usize).max(groups.len() * 2);
+            groups.resize(len, 0);
+        }
+        Some(RunAs {
+            uid,
+            gid,
+            groups,
+            name: std::ffi::OsStr::from_bytes(name.as_bytes()).to_os_string(),
+            home: std::ffi::OsStr::from_bytes(home.as_bytes()).to_os_string(),
+        })
+    }
+}
+
 /// A started child blocked before exec, in `Command`'s pre-exec hook.
 pub struct Held {
     pub pid: u32,
@@ -131,8 +198,8 @@ fn write_full(fd: &OwnedFd, buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Starts `argv` blocked before exec until [`Held::release`]. `as_user` = (uid, gid) to
-/// run it as (`Command` also drops the supplementary groups, as `setgroups(0)` did).
+/// Starts `argv` blocked before exec until [`Held::release`]. `as_user`: the user to
+/// run it as, with their groups and environment (set in the child before the hold).
 /// `output`: where its standard output and error go instead of ours (its input is then
 /// /dev/null): a front end that owns the terminal keeps the command off it.
 ///
@@ -140,7 +207,7 @@ fn write_full(fd: &OwnedFd, buf: &[u8]) -> std::io::Result<()> {
 /// child, in its pre-exec hook, sends its PID on one pipe and waits for a byte on another.
 pub fn spawn_held(
     argv: &[String],
-    as_user: Option<(u32, u32)>,
+    as_user: Option<RunAs>,
     output: Option<std::fs::File>,
 ) -> Result<Held, TracerError> {
     let command = argv.join(" ");
@@ -180,8 +247,14 @@ pub fn spawn_held(
 
     let mut cmd = std::process::Command::new(prog);
     cmd.args(&argv[1..]);
-    if let Some((uid, gid)) = as_user {
-        cmd.uid(uid).gid(gid);
+    // The user's identity is taken in the hook (groups first, then the group, then the
+    // user, as initgroups + setgid + setuid do), so `Command` is not told a uid: it
+    // would drop the supplementary groups.
+    let ids = as_user.as_ref().map(|u| (u.uid, u.gid, u.groups.clone()));
+    if let Some(u) = &as_user {
+        cmd.env("HOME", &u.home)
+            .env("USER", &u.name)
+            .env("LOGNAME", &u.name);
     }
     if let Some(out) = output {
         let err = out.try_clone().map_err(start_err)?;
@@ -193,6 +266,18 @@ pub fn spawn_held(
         // SAFETY: we are in the child between fork and exec; reset_signals makes only
         // async-signal-safe calls.
         unsafe { reset_signals(ignored, &mask) };
+        if let Some((uid, gid, groups)) = &ids {
+            // SAFETY: setgroups reads `groups.len()` gids from a live Vec; setgid and
+            // setuid take plain integers. All three are async-signal-safe.
+            unsafe {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
         let pid = rustix::process::getpid().as_raw_nonzero().get();
         write_full(&pid_w, &pid.to_ne_bytes())?;
         let mut b = [0u8; 1];
@@ -203,8 +288,9 @@ pub fn spawn_held(
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec and makes only
-    // async-signal-safe calls (signal, sigprocmask, getpid, read, write); it allocates
-    // nothing and takes no lock (the io::Errors it builds are plain OS codes).
+    // async-signal-safe calls (signal, sigprocmask, setgroups, setgid, setuid, getpid,
+    // read, write); it allocates nothing and takes no lock (the io::Errors it builds are
+    // plain OS codes; the groups were copied before the fork).
     unsafe { cmd.pre_exec(hold) };
     let spawned = std::thread::Builder::new()
         .name("tracer-launch".into())
@@ -456,6 +542,16 @@ mod tests {
             !std::path::Path::new(&format!("/proc/{pid}")).exists(),
             "aborted child reaped"
         );
+    }
+
+    #[test]
+    fn users_are_looked_up_with_their_groups() {
+        // uid 0 is in every password database; its groups include its primary one.
+        let root = RunAs::lookup(0, 0).expect("root");
+        assert_eq!(root.name, "root");
+        assert!(root.groups.contains(&0), "{root:?}");
+        assert!(!root.home.is_empty());
+        assert_eq!(RunAs::lookup(4_000_000_000, 1), None, "no such user");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod birth;
 pub mod btf;
 pub mod clock;
+pub mod files;
 pub mod launch;
 pub mod outfile;
 pub mod parse;

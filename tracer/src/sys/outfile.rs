@@ -7,9 +7,10 @@ use std::{
     fs::File,
     io::Write as _,
     os::fd::{AsFd as _, AsRawFd as _},
-    os::unix::fs::OpenOptionsExt as _,
     path::Path,
 };
+
+use crate::sys::files;
 
 /// An opened output.
 #[derive(Debug)]
@@ -29,6 +30,9 @@ pub enum OutError {
     Open { path: String, err: std::io::Error },
     #[error("refusing to write the binary trace to a terminal ({path}): redirect it, e.g. `-o - > trace.pftrace`, or give a file")]
     Terminal { path: String },
+    /// Unwritable, or refused by the protected-files rules (`files::create_output`).
+    #[error("{why}")]
+    Refused { why: String },
 }
 
 /// (device, inode) of an open file.
@@ -52,18 +56,22 @@ pub fn open(path: &Path, say: impl Fn(&str)) -> Result<OutFile, OutError> {
             .map_err(|e| open_err(e.into()))?;
         File::from(fd)
     } else {
-        let mut opts = std::fs::OpenOptions::new();
-        opts.write(true).create(true).truncate(true);
-        match opts.clone().custom_flags(libc::O_NONBLOCK).open(path) {
+        // The protected_symlinks / protected_regular rules (`files::create_output`).
+        let enxio = |e: &crate::error::TracerError| {
+            matches!(e, crate::error::TracerError::Write { source, .. }
+                if source.raw_os_error() == Some(libc::ENXIO))
+        };
+        let refused = |e: crate::error::TracerError| OutError::Refused { why: e.to_string() };
+        match files::create_output_nonblock(path) {
             Ok(f) => f,
             // A FIFO nobody reads yet (open(2): ENXIO with O_NONBLOCK).
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            Err(e) if enxio(&e) => {
                 say(&format!(
                     "tracer: record: waiting for a reader on the FIFO {shown} (nothing is traced until one opens it; Ctrl-C gives up)"
                 ));
-                opts.open(path).map_err(open_err)?
+                files::create_output(path).map_err(refused)?
             }
-            Err(e) => return Err(open_err(e)),
+            Err(e) => return Err(refused(e)),
         }
     };
     // Writes block again (a full pipe waits for its reader rather than failing).

@@ -3,8 +3,16 @@ use std::time::Duration;
 
 use crate::error::TracerError;
 
-/// Parses a duration: `5s`, `250ms`, `1.5s`, `2m`, `1h`, `100us`, `10ns`; a bare number
-/// is seconds. Rejects negative, non-finite and absurd (over a year) values.
+/// What a DURATION is, for the help of every option that takes one.
+pub const DURATION_HELP: &str =
+    "DURATION: a number and a unit: ns, us, ms, s (sec, secs), m (min) or h, \
+     e.g. 5s, 250ms, 1.5m, 1e6us; a bare number is seconds (5 and `5 s` are 5s), as timeout(1) \
+     and the bcc tools read it";
+
+/// Parses a duration: `5s`, `250ms`, `1.5s`, `2m`, `1h`, `100us`, `10ns`, `1e6us`; a bare
+/// number is seconds (as timeout(1), `perf stat -- sleep 5` and bcc's `runqlat 5`
+/// read one), and a space may come before the unit. Rejects negative, non-finite and
+/// absurd (over a year) values.
 pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
     let bad = |why: &str| TracerError::BadDuration {
         input: s.to_string(),
@@ -14,9 +22,26 @@ pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
     if t.is_empty() {
         return Err(bad("empty"));
     }
-    let split = t
+    if t.starts_with('-') {
+        return Err(bad("a duration cannot be negative"));
+    }
+    // Digits and dots, then an optional exponent (`1e9`, `2.5E-3`).
+    let mut split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
+    if split > 0 {
+        let rest = &t.as_bytes()[split..];
+        if let [b'e' | b'E', tail @ ..] = rest {
+            let sign = usize::from(matches!(tail.first(), Some(b'+' | b'-')));
+            let digits = tail[sign..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count();
+            if digits > 0 {
+                split += 1 + sign + digits;
+            }
+        }
+    }
     let (num, unit) = t.split_at(split);
     if num.is_empty() {
         return Err(bad("expected a number first, e.g. 5s"));
@@ -33,9 +58,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, TracerError> {
     };
     let ns = v * scale_ns;
     if !ns.is_finite() || ns > 366.0 * 86400e9 {
-        return Err(bad("too long"));
+        return Err(bad("too long (at most a year)"));
     }
     Ok(Duration::from_nanos(ns.round() as u64))
+}
+
+/// `-d` of a tracing command: a [`parse_duration`] above zero. A window of 0 is not a
+/// trace of nothing but a few milliseconds of start-up; say what to give instead.
+pub fn parse_window(s: &str) -> Result<Duration, TracerError> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(TracerError::BadDuration {
+            input: s.to_string(),
+            why: "a window of 0 traces nothing; give one above 0 (e.g. -d 1s), or no -d to \
+                  trace until Ctrl-C"
+                .to_string(),
+        });
+    }
+    Ok(d)
+}
+
+/// `--top N`: a whole number, 0 for all (a negative one is refused here, not taken for
+/// an option).
+pub fn parse_top(s: &str) -> Result<usize, TracerError> {
+    s.trim().parse::<usize>().map_err(|_| {
+        TracerError::BadOption(format!(
+            "--top {s:?}: expected a whole number of rows (0: all)"
+        ))
+    })
 }
 
 /// Shortest `-i`: each report reads every map, and perf stat -I has the same floor.

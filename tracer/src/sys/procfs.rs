@@ -3,7 +3,7 @@
 //! Hand parsing keeps `--root` trivial: every path goes through [`Root`], so tests and
 //! trees copied off other machines work the same as the live system.
 use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::{ffi::OsStrExt as _, fs::MetadataExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::TracerError;
@@ -103,44 +103,80 @@ pub fn threads_of(root: &Root, pid: u32) -> Result<Vec<u32>, TracerError> {
     }
 }
 
+/// The value of the `Key:` line of a `status`-style file, as a number. Bytes, not text:
+/// the `Name:` line holds whatever bytes the thread named itself with.
+fn status_field(text: &[u8], key: &[u8]) -> Option<u32> {
+    text.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The process (thread group) a thread belongs to, from `/proc/<tid>/status`.
 pub fn tgid_of(root: &Root, tid: u32) -> Result<u32, TracerError> {
     // /proc/<tid> works for any thread, though only group leaders are listed.
     let path = root.path(format!("/proc/{tid}/status"));
-    let text = match std::fs::read_to_string(&path) {
+    let text = match std::fs::read(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == ErrorKind::NotFound => return Err(TracerError::NoSuchThread(tid)),
         Err(source) => return Err(TracerError::Read { path, source }),
     };
-    text.lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| TracerError::Malformed {
-            path,
-            why: "no numeric Tgid: line".into(),
-        })
+    status_field(&text, b"Tgid:").ok_or_else(|| TracerError::Malformed {
+        path,
+        why: "no numeric Tgid: line".into(),
+    })
 }
 
-/// A thread's command name, or None when it is gone.
+/// A thread's command name as the kernel keeps it (any bytes but NUL), or None when it
+/// is gone.
+pub fn comm_bytes(root: &Root, pid: u32, tid: u32) -> Option<Vec<u8>> {
+    let mut text = std::fs::read(root.path(format!("/proc/{pid}/task/{tid}/comm"))).ok()?;
+    if text.last() == Some(&b'\n') {
+        text.pop();
+    }
+    Some(text)
+}
+
+/// [`comm_bytes`] as text ([`text_of`]: bytes that are not UTF-8 as `\xNN`).
 pub fn comm(root: &Root, pid: u32, tid: u32) -> Option<String> {
-    let text = std::fs::read(root.path(format!("/proc/{pid}/task/{tid}/comm"))).ok()?;
-    let text = text.strip_suffix(b"\n").unwrap_or(&text);
-    Some(String::from_utf8_lossy(text).into_owned())
+    comm_bytes(root, pid, tid).map(|b| text_of(&b))
+}
+
+/// Bytes as text, keeping every valid character (controls included: outputs escape
+/// them, JSON in its own way) and writing each byte that is not UTF-8 as `\xNN`, so a
+/// name that is not UTF-8 keeps its bytes visible instead of turning into U+FFFD. The
+/// one decoding of kernel names (`model::words::from_bytes` is this).
+pub fn text_of(raw: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(raw.len());
+    for chunk in raw.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// The fields after the comm of a `stat` file: the comm in parentheses may hold any
+/// byte (spaces, `)`, bytes that are not UTF-8), so they start after the last `)`.
+fn stat_fields(text: &[u8]) -> Option<Vec<&str>> {
+    let rest = &text[text.iter().rposition(|&b| b == b')')? + 1..];
+    let rest = std::str::from_utf8(rest).ok()?;
+    Some(rest.split_ascii_whitespace().collect())
 }
 
 /// Whether thread `tid` may be on CPU `cpu` now: `/proc/TID/stat` says it is runnable
 /// (`R`) and last ran there (field 39, `processor`). A gone thread, one asleep, or one
 /// on another CPU is not.
 pub fn may_be_running_on(root: &Root, tid: u32, cpu: u32) -> bool {
-    let Ok(text) = std::fs::read_to_string(root.path(format!("/proc/{tid}/stat"))) else {
+    let Ok(text) = std::fs::read(root.path(format!("/proc/{tid}/stat"))) else {
         return false;
     };
-    // The fields follow the comm, which is in parentheses and may hold any byte; the
-    // first after it is field 3 (state).
-    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+    // The first field after the comm is field 3 (state).
+    let Some(f) = stat_fields(&text) else {
         return false;
     };
-    let f: Vec<&str> = rest.split_whitespace().collect();
     f.first() == Some(&"R") && f.get(39 - 3).and_then(|c| c.parse::<u32>().ok()) == Some(cpu)
 }
 
@@ -221,11 +257,11 @@ pub fn cgroup_id(path: &Path) -> Result<u64, TracerError> {
 
 /// The first cgroup2 mount point (hybrid setups put it at /sys/fs/cgroup/unified).
 pub fn cgroup2_mount(root: &Root) -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string(root.path("/proc/mounts")).ok()?;
-    mounts.lines().find_map(|l| {
-        let mut f = l.split_whitespace().skip(1);
+    let mounts = std::fs::read(root.path("/proc/mounts")).ok()?;
+    mounts.split(|&b| b == b'\n').find_map(|l| {
+        let mut f = l.split(|&b| b == b' ').filter(|w| !w.is_empty()).skip(1);
         match (f.next(), f.next()) {
-            (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
+            (Some(dir), Some(b"cgroup2")) => Some(PathBuf::from(std::ffi::OsStr::from_bytes(dir))),
             _ => None,
         }
     })
@@ -237,12 +273,13 @@ pub fn thread_exists(root: &Root, tid: u32) -> bool {
 }
 
 /// A process's cgroup v2 path (the `0::` line of /proc/PID/cgroup), e.g.
-/// `/system.slice/ssh.service`.
-pub fn cgroup_path(root: &Root, pid: u32) -> Option<String> {
-    let text = std::fs::read_to_string(root.path(format!("/proc/{pid}/cgroup"))).ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(|p| p.trim().to_string())
+/// `/system.slice/ssh.service`: bytes, since whoever may create a cgroup names it with
+/// any bytes (a name that is not UTF-8 must not hide its processes' work).
+pub fn cgroup_path(root: &Root, pid: u32) -> Option<Vec<u8>> {
+    let text = std::fs::read(root.path(format!("/proc/{pid}/cgroup"))).ok()?;
+    text.split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(b"0::"))
+        .map(|p| p.to_vec())
 }
 
 /// The TIDs in a cgroup v2 directory (`cgroup.threads`), sorted.
@@ -317,14 +354,12 @@ pub struct Watched {
     start: u64,
 }
 
-/// State letter and starttime from a `stat` file's text.
-fn stat_state_start(text: &str) -> Option<(char, u64)> {
-    // The comm in parentheses may hold spaces and ')': fields follow the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_ascii_whitespace();
-    let state = f.next()?.chars().next()?;
+/// State letter and starttime from a `stat` file's bytes.
+fn stat_state_start(text: &[u8]) -> Option<(char, u64)> {
+    let f = stat_fields(text)?;
     // Field 3 is the state; starttime is field 22.
-    let start = f.nth(22 - 4)?.parse().ok()?;
+    let state = f.first()?.chars().next()?;
+    let start = f.get(22 - 3)?.parse().ok()?;
     Some((state, start))
 }
 
@@ -336,13 +371,13 @@ pub fn thread_alive(root: &Root, pid: u32, tid: u32) -> bool {
 }
 
 fn task_alive(stat_path: &Path, start: Option<u64>) -> Option<u64> {
-    let text = std::fs::read_to_string(stat_path).ok()?;
+    let text = std::fs::read(stat_path).ok()?;
     let (state, st) = stat_state_start(&text)?;
     (!matches!(state, 'Z' | 'X' | 'x') && start.is_none_or(|s| s == st)).then_some(st)
 }
 
 fn watch(root: &Root, dir: String, process: bool) -> Option<Watched> {
-    let text = std::fs::read_to_string(root.path(format!("{dir}/stat"))).ok()?;
+    let text = std::fs::read(root.path(format!("{dir}/stat"))).ok()?;
     let (_, start) = stat_state_start(&text)?;
     Some(Watched {
         dir,
@@ -366,7 +401,7 @@ pub fn watch_thread(root: &Root, tid: u32) -> Option<Watched> {
 pub fn still_alive(root: &Root, w: &Watched) -> bool {
     let dir = root.path(&w.dir);
     // The same task, not a recycled PID: the leader's (or thread's) starttime matches.
-    let Ok(text) = std::fs::read_to_string(dir.join("stat")) else {
+    let Ok(text) = std::fs::read(dir.join("stat")) else {
         return false;
     };
     match stat_state_start(&text) {
@@ -387,8 +422,11 @@ mod tests {
     #[test]
     fn stat_state_and_starttime() {
         let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 98765 1000 10";
-        assert_eq!(super::stat_state_start(line), Some(('S', 98765)));
-        assert_eq!(super::stat_state_start("1 (x) Z"), None);
+        assert_eq!(super::stat_state_start(line.as_bytes()), Some(('S', 98765)));
+        assert_eq!(super::stat_state_start(b"1 (x) Z"), None);
+        // A name that is not UTF-8 (issue 24 item 11: the run took the process for gone).
+        let line = b"42 (w\xff\xfe)) R 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 777 1000 10";
+        assert_eq!(super::stat_state_start(line), Some(('R', 777)));
     }
 
     #[test]
@@ -533,6 +571,49 @@ mod tests {
         let _ = std::fs::remove_dir_all(d);
     }
 
+    /// Issue 24 item 11: a thread that names itself with bytes that are not UTF-8, in a
+    /// cgroup named so, is still a thread with a TGID, alive, in its cgroup.
+    #[test]
+    fn names_that_are_not_utf8_are_read_as_bytes() {
+        let d = fixture("bytes");
+        let root = Root::new(&d);
+        let raw = |rel: &str, bytes: &[u8]| {
+            let p = d.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        };
+        raw(
+            "proc/50/status",
+            b"Name:\tw\xff\xfe\nUmask:\t0022\nTgid:\t50\nPid:\t50\n",
+        );
+        let stat = b"50 (w\xff\xfe) S 1 50 50 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 1 0 4242 1000 10";
+        raw("proc/50/stat", stat);
+        raw("proc/50/task/50/stat", stat);
+        raw("proc/50/task/50/comm", b"w\xff\xfe\n");
+        raw("proc/50/cgroup", b"0::/hide\xff/inner\n");
+        raw(
+            "proc/mounts",
+            b"cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n",
+        );
+        assert_eq!(tgid_of(&root, 50).ok(), Some(50));
+        let w = watch_process(&root, 50).expect("watched");
+        assert!(still_alive(&root, &w));
+        assert!(watch_thread(&root, 50).is_some_and(|w| still_alive(&root, &w)));
+        assert_eq!(
+            comm_bytes(&root, 50, 50).as_deref(),
+            Some(&b"w\xff\xfe"[..])
+        );
+        assert_eq!(
+            cgroup_path(&root, 50).as_deref(),
+            Some(&b"/hide\xff/inner"[..])
+        );
+        assert_eq!(
+            cgroup2_mount(&root),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let _ = std::fs::remove_dir_all(d);
+    }
+
     #[test]
     fn cgroup_on_a_plain_directory_is_refused() {
         let d = fixture("cg");
@@ -600,7 +681,12 @@ mod tests {
         assert!(tids.contains(&pid));
         assert!(tids.len() >= 2, "{tids:?}");
         for &t in &tids {
-            assert_eq!(tgid_of(&root, t).ok(), Some(pid));
+            // Other tests' threads may end between the listing and this read.
+            match tgid_of(&root, t) {
+                Ok(g) => assert_eq!(g, pid),
+                Err(TracerError::NoSuchThread(gone)) => assert_eq!(gone, t),
+                Err(e) => panic!("TID {t}: {e}"),
+            }
         }
         assert!(comm(&root, pid, pid).is_some());
 

@@ -3,12 +3,103 @@
 //! `tls_server_config.{cert_file,key_file}` and basic-auth users with bcrypt hashes in
 //! `basic_auth_users`. Other keys are refused rather than silently ignored: a setting a
 //! user believes is in force must be.
-use std::{collections::BTreeMap, path::Path, sync::Arc};
+//!
+//! What is read is bounded, so a mistaken or hostile file cannot exhaust memory: the
+//! file itself ([`MAX_CONFIG_BYTES`]), what its YAML aliases expand to ([`MAX_NODES`]),
+//! its nesting ([`MAX_DEPTH`]), the certificate and key files ([`MAX_PEM_BYTES`], regular
+//! files only: not `/dev/zero`), and the bcrypt cost of each hash ([`MAX_COST`]).
+use std::{collections::BTreeMap, io::Read as _, path::Path, sync::Arc};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use rustls_pki_types::{pem::PemObject as _, CertificateDer, PrivateKeyDer};
 use tokio_rustls::{rustls, TlsAcceptor};
-use yaml_rust2::{Yaml, YamlLoader};
+use yaml_rust2::{parser::Event, parser::Parser, Yaml, YamlLoader};
+
+/// Largest web config: node_exporter's are a few hundred bytes.
+pub const MAX_CONFIG_BYTES: u64 = 64 << 10;
+/// Largest certificate chain or key file.
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
+/// Most YAML nodes once aliases are expanded (a "billion laughs" file is refused here).
+pub const MAX_NODES: u64 = 10_000;
+/// Deepest nesting of mappings and sequences (the format needs 2).
+pub const MAX_DEPTH: usize = 32;
+/// Highest bcrypt cost accepted. Each step doubles every check (cost 10: ~70 ms of
+/// CPU); at 31 a single request costs days.
+pub const MAX_COST: u32 = 14;
+
+/// The file's bytes, refused in one line when it is not a regular file (`/dev/zero`,
+/// a FIFO) or is larger than `limit`.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let md = f
+        .metadata()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if !md.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    let mut buf = Vec::new();
+    f.take(limit + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if buf.len() as u64 > limit {
+        bail!(
+            "{} is larger than {} KiB, more than such a file holds",
+            path.display(),
+            limit >> 10
+        );
+    }
+    Ok(buf)
+}
+
+/// Refuses a YAML text whose loading would take memory or stack out of proportion to
+/// its size: aliases that expand to more than [`MAX_NODES`] nodes, nesting deeper than
+/// [`MAX_DEPTH`]. Reads the parser's events only; nothing is built.
+fn check_shape(text: &str) -> Result<()> {
+    let mut p = Parser::new_from_str(text);
+    let (mut nodes, mut aliases, mut depth) = (0u64, 0u64, 0usize);
+    // Nodes under each anchor, and the anchors of the open collections.
+    let mut sizes: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut open: Vec<(usize, u64)> = Vec::new();
+    loop {
+        let (ev, _) = p.next_token().map_err(|e| anyhow!("not YAML: {e}"))?;
+        match ev {
+            Event::StreamEnd => return Ok(()),
+            Event::Scalar(_, _, anchor, _) => {
+                nodes += 1;
+                if anchor > 0 {
+                    sizes.insert(anchor, 1);
+                }
+            }
+            Event::Alias(id) => {
+                aliases += 1;
+                nodes += sizes.get(&id).copied().unwrap_or(1);
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                nodes += 1;
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    bail!("nested deeper than {MAX_DEPTH} levels (a web config needs 2)");
+                }
+                open.push((anchor, nodes));
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                depth = depth.saturating_sub(1);
+                if let Some((anchor, start)) = open.pop() {
+                    if anchor > 0 {
+                        sizes.insert(anchor, nodes - start + 1);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if nodes > MAX_NODES {
+            bail!(
+                "its {aliases} YAML aliases expand to more than {MAX_NODES} nodes (a web config \
+                 has a few dozen): refusing to load it"
+            );
+        }
+    }
+}
 
 /// The parsed file.
 #[derive(Clone, Debug, Default)]
@@ -21,14 +112,16 @@ pub struct WebConfig {
 
 impl WebConfig {
     pub fn load(path: &Path) -> Result<WebConfig> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the web config {}", path.display()))?;
+        let raw = read_bounded(path, MAX_CONFIG_BYTES).context("the web config")?;
+        let text = String::from_utf8(raw)
+            .map_err(|_| anyhow!("the web config {} is not UTF-8 text", path.display()))?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, base).with_context(|| format!("in the web config {}", path.display()))
     }
 
     /// Parses the YAML text; file paths in it are taken relative to `base`.
     pub fn parse(text: &str, base: &Path) -> Result<WebConfig> {
+        check_shape(text)?;
         let docs = YamlLoader::load_from_str(text).map_err(|e| anyhow!("not YAML: {e}"))?;
         let mut cfg = WebConfig::default();
         let Some(doc) = docs.first() else {
@@ -74,8 +167,19 @@ impl WebConfig {
                             let (Some(u), Some(h)) = (u.as_str(), h.as_str()) else {
                                 bail!("basic_auth_users: expected `user: bcrypt-hash` pairs");
                             };
-                            if !h.starts_with("$2") {
+                            let cost = h
+                                .starts_with("$2")
+                                .then(|| h.parse::<bcrypt::HashParts>().ok())
+                                .flatten()
+                                .map(|p| p.get_cost());
+                            let Some(cost) = cost else {
                                 bail!("basic_auth_users.{u}: not a bcrypt hash (htpasswd -nBC 10 \"\" | tr -d ':' makes one)");
+                            };
+                            if cost > MAX_COST {
+                                bail!(
+                                    "basic_auth_users.{u}: bcrypt cost {cost} is above {MAX_COST}, the most tracer accepts (each step doubles the work of every check: {cost} is 2^{} times cost 10's ~70 ms per request); make the hash with htpasswd -nBC 10",
+                                    cost - 10
+                                );
                             }
                             cfg.users.insert(u.to_string(), h.to_string());
                         }
@@ -92,22 +196,13 @@ impl WebConfig {
         Ok(cfg)
     }
 
-    /// Whether an `Authorization` header admits the request (always, without users).
-    pub fn admits(&self, authorization: Option<&str>) -> bool {
-        if self.users.is_empty() {
-            return true;
-        }
-        let Some((user, password)) = authorization.and_then(decode_basic) else {
-            return false;
-        };
-        match self.users.get(&user) {
-            Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
-            // Same work for an unknown user, so timing does not tell which users exist.
-            None => {
-                let _ = bcrypt::verify(password, dummy_hash());
-                false
-            }
-        }
+    /// The highest bcrypt cost among the users (checked when parsed).
+    pub fn max_cost(&self) -> Option<u32> {
+        self.users
+            .values()
+            .filter_map(|h| h.parse::<bcrypt::HashParts>().ok())
+            .map(|p| p.get_cost())
+            .max()
     }
 
     /// The TLS acceptor, when the file asks for TLS.
@@ -115,14 +210,15 @@ impl WebConfig {
         let Some((cert, key)) = &self.tls else {
             return Ok(None);
         };
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-            .with_context(|| format!("reading certificates from {}", cert.display()))?
+        let pem = read_bounded(cert, MAX_PEM_BYTES).context("tls_server_config.cert_file")?;
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
             .collect::<Result<_, _>>()
             .with_context(|| format!("reading certificates from {}", cert.display()))?;
         if certs.is_empty() {
             bail!("no certificate in {}", cert.display());
         }
-        let key = PrivateKeyDer::from_pem_file(key)
+        let pem = read_bounded(key, MAX_PEM_BYTES).context("tls_server_config.key_file")?;
+        let key = PrivateKeyDer::from_pem_slice(&pem)
             .with_context(|| format!("reading the private key from {}", key.display()))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -135,14 +231,8 @@ impl WebConfig {
     }
 }
 
-/// A bcrypt hash at the default cost, verified against for unknown users (made once).
-fn dummy_hash() -> &'static str {
-    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| bcrypt::hash("x", bcrypt::DEFAULT_COST).unwrap_or_default())
-}
-
 /// `Basic base64(user:password)` to (user, password).
-fn decode_basic(header: &str) -> Option<(String, String)> {
+pub fn decode_basic(header: &str) -> Option<(String, String)> {
     let b64 = header
         .strip_prefix("Basic ")
         .or_else(|| header.strip_prefix("basic "))?;
@@ -167,12 +257,71 @@ mod tests {
         );
         let c = WebConfig::parse(&text, Path::new("/etc/t")).unwrap();
         assert_eq!(c.tls, Some(("/etc/t/c.pem".into(), "/etc/t/k.pem".into())));
-        // "alice:secret"
-        assert!(c.admits(Some("Basic YWxpY2U6c2VjcmV0")));
-        assert!(!c.admits(Some("Basic YWxpY2U6d3Jvbmc=")), "alice:wrong");
-        assert!(!c.admits(Some("Basic Ym9iOnNlY3JldA==")), "bob:secret");
-        assert!(!c.admits(None));
-        assert!(!c.admits(Some("Basic !!!")));
+        assert_eq!(c.max_cost(), Some(4));
+        assert_eq!(
+            decode_basic("Basic YWxpY2U6c2VjcmV0"),
+            Some(("alice".into(), "secret".into()))
+        );
+        assert_eq!(decode_basic("Basic !!!"), None);
+    }
+
+    /// Issue 25 item 6: an alias bomb reached 4.6 GB in 6 s, `cert_file: /dev/zero` 4.0 GB.
+    #[test]
+    fn what_is_read_is_bounded() {
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (i, c) in ('b'..='i').enumerate() {
+            let prev = (b'a' + i as u8) as char;
+            let refs = vec![format!("*{prev}"); 10].join(", ");
+            bomb += &format!("{c}: &{c} [{refs}]\n");
+        }
+        let t = std::time::Instant::now();
+        let e = WebConfig::parse(&bomb, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("aliases expand to more than"), "{e}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        let deep = format!("{}x{}", "[".repeat(100), "]".repeat(100));
+        let e = WebConfig::parse(&deep, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nested deeper than"), "{e}");
+        // A few aliases that stay small are fine YAML.
+        let ok = format!(
+            "basic_auth_users:\n  alice: &h {}\n  bob: *h\n",
+            bcrypt::hash("x", 4).unwrap()
+        );
+        assert_eq!(
+            WebConfig::parse(&ok, Path::new(".")).unwrap().users.len(),
+            2
+        );
+
+        let cost31 = bcrypt::hash("x", 4).unwrap().replacen("$04$", "$31$", 1);
+        let e = WebConfig::parse(
+            &format!("basic_auth_users:\n  alice: {cost31}\n"),
+            Path::new("."),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("bcrypt cost 31 is above 14"), "{e}");
+        assert!(!e.contains('\n'), "one line: {e}");
+
+        let dir = std::env::temp_dir().join(format!("tracer-webcfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("web.yml");
+        std::fs::write(
+            &cfg,
+            "tls_server_config:\n  cert_file: /dev/zero\n  key_file: /dev/zero\n",
+        )
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            WebConfig::load(&cfg).unwrap().tls_acceptor().err().unwrap()
+        );
+        assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+        std::fs::write(&cfg, "#".repeat(MAX_CONFIG_BYTES as usize + 1)).unwrap();
+        let e = format!("{:#}", WebConfig::load(&cfg).unwrap_err());
+        assert!(e.contains("larger than 64 KiB"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

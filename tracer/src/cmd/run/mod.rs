@@ -108,6 +108,13 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     if !t.command.is_empty() && (!t.pids.is_empty() || !t.tids.is_empty()) {
         return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
     }
+    // Who the command runs as is settled before anything is attached: a SUDO_UID that
+    // cannot be honoured is an error, not a command run as root.
+    let as_user = if t.command.is_empty() || t.as_root {
+        None
+    } else {
+        privileges::sudo_user()?
+    };
     // Validate everything cheap before touching the kernel.
     for &pid in &t.pids {
         procfs::threads_of(&root, pid)?;
@@ -147,11 +154,6 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     let held: Option<Held> = if t.command.is_empty() {
         None
     } else {
-        let as_user = if t.as_root {
-            None
-        } else {
-            privileges::sudo_user()
-        };
         Some(launch::spawn_held(
             &t.command,
             as_user,
@@ -194,10 +196,10 @@ fn trace(
     if !args.events.is_empty() {
         crate::perf::exception_levels::detect();
     }
-    if let Err(e) = privileges::drop_all() {
+    if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
         session
             .notices
-            .push(format!("could not drop capabilities after attaching: {e}"));
+            .push(format!("could not lock privileges after attaching: {e}"));
     }
     let child_pid = match held {
         Some(h) => Some(h.release(&args.targets.command)?),

@@ -123,8 +123,8 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
             r.stats.tgid = procfs::tgid_of(root, r.tid).unwrap_or(0);
         }
         if r.stats.comm[0] == 0 {
-            if let Some(c) = procfs::comm(root, r.stats.tgid, r.tid) {
-                let b = c.as_bytes();
+            // The kernel's bytes, as the maps hold them (escaped when shown).
+            if let Some(b) = procfs::comm_bytes(root, r.stats.tgid, r.tid) {
                 let n = b.len().min(r.stats.comm.len() - 1);
                 r.stats.comm[..n].copy_from_slice(&b[..n]);
             }

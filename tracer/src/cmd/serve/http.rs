@@ -1,7 +1,8 @@
 //! The exporter's HTTP(S) endpoint: hyper's HTTP/1 server on the tokio runtime, one task
-//! per connection, bounded in number and in time, basic auth and TLS from the web
-//! configuration. `/metrics` asks the command loop for fresh figures and encodes them in
-//! the format the scraper accepts; `/` says what is there; anything else is a 4xx.
+//! per connection, bounded in number ([`conns`]) and in time, basic auth ([`auth`], off
+//! this thread) and TLS from the web configuration. `/metrics` asks the command loop for
+//! fresh figures and encodes them in the format the scraper accepts; `/` says what is
+//! there; anything else is a 4xx.
 use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
 
 use http_body_util::Full;
@@ -12,17 +13,19 @@ use hyper::{
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     net::TcpListener,
-    sync::{mpsc, oneshot, Semaphore},
+    sync::{mpsc, oneshot},
 };
 use tokio_rustls::TlsAcceptor;
 
+use super::{
+    auth::{Auth, Verdict},
+    conns::{Conns, Slot},
+};
 use crate::output::openmetrics::{self, Format};
-use crate::sys::webconfig::WebConfig;
 
-/// Connections served at once; more wait in the kernel's accept queue.
-const MAX_CONNECTIONS: usize = 64;
-/// A client gets this long for its TLS handshake and for sending its request headers.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A client gets this long for its TLS handshake, and for each request's headers (so
+/// also for the next request on a kept-alive connection).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// And this long for the whole connection (keep-alive included).
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -32,18 +35,17 @@ pub struct Shared {
     /// Asks the command loop to refresh the figures; it answers when they are.
     pub refresh: mpsc::Sender<oneshot::Sender<()>>,
     pub exposition: Arc<std::sync::Mutex<crate::model::series::Exposition>>,
-    pub auth: Arc<WebConfig>,
+    pub auth: Arc<Auth>,
     /// The `/` page.
     pub index: Arc<String>,
 }
 
-/// Accepts connections until the listener fails or the task is dropped.
+/// Accepts connections until the listener fails or the task is dropped. Every
+/// connection is accepted at once (nothing waits in the kernel's queue behind idle
+/// clients); `conns` makes room by closing the longest-waiting ones.
 pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shared) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let conns = Arc::new(Conns::default());
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
@@ -53,34 +55,45 @@ pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, shared: Shar
                 continue;
             }
         };
+        let slot = Arc::new(conns.admit(peer.ip()));
         let shared = shared.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, async {
+            let close = slot.close.clone();
+            let work = async {
                 match tls {
                     Some(acc) => {
                         match tokio::time::timeout(HANDSHAKE_TIMEOUT, acc.accept(stream)).await {
-                            Ok(Ok(s)) => connection(TokioIo::new(s), shared, peer).await,
+                            Ok(Ok(s)) => connection(TokioIo::new(s), shared, peer, slot).await,
                             Ok(Err(e)) => log::info!("TLS handshake with {peer}: {e}"),
                             Err(_) => log::info!("TLS handshake with {peer}: timed out"),
                         }
                     }
-                    None => connection(TokioIo::new(stream), shared, peer).await,
+                    None => connection(TokioIo::new(stream), shared, peer, slot).await,
                 }
-            })
-            .await;
+            };
+            tokio::select! {
+                _ = tokio::time::timeout(CONNECTION_TIMEOUT, work) => {}
+                _ = close.notified() => log::debug!("connection from {peer} closed to make room"),
+            }
         });
     }
 }
 
-async fn connection<IO>(io: TokioIo<IO>, shared: Shared, peer: SocketAddr)
+async fn connection<IO>(io: TokioIo<IO>, shared: Shared, peer: SocketAddr, slot: Arc<Slot>)
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(respond(req, &shared).await) }
+        let slot = slot.clone();
+        async move {
+            // Busy from the headers to the response: not to be closed to make room.
+            slot.busy();
+            let r = respond(req, &shared).await;
+            slot.done();
+            Ok::<_, Infallible>(r)
+        }
     });
     let r = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
@@ -107,13 +120,25 @@ async fn respond(req: Request<Incoming>, shared: &Shared) -> Response<Full<Bytes
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if !shared.auth.admits(auth) {
-        let mut r = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Basic realm=\"tracer\""),
-        );
-        return r;
+    match shared.auth.check(auth).await {
+        Verdict::Admitted => {}
+        Verdict::Refused => {
+            let mut r = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Basic realm=\"tracer\""),
+            );
+            return r;
+        }
+        Verdict::Busy => {
+            let mut r = plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many password checks at once: retry\n",
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return r;
+        }
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");

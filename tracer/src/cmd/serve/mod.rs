@@ -4,12 +4,14 @@
 //! and per-process series ([`Book`]), and forgets what it counted: exit records, the
 //! histograms of dead processes. Series only grow, the number of process series is
 //! bounded, idle ones expire.
+mod auth;
+mod conns;
 mod http;
 
 use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
-    os::fd::OwnedFd,
+    os::{fd::OwnedFd, unix::ffi::OsStrExt as _},
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -26,8 +28,9 @@ use crate::{
     },
     model::{
         options::{ProbeMode, RunqFrom},
-        series::{cgroup_label, Book, Exposition, Owner, ProgramStats},
+        series::{cgroup_prefix, Book, Exposition, Owner, ProgramStats},
         snapshot::{Snapshot, DROP_NAMES},
+        words,
     },
     output::openmetrics,
     pseries::{dtl, hypervisor, vcpudispatch},
@@ -47,6 +50,8 @@ pub struct ServeConfig {
     pub web_config: Option<PathBuf>,
     pub cgroup_depth: usize,
     pub max_series: usize,
+    /// Most cgroup series; cgroups beyond it are summed as cgroup="other".
+    pub max_cgroups: usize,
     pub expiry: Duration,
     /// Classic histogram bounds, ns (empty: powers of two from 1.024 µs to 17.2 s).
     pub bounds_ns: Vec<u64>,
@@ -105,6 +110,9 @@ struct State {
     prev: Snapshot,
     /// PID to (comm, cgroup label), filled at first sight.
     procs: HashMap<u32, (String, String)>,
+    /// Cgroup label to its directory under the mount: a label is escaped text, the
+    /// directory's name any bytes (for telling whether it still exists).
+    cgroup_dirs: HashMap<String, PathBuf>,
     cgroup_mount: Option<PathBuf>,
     cfg: ServeConfig,
     root: Root,
@@ -124,6 +132,8 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
+    // The port the kernel chose for `--listen ADDR:0`.
+    let listening = listener.local_addr().unwrap_or(cfg.listen);
     let bounds_ns = if cfg.bounds_ns.is_empty() {
         openmetrics::default_bounds_ns()
     } else {
@@ -165,11 +175,15 @@ async fn serve(
         Default::default(),
     )?;
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
-    if let Err(e) = privileges::drop_all() {
-        log::warn!("could not drop capabilities after attaching: {e}");
+    if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
+        log::warn!("could not lock privileges after attaching: {e}");
     }
     let exposition = Arc::new(Mutex::new(Exposition {
-        book: Book::new(cfg.max_series, cfg.expiry.as_nanos() as u64),
+        book: Book::new(
+            cfg.max_series,
+            cfg.max_cgroups,
+            cfg.expiry.as_nanos() as u64,
+        ),
         bounds_ns,
         probe: tracer.mode.name().to_string(),
         runq_source: tracer.runq.name().to_string(),
@@ -189,7 +203,7 @@ async fn serve(
     let shared = http::Shared {
         refresh: tx,
         exposition: exposition.clone(),
-        auth: Arc::new(web),
+        auth: Arc::new(auth::Auth::new(&web)),
         index: Arc::new(index_page(&cfg)),
     };
     let mut st = State {
@@ -197,6 +211,7 @@ async fn serve(
         collector,
         prev,
         procs: HashMap::new(),
+        cgroup_dirs: HashMap::new(),
         cgroup_mount: procfs::cgroup2_mount(&root),
         cfg: cfg.clone(),
         root,
@@ -212,7 +227,7 @@ async fn serve(
         let _ = writeln!(
             std::io::stderr().lock(),
             "Serving scheduling metrics of all CPUs at {scheme}://{}/metrics (probe {}). Hit Ctrl-C to end.",
-            cfg.listen,
+            listening,
             st.tracer.mode.name()
         );
     }
@@ -327,10 +342,14 @@ impl State {
             snap.scoped.retain(|pid, _| !dead.contains(pid));
         }
         let mount = self.cgroup_mount.clone();
-        x.book.expire(now, |label| match &mount {
-            Some(m) => m.join(label.trim_start_matches('/')).is_dir(),
-            None => true,
+        let dirs = &self.cgroup_dirs;
+        x.book.expire(now, |label| match (&mount, dirs.get(label)) {
+            (Some(m), Some(rel)) => m.join(rel).is_dir(),
+            (Some(m), None) => m.join(label.trim_start_matches('/')).is_dir(),
+            (None, _) => true,
         });
+        self.cgroup_dirs
+            .retain(|l, _| x.book.cgroups.contains_key(l));
         let live: HashSet<u32> = x.book.processes.keys().copied().collect();
         self.procs
             .retain(|pid, _| live.contains(pid) || procfs::thread_exists(root, *pid));
@@ -350,21 +369,29 @@ impl State {
         Ok(())
     }
 
-    /// A process's (comm, cgroup label), read once.
+    /// A process's (comm, cgroup label), read once. Both escaped: the names are chosen
+    /// by whoever runs the process or made the cgroup, and end up on terminals (curl,
+    /// promtool) as well as in Prometheus.
     fn process(&mut self, pid: u32, thread_comm: &[u8]) -> (String, String) {
         if let Some(p) = self.procs.get(&pid) {
             return p.clone();
         }
-        let comm = procfs::comm(&self.root, pid, pid).unwrap_or_else(|| {
-            let end = thread_comm
-                .iter()
-                .position(|&b| b == 0)
-                .unwrap_or(thread_comm.len());
-            String::from_utf8_lossy(&thread_comm[..end]).into_owned()
-        });
-        let cgroup = procfs::cgroup_path(&self.root, pid)
-            .map(|p| cgroup_label(&p, self.cfg.cgroup_depth))
-            .unwrap_or_else(|| "unknown".to_string());
+        let comm = match procfs::comm_bytes(&self.root, pid, pid) {
+            Some(c) => words::escape(c),
+            None => words::escape(words::from_comm(thread_comm)),
+        };
+        let cgroup = match procfs::cgroup_path(&self.root, pid) {
+            Some(p) => {
+                let prefix = cgroup_prefix(&p, self.cfg.cgroup_depth);
+                let label = words::escape(&prefix);
+                if !self.cgroup_dirs.contains_key(&label) {
+                    let rel = std::ffi::OsStr::from_bytes(&prefix[1..]);
+                    self.cgroup_dirs.insert(label.clone(), PathBuf::from(rel));
+                }
+                label
+            }
+            None => "unknown".to_string(),
+        };
         let p = (comm, cgroup);
         // A process that is already gone is not cached: its PID may come back.
         if procfs::thread_exists(&self.root, pid) {

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
-use crate::model::snapshot::{HistKind, HistSet};
+use crate::model::{
+    snapshot::{HistKind, HistSet},
+    words,
+};
 use crate::output::heatmap::{self, Column, ROWS};
 use crate::output::report::Report;
 
@@ -162,7 +165,8 @@ impl Sample {
             hists.entry(t.pid).or_default().merge(&hist);
             by.entry(t.pid).or_default().push(ThreadView {
                 tid: t.tid,
-                comm: t.comm.clone(),
+                // Every cell the screen shows is text that cannot drive the terminal.
+                comm: words::escape(&t.comm),
                 exited: t.exited,
                 f: figures(
                     dur_s,
@@ -305,7 +309,7 @@ pub struct Top {
 impl Top {
     pub fn new(title: String, color: bool) -> Top {
         Top {
-            title,
+            title: words::escape(&title),
             latest: None,
             frozen: None,
             history: VecDeque::new(),
