@@ -255,6 +255,12 @@ fn window_cut(by_tid: bool) {
     for s in threads {
         let tid = u(&s["tid"]);
         let ours = &rb["threads"][tid.to_string()];
+        if ours.is_null() && u(&s["slices"]) == 0 {
+            // A target thread that never ran in the window: listed (off-CPU all of it),
+            // and in the trace there is nothing of it.
+            assert_eq!(u(&s["on_cpu_ns"]), 0, "tid {tid}: {s}");
+            continue;
+        }
         let (on, s_on) = (u(&ours["on_cpu_ns"]), u(&s["on_cpu_ns"]));
         let grew = after.get(&tid).copied().unwrap_or(0) - before.get(&tid).copied().unwrap_or(0);
         eprintln!(

@@ -61,7 +61,10 @@ pub fn open(path: &Path, say: impl Fn(&str)) -> Result<OutFile, OutError> {
             matches!(e, crate::error::TracerError::Write { source, .. }
                 if source.raw_os_error() == Some(libc::ENXIO))
         };
-        let refused = |e: crate::error::TracerError| OutError::Refused { why: e.to_string() };
+        let refused = |e: crate::error::TracerError| match e {
+            crate::error::TracerError::Write { source, .. } => open_err(source),
+            e => OutError::Refused { why: e.to_string() },
+        };
         match files::create_output_nonblock(path) {
             Ok(f) => f,
             // A FIFO nobody reads yet (open(2): ENXIO with O_NONBLOCK).
