@@ -64,7 +64,7 @@ mod tools;
 mod workloads;
 
 use self::{
-    inspect::{binary, ensure_packages, loadavg},
+    inspect::loadavg,
     measure::{calibrate, step, Row},
     report::Report,
     system::{catch_signals, interrupted, read_stats_sysctl, sys, BpfStats, Proc},
@@ -124,13 +124,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let logs = out.parent().unwrap_or(Path::new(".")).join("logs");
     fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
-    ensure_packages()?;
-    let perf = binary("linux-perf", "perf")?;
-    let bpftool = binary("bpftool", "bpftool")?;
-    let cpudist = binary("libbpf-tools", "cpudist")?;
-    let runqlat = binary("libbpf-tools", "runqlat")?;
-    let bpftrace = binary("bpftrace", "bpftrace")?;
-    let offcputime = binary("libbpf-tools", "offcputime")?;
+    let crate::provision::BenchTools {
+        perf,
+        bpftool,
+        cpudist,
+        runqlat,
+        bpftrace,
+        offcputime,
+    } = crate::provision::bench()?;
     let tracer = match args.tracer {
         Some(t) => std::path::absolute(t)?,
         None => crate::build(true)?.bin,

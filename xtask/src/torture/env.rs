@@ -64,7 +64,7 @@ impl Env {
         if let Some(root) = &cgroup2 {
             remove_stale_scratch(root);
         }
-        let python = crate::testdeps::perfetto_python(&target, &mut crate::apt::Apt::new())?;
+        let python = crate::provision::torture()?;
         let clocks = Command::new(&workload)
             .arg("clocks")
             .output()
