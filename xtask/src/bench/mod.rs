@@ -59,6 +59,7 @@ mod recorders;
 mod report;
 mod results;
 mod serve;
+mod stats;
 mod system;
 mod tools;
 mod workloads;
@@ -69,7 +70,7 @@ use self::{
     report::Report,
     system::{catch_signals, interrupted, read_stats_sysctl, sys, BpfStats, Proc},
     tools::{warm_up, Tool, BPFTRACE_SCRIPT},
-    workloads::{strings, Load},
+    workloads::{strings, Config, Load},
 };
 
 #[derive(clap::Args, Debug)]
@@ -98,14 +99,6 @@ pub struct BenchArgs {
 
 // ---------------------------------------------------------------------------------------
 // The run.
-
-/// How many rounds and how large the loads are (`--quick`: small, to check the harness).
-pub(super) struct Config {
-    pub(super) runs: usize,
-    pipe_loops: u32,
-    msg_groups: u32,
-    msg_loops: u32,
-}
 
 pub fn bench(args: BenchArgs) -> Result<()> {
     ensure!(
