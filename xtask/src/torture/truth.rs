@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::check::ms;
+use super::rows::ms;
 use super::scenario::Target;
 use crate::json::Json;
 
