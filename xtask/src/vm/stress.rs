@@ -13,7 +13,8 @@ use std::{
 
 use anyhow::{bail, Result};
 
-use super::{qemu, Arch};
+use super::qemu;
+use crate::arch::Arch;
 use crate::provision::guest;
 
 /// What the guest attaches and detaches, over and over.
