@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 
-use super::{files, gzip, under, write_files, File, Flavour};
+use super::layout::{files, gzip, under, write_files, File, Flavour};
 use crate::{cmd, provision};
 
 /// The package's Debian version: the crate's, Debian revision 1.
