@@ -5,8 +5,11 @@
 //! tolerance.
 use std::process::{Command, Stdio};
 
-use tracer_tests::{final_report, kernel, read_truth, require_root, run_tracer, scratch, thread};
+use tracer_tests::{
+    final_report, kernel, read_truth, require_root, run_tracer, scratch, thread, Background,
+};
 
+const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 const LEADER_EXITS: &str = env!("CARGO_BIN_EXE_leader-exits");
 
 /// On-CPU: 1% or 1 ms, as everywhere against schedstat.
@@ -139,4 +142,106 @@ fn a_window_of_zero_is_refused() {
         err.trim().lines().count() == 1 && (err.contains("-d") || err.contains("duration")),
         "{err}"
     );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn pid_target_traces_only_that_process() {
+    require_root();
+    let target = Background::start(WORKLOAD);
+    let pid = target.pid().to_string();
+    let out = run_tracer(&["run", "--json", "-p", &pid, "-d", "1s"]);
+    drop(target);
+    let doc = final_report(&out);
+    let threads = doc["threads"].as_array().unwrap();
+    assert!(threads.len() >= 2, "{doc}");
+    for t in threads {
+        assert_eq!(
+            t["pid"].as_u64().unwrap().to_string(),
+            pid,
+            "only the target: {t}"
+        );
+    }
+    let dur = doc["duration_ns"].as_u64().unwrap();
+    assert!(
+        (900_000_000..1_500_000_000).contains(&dur),
+        "duration {dur}"
+    );
+}
+
+#[test]
+#[ignore = "needs root"]
+fn system_wide_reports_many_threads() {
+    require_root();
+    let out = run_tracer(&["run", "--json", "-d", "500ms"]);
+    let doc = final_report(&out);
+    assert!(!doc["threads"].as_array().unwrap().is_empty());
+    assert!(
+        doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["tid"] != 0),
+        "no idle task"
+    );
+    let util = doc["cpus_utilized"].as_f64().unwrap();
+    let ncpu = std::thread::available_parallelism().unwrap().get() as f64;
+    assert!(util > 0.0 && util <= ncpu * 1.01, "cpus_utilized {util}");
+}
+
+#[test]
+#[ignore = "needs root"]
+fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let base = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+        })
+        .expect("a cgroup2 mount");
+    let cg = std::path::PathBuf::from(base).join(format!("tracer-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).expect("create a test cgroup");
+    let inside = Background::start(WORKLOAD);
+    std::fs::write(cg.join("cgroup.procs"), inside.pid().to_string()).unwrap();
+    let _outside = Background::start(WORKLOAD);
+    let inside_pid = inside.pid() as u64;
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "--cgroup",
+        cg.to_str().unwrap(),
+        "-d",
+        "1s",
+    ]);
+    drop(inside);
+    let _ = std::fs::remove_dir(&cg);
+    let doc = final_report(&out);
+    let threads = doc["threads"].as_array().unwrap();
+    assert!(threads.len() >= 2, "{doc}");
+    for t in threads {
+        assert_eq!(
+            t["pid"].as_u64(),
+            Some(inside_pid),
+            "only the cgroup's tasks: {t}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs root"]
+fn bad_targets_fail_fast_with_a_clear_error() {
+    require_root();
+    let t = std::time::Instant::now();
+    let out = run_tracer(&["run", "-p", "999999999"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such process"));
+    let out = run_tracer(&["run", "--", "/nonexistent/command"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
+    let out = run_tracer(&["run", "-d", "5x"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("invalid duration"));
+    assert!(t.elapsed().as_secs() < 5, "errors must be fast");
 }
