@@ -1,5 +1,5 @@
 //! `tracer record`'s trace against the run's own summary and the threads' schedstat, on
-//! the workloads where they used to part (issue 24, item 5): a ping-pong across two
+//! the workloads where they used to part: a ping-pong across two
 //! CPUs (each wakeup wakes an idle CPU, whose clock update the kernel skips), a thread
 //! doing 2 ms sleeps (a timer wakes an idle CPU), waits of about 1 us (two threads on one
 //! CPU; under SCHED_BATCH, which never preempts on wakeup, so no clock update is skipped

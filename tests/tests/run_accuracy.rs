@@ -235,7 +235,8 @@ impl Drop for ScratchCgroup {
     }
 }
 
-/// Issue 12.1: a process that joins the cgroup after the start was charged its uptime.
+/// A process that joins the cgroup after the start is charged its own time from the
+/// join, not its uptime (as it once was).
 #[test]
 #[ignore = "needs root"]
 fn a_late_cgroup_joiner_is_charged_its_own_time() {
@@ -291,7 +292,8 @@ fn a_late_cgroup_joiner_is_charged_its_own_time() {
     }
 }
 
-/// Issue 13.1: exec from a non-main thread lost the time after the exec under a target.
+/// An exec from a non-main thread keeps the time after the exec under a target (it was
+/// once lost).
 #[test]
 #[ignore = "needs root"]
 fn exec_from_a_non_main_thread_keeps_its_time() {
@@ -351,10 +353,10 @@ fn exec_from_a_non_main_thread_keeps_its_time() {
     }
 }
 
-/// Issue 13.7: a classic-tracepoint tracer beside a tp-btf one on the same target was
-/// off by ~300 ms a run. Two tracers of ours at once (the default mode and each other
-/// mode here) on one cgroup: a workload that joins once both have attached and ends
-/// inside both windows must read its own schedstat in each.
+/// Two tracers of ours at once (the default mode and each other mode here) on one
+/// cgroup agree with schedstat (a classic-tracepoint one beside a tp-btf one was once
+/// off by ~300 ms a run): a workload that joins once both have attached and ends inside
+/// both windows must read its own schedstat in each.
 #[test]
 #[ignore = "needs root"]
 fn two_tracers_at_once_agree_with_schedstat() {

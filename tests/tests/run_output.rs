@@ -32,8 +32,8 @@ fn rows(text: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Issue 12: a 5 s system-wide run printed 351 lines. The text report shows a screenful
-/// (20 threads), says how many it left out, and `--top 0` lists them all.
+/// A system-wide text report is a screenful (a 5 s run once printed 351 lines): 20
+/// threads, how many it left out, and `--top 0` lists them all.
 #[test]
 #[ignore = "needs root"]
 fn system_wide_text_shows_twenty_threads_and_counts_the_rest() {
@@ -95,8 +95,8 @@ fn sort_by_runq_orders_the_json_threads() {
     assert!(waits.windows(2).all(|w| w[0] >= w[1]), "{waits:?}");
 }
 
-/// Issue 12: system-wide, the header said 1.197 CPUs utilized and the perf section 2.000.
-/// Each is labelled for what it is.
+/// The two "CPUs utilized" figures of a system-wide run (once 1.197 in the header and
+/// 2.000 in the perf section, unexplained) are each labelled for what they are.
 #[test]
 #[ignore = "needs root"]
 fn system_wide_cpus_utilized_figures_say_what_they_are() {
@@ -118,8 +118,8 @@ fn system_wide_cpus_utilized_figures_say_what_they_are() {
     );
 }
 
-/// Issue 12/8: interval reports carry the time (text header and JSON), a hypervisor
-/// section, and `<not supported>` only in the first interval and the totals.
+/// Interval reports carry the time (text header and JSON), a hypervisor section, and
+/// `<not supported>` only in the first interval and the totals.
 #[test]
 #[ignore = "needs root"]
 fn intervals_have_timestamps_hypervisor_and_say_not_supported_once() {
@@ -170,8 +170,9 @@ fn intervals_have_timestamps_hypervisor_and_say_not_supported_once() {
     }
 }
 
-/// Issue 12: `tracer check` said [FAIL] for what the machine does not have, and printed
-/// an empty verifier log ("Verifier output: : Operation not permitted").
+/// `tracer check` tells what the machine does not have from what failed (it once said
+/// [FAIL] for both) and prints no empty verifier log ("Verifier output: : Operation not
+/// permitted").
 #[test]
 #[ignore = "needs root"]
 fn check_tells_absent_from_failed() {
@@ -211,9 +212,9 @@ fn check_tells_absent_from_failed() {
     }
 }
 
-/// Issue 12: the BPF vs task-clock cross-check alarmed (+158%) where task-clock simply
-/// does not see threads that started after the counters were opened (`-p`, as perf
-/// stat -p). Those are named and left out; the threads both count agree.
+/// The BPF vs task-clock cross-check leaves out, by name, the threads task-clock does not
+/// see because they started after the counters were opened (`-p`, as perf stat -p; it
+/// once alarmed at +158%); the threads both count agree.
 #[test]
 #[ignore = "needs root"]
 fn cross_check_leaves_out_threads_task_clock_never_saw() {
@@ -253,8 +254,8 @@ fn cross_check_leaves_out_threads_task_clock_never_saw() {
     );
 }
 
-/// Issue 12.8: in `--runq-from schedstat` mode the run-queue histogram holds only the
-/// waits the scheduler clocked (225 of 3089 slices); the text report says how many.
+/// In `--runq-from schedstat` mode the run-queue histogram holds only the waits the
+/// scheduler clocked (225 of 3089 slices in one run); the text report says how many.
 #[test]
 #[ignore = "needs root"]
 fn schedstat_mode_says_how_many_slices_the_runq_histogram_holds() {
@@ -290,9 +291,9 @@ fn schedstat_mode_says_how_many_slices_the_runq_histogram_holds() {
     );
 }
 
-/// Issue 12: "+35%" alarms for a command whose processes come and go: task-clock loses
+/// No alarm (once "+35%") for a command whose processes come and go: task-clock loses
 /// the end of every exiting thread (its counters close in do_exit), which the BPF side
-/// counts. Allowed for, the two agree; no alarm.
+/// counts. Allowed for, the two agree.
 #[test]
 #[ignore = "needs root"]
 fn cross_check_allows_for_what_task_clock_misses_at_exits() {

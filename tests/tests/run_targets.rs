@@ -1,8 +1,9 @@
-//! `tracer run -p/-t` on targets the torture harness cannot be: a process whose leader
-//! exits while the tracer starts (issue 24 items 1 and 2), a process asleep for the whole
-//! window (item 7), and a window of zero (item 12). Expectations come from the kernel
-//! (schedstat of the target, the window's own duration), through `tracer_truth`'s
-//! tolerance.
+//! What `tracer run` traces, end to end as root: only the `-p` process, only the
+//! `--cgroup`'s tasks, many threads system-wide, clear errors for bad targets; and targets
+//! the torture harness cannot be: a process whose leader exits while the tracer starts,
+//! a process asleep for the whole window, and a window of zero. Expectations come from
+//! the kernel (schedstat of the target, the window's own duration), through
+//! `tracer_truth`'s bounds.
 use std::process::{Command, Stdio};
 
 use tracer_tests::{
@@ -83,7 +84,7 @@ fn a_leader_exiting_during_start_up_leaves_its_worker_traced() {
 
 /// A process asleep for the whole window is a thread the window holds: listed, on-CPU as
 /// its schedstat says (none), off-CPU the whole window, under -p and -t, and the text
-/// report lists it instead of saying that no traced thread ran (item 7).
+/// report lists it instead of saying that no traced thread ran.
 #[test]
 #[ignore = "needs root"]
 fn a_process_asleep_the_whole_window_is_listed_with_its_off_cpu() {
@@ -130,7 +131,7 @@ fn a_process_asleep_the_whole_window_is_listed_with_its_off_cpu() {
 }
 
 /// `-d 0s` asks for no window: refused with one line naming the option, before anything
-/// is loaded (item 12: it was taken as a 4 ms window).
+/// is loaded (it was once taken as a 4 ms window).
 #[test]
 #[ignore = "needs root"]
 fn a_window_of_zero_is_refused() {

@@ -89,8 +89,9 @@ fn interval_deltas_add_up_to_the_totals() {
     }
 }
 
-/// Issue 12.5: on-CPU time above the window (1.03 s in 1.024 s; 5.45 ms in 2.7 ms with
-/// `-d 0`), in every probe mode, with CPU-bound threads running through the opening.
+/// No thread and no CPU shows more on-CPU time than the window holds (once 1.03 s in
+/// 1.024 s, and 5.45 ms in 2.7 ms with `-d 0`), in every probe mode, with CPU-bound
+/// threads running through the opening.
 #[test]
 #[ignore = "needs root"]
 fn nothing_is_above_the_window() {
@@ -120,8 +121,8 @@ fn nothing_is_above_the_window() {
     let _ = spin.wait();
 }
 
-/// Issue 13.2: threads that exit just as the window closes lost their time (their rows
-/// read 0–1 ms, or were missing): their on-CPU time must match task-clock's.
+/// Threads that exit just as the window closes keep their time (their rows once read
+/// 0–1 ms, or were missing): their on-CPU time must match task-clock's.
 #[test]
 #[ignore = "needs root"]
 fn threads_exiting_at_the_close_keep_their_time() {
@@ -209,7 +210,7 @@ fn interval_and_total_sums(
     (ints, total)
 }
 
-/// Issue 12.3: interval mode counted exiting threads twice (a thread missing from one
+/// Exiting threads are counted once in interval mode (once a thread missing from one
 /// interval, then the final one carrying its lifetime). Thread churn, every mode: the
 /// intervals add up exactly to the totals, thread by thread.
 #[test]

@@ -1,5 +1,4 @@
-//! `tracer serve`'s cgroup series against the cgroup's own `cpu.stat` (issue 24 items 10
-//! and 11): processes of tens of milliseconds, gone before any scrape sees them alive, are
+//! `tracer serve`'s cgroup series against the cgroup's own `cpu.stat`: processes of tens of milliseconds, gone before any scrape sees them alive, are
 //! charged to the cgroup they ran in, and so is a cgroup whose name is not UTF-8. The
 //! truth is the kernel's: `usage_usec` of each cgroup (cgroup v2 keeps it without any
 //! controller), compared through `tracer_truth`'s tolerance with the bound the Prometheus

@@ -74,7 +74,7 @@ pub(super) fn check(
         doc_checks(o, d, d["kind"].as_str() == Some("total"));
     }
     // A workload of a few hundred threads fits every map and ring: any loss is lost
-    // accounting (issue 24 item 12: `exit_ringbuf_full`). `switch_in_unseen` is no
+    // accounting (`exit_ringbuf_full` once). `switch_in_unseen` is no
     // loss (the slice is placed by the scheduler's runtime); `switch_out_unseen` is one
     // of the task the kernel did not report leaving, which system-wide is rarely the
     // workload's (the per-thread checks against its truth would show it if it were).

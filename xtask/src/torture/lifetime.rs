@@ -1,4 +1,4 @@
-//! Per-thread invariants of issue 24: a thread's on- plus off-CPU time covers its time
+//! Per-thread invariants: a thread's on- plus off-CPU time covers its time
 //! inside the window, and its row names it as the kernel does.
 
 use tracer_truth::ON_CPU;

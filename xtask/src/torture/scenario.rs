@@ -29,7 +29,7 @@ impl Target {
     }
 }
 
-/// The part of issue 24 a scenario adds to the workload (one a seed, so a failure names
+/// The part a scenario adds to the base workload (one a seed, so a failure names
 /// its cause): threads and a child born while the tracer starts, threads asleep across
 /// the window's edges, ping-pong partners pinned to one CPU and across two, processes of
 /// tens of ms, names that are not UTF-8, a `--cgroup` whose processes are all in child

@@ -1,6 +1,6 @@
 //! `tracer record` scenarios: the Perfetto trace, decoded with Perfetto's official protos
 //! and rebuilt per thread by tests/perfetto/rebuild.py (the inference the trace processor
-//! makes), against the run's own summary and window (issue 24 item 5). The trace and the
+//! makes), against the run's own summary and window. The trace and the
 //! summary come from the same programs: per thread the trace's on-CPU time is the
 //! summary's within the README's bound (1% or 1 ms, plus the machine's steal time: the
 //! trace's slices are wall time), its switch-ins are the summary's slices and its waits
@@ -181,7 +181,7 @@ pub(super) fn check(
         });
     }
     // An exec from a non-main thread: the summary and the trace put its time under the
-    // same TIDs (issue 24 item 8: one convention everywhere), TID by TID. The reaped
+    // same TIDs (one convention everywhere), TID by TID. The reaped
     // leader's switch is often one the programs did not see (a gap), whose slice the
     // kernel side puts back from the scheduler's runtime, as the summary counts it: the
     // same bound holds there.

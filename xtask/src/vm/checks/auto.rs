@@ -31,7 +31,7 @@ pub(super) fn check_auto(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     };
     picked_mode(&doc, o, &mut a);
 
-    // One worker: 4 ms of CPU, then 10 ms asleep (issue 3's histogram check).
+    // One worker: 4 ms of CPU, then 10 ms asleep (the histograms' check).
     let truth = truths(step, &mut h);
     if let Some(worker) = truth.iter().find(|t| t.tid != t.pid) {
         match thread(&doc, worker.tid) {
