@@ -415,7 +415,7 @@ pub fn assert_within_window(doc: &Value, what: &str) {
     let window = ns(doc, "duration_ns");
     for t in doc["threads"].as_array().unwrap() {
         assert!(
-            ns(t, "on_cpu_ns") <= window + 20_000,
+            ns(t, "on_cpu_ns") <= window + tracer_truth::ABOVE_THE_WINDOW_NS,
             "{what}: thread {} on-CPU {} ns above the {window} ns window",
             t["tid"],
             t["on_cpu_ns"]

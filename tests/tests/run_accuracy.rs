@@ -8,7 +8,11 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 use tracer_tests::{
     assert_within_window, final_report, ns, probe_modes, read_truth, require_root, run_tracer,
-    scratch, thread, traced_workload, tracer_bin, wait_held, within, Truth,
+    scratch, thread, traced_workload, tracer_bin, wait_held, Truth,
+};
+use tracer_truth::{
+    Bound, CPUS_UTILIZED, ON_CPU, ON_CPU_BESIDE_ANOTHER_TRACER, ON_CPU_LATE_JOINER, PER_CPU_SPLIT,
+    RUNQ_FROM_SCHEDSTAT, RUNQ_FROM_WAKEUPS, SLEEP_P50, SPIN_P50,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -48,9 +52,9 @@ fn on_cpu_time_matches_schedstat_per_thread() {
             thread(doc, t.tid).unwrap_or_else(|| panic!("thread {} missing from {doc}", t.tid));
         let ours = th["on_cpu_ns"].as_u64().unwrap();
         assert_eq!(th["pid"].as_u64(), Some(t.pid));
-        // The thread read its schedstat a moment before it ended: allow 1% or 1 ms.
+        // The thread read its schedstat a moment before it ended: 1% or 1 ms.
         assert!(
-            within(ours, t.run_ns, 0.01, 1e6),
+            ON_CPU.holds_ns(ours, t.run_ns),
             "tid {}: ours {ours} ns, schedstat {} ns, thread clock {} ns",
             t.tid,
             t.run_ns,
@@ -75,14 +79,14 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         .sum();
     let total = doc["on_cpu_ns"].as_u64().unwrap();
     assert!(
-        per_cpu.abs_diff(total) as f64 <= (total as f64 * 0.01).max(2e6),
+        PER_CPU_SPLIT.holds_ns(per_cpu, total),
         "per-CPU split {per_cpu} ns vs threads' total {total} ns"
     );
     let dur = doc["duration_ns"].as_u64().unwrap();
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let expect = sum_run as f64 / dur as f64;
     assert!(
-        (util - expect).abs() <= 0.03 * expect,
+        CPUS_UTILIZED.holds(util, expect),
         "cpus_utilized {util} vs schedstat-based {expect}"
     );
 }
@@ -90,7 +94,7 @@ fn on_cpu_time_matches_schedstat_per_thread() {
 #[test]
 #[ignore = "needs root"]
 fn runq_latency_matches_schedstat_run_delay() {
-    runq_against_run_delay(&[], "wakeup", 0.03);
+    runq_against_run_delay(&[], "wakeup", RUNQ_FROM_WAKEUPS);
 }
 
 /// `--runq-from schedstat` takes the waits from `sched_info.run_delay` itself: the same
@@ -98,10 +102,14 @@ fn runq_latency_matches_schedstat_run_delay() {
 #[test]
 #[ignore = "needs root"]
 fn runq_from_schedstat_is_the_kernels_run_delay() {
-    runq_against_run_delay(&["--runq-from", "schedstat"], "run_delay", 0.01);
+    runq_against_run_delay(
+        &["--runq-from", "schedstat"],
+        "run_delay",
+        RUNQ_FROM_SCHEDSTAT,
+    );
 }
 
-fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
+fn runq_against_run_delay(extra: &[&str], source: &str, bound: Bound) {
     // Three spinners pinned to one CPU wait for each other all the time.
     let (docs, truth) = traced(
         extra,
@@ -128,7 +136,7 @@ fn runq_against_run_delay(extra: &[&str], source: &str, rel: f64) {
             "spinners on one CPU must wait: {t:?}"
         );
         assert!(
-            within(ours, t.wait_ns, rel, 0.0),
+            bound.holds_ns(ours, t.wait_ns),
             "tid {}: runq_wait_ns {ours} vs schedstat run_delay {}",
             t.tid,
             t.wait_ns
@@ -170,12 +178,12 @@ fn histograms_find_the_work_and_sleep_times() {
     let on_p50 = h["on_cpu"]["p50_ns"].as_u64().unwrap() as f64;
     let off_p50 = h["off_cpu"]["p50_ns"].as_u64().unwrap() as f64;
     assert!(
-        (on_p50 - 4e6).abs() <= 0.04 * 4e6,
+        SPIN_P50.holds(on_p50, 4e6),
         "on-CPU p50 {on_p50} ns, expected ~4 ms: {h}"
     );
     // nanosleep overshoots by the timer slack (50 us by default).
     assert!(
-        (10e6 * 0.98..=10e6 * 1.04).contains(&off_p50),
+        SLEEP_P50.contains(off_p50, 10e6),
         "off-CPU p50 {off_p50} ns, expected ~10 ms: {h}"
     );
     for k in ["on_cpu", "runq", "off_cpu"] {
@@ -285,7 +293,7 @@ fn a_late_cgroup_joiner_is_charged_its_own_time() {
         let got = ns(row, "on_cpu_ns") as f64;
         let want = t.run_ns as f64;
         assert!(
-            (got - want).abs() <= (want * 0.02).max(2e6),
+            ON_CPU_LATE_JOINER.holds(got, want),
             "late joiner thread {}: tracer {got} ns vs schedstat {want} ns",
             t.tid
         );
@@ -334,7 +342,7 @@ fn exec_from_a_non_main_thread_keeps_its_time() {
         let got: u64 = rows.iter().map(|r| ns(r, "on_cpu_ns")).sum();
         let want = t.run_ns as f64;
         assert!(
-            (got as f64 - want).abs() <= (want * 0.01).max(1e6),
+            ON_CPU.holds(got as f64, want),
             "--probe {mode}: the exec'd task {} has {got} ns in the report, schedstat says {want} ns: {doc}",
             t.tid
         );
@@ -400,7 +408,7 @@ fn two_tracers_at_once_agree_with_schedstat() {
                 // The main thread's schedstat includes the shell's start before it
                 // joined the cgroup: 2 ms.
                 assert!(
-                    (got - want).abs() <= (want * 0.01).max(2e6),
+                    ON_CPU_BESIDE_ANOTHER_TRACER.holds(got, want),
                     "{name} mode beside another tracer: thread {} {got} ns vs schedstat {want} ns",
                     t.tid
                 );

@@ -9,13 +9,11 @@ use std::process::{Command, Stdio};
 use tracer_tests::{
     final_report, kernel, read_truth, require_root, run_tracer, scratch, thread, Background,
 };
+// On-CPU: 1% or 1 ms, as everywhere against schedstat.
+use tracer_truth::ON_CPU;
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 const LEADER_EXITS: &str = env!("CARGO_BIN_EXE_leader-exits");
-
-/// On-CPU: 1% or 1 ms, as everywhere against schedstat.
-const REL: f64 = 0.01;
-const ABS_NS: f64 = 1e6;
 
 fn schedstat(pid: u32, tid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
@@ -74,7 +72,7 @@ fn a_leader_exiting_during_start_up_leaves_its_worker_traced() {
     });
     let on = u(row, "on_cpu_ns");
     // Born before the window opened: at most its schedstat, and something of it.
-    let tol = tracer_truth::tolerance(w.run_ns, REL, ABS_NS);
+    let tol = ON_CPU.allowed(w.run_ns as f64);
     assert!(
         on > 0 && on as f64 <= w.run_ns as f64 + tol,
         "worker on-CPU {on} ns, schedstat {} ns: {row}",
@@ -111,10 +109,10 @@ fn a_process_asleep_the_whole_window_is_listed_with_its_off_cpu() {
         };
         let ran = after.0 - before.0;
         let (on, off) = (u(row, "on_cpu_ns"), u(row, "off_cpu_ns"));
-        if !tracer_truth::within(on, ran, REL, ABS_NS) {
+        if !ON_CPU.holds_ns(on, ran) {
             problems.push(format!("{flag}: on-CPU {on} ns, schedstat {ran} ns: {row}"));
         }
-        if !tracer_truth::within(on + off, dur, REL, ABS_NS) {
+        if !ON_CPU.holds_ns(on + off, dur) {
             problems.push(format!(
                 "{flag}: on {on} + off {off} ns, the window {dur} ns (asleep all of it): {row}"
             ));
@@ -187,7 +185,10 @@ fn system_wide_reports_many_threads() {
     );
     let util = doc["cpus_utilized"].as_f64().unwrap();
     let ncpu = std::thread::available_parallelism().unwrap().get() as f64;
-    assert!(util > 0.0 && util <= ncpu * 1.01, "cpus_utilized {util}");
+    assert!(
+        util > 0.0 && util <= tracer_truth::AT_MOST_THE_CPUS.ceiling(ncpu),
+        "cpus_utilized {util}"
+    );
 }
 
 #[test]

@@ -177,7 +177,7 @@ fn threads_exiting_at_the_close_keep_their_time() {
                 .sum();
             let tc = doc["counters"]["counters"][0]["raw"].as_f64().unwrap();
             assert!(
-                (bpf as f64 - tc).abs() <= tc * 0.03 + 2e6,
+                tracer_truth::TASK_CLOCK_AT_THE_CLOSE.holds(bpf as f64, tc),
                 "--probe {mode}: BPF on-CPU {bpf} ns vs task-clock {tc} ns"
             );
         }

@@ -77,15 +77,23 @@ impl Bound {
         ours.abs_diff(truth) as f64 <= self.allowed(truth as f64) + extra
     }
 
+    /// The lowest figure an added bound allows below `truth`.
+    pub fn floor(&self, truth: f64) -> f64 {
+        debug_assert!(self.added, "floor() is for added bounds");
+        truth * (1.0 - self.rel) - self.abs
+    }
+
+    /// The highest figure an added bound allows above `truth`.
+    pub fn ceiling(&self, truth: f64) -> f64 {
+        debug_assert!(self.added, "ceiling() is for added bounds");
+        truth * (1.0 + self.rel) + self.abs
+    }
+
     /// The lowest and highest figure an added bound allows for a truth known to lie
-    /// between `lo` and `hi` (read before and after the window): each end widened by
-    /// its own `rel` and by `abs`.
+    /// between `lo` and `hi` (read before and after the window, or two figures it must
+    /// lie between): each end widened by its own `rel` and by `abs`.
     pub fn range(&self, lo: f64, hi: f64) -> (f64, f64) {
-        debug_assert!(self.added, "range() is for added bounds");
-        (
-            lo * (1.0 - self.rel) - self.abs,
-            hi * (1.0 + self.rel) + self.abs,
-        )
+        (self.floor(lo), self.ceiling(hi))
     }
 }
 
@@ -197,8 +205,22 @@ pub const RECORD_RUNQ_ABOVE: Bound = Bound::sum(0.02, 2e6);
 pub const TRACE_VS_SUMMARY: Bound = Bound::larger(0.01, 1e6);
 
 /// A trace's waits next to a switch the kernel never ran the program for (a counted
-/// gap, whose times are estimates): 5% or 10 ms of the summary's.
-pub const TRACE_NEAR_A_GAP: Bound = Bound::larger(0.05, 10e6);
+/// gap, whose times are estimates): 5% or 10 ms of the summary's (record).
+pub const TRACE_WAITS_NEAR_A_GAP: Bound = Bound::larger(0.05, 10e6);
+
+/// A trace's on-CPU time next to such a gap, against the summary's (record_agreement's
+/// window cut): 5% or 1 ms.
+pub const TRACE_ON_CPU_NEAR_A_GAP: Bound = Bound::larger(0.05, 1e6);
+
+/// Waits of about a microsecond without wakeup preemption (SCHED_BATCH: no clock update
+/// is skipped), the trace's against the summary's: 2% or 100 us.
+pub const TRACE_MICROSECOND_WAITS: Bound = Bound::larger(0.02, 100e3);
+
+/// A trace's waits between schedstat's run_delay and the summary's, each widened by 2%
+/// plus 1 ms: a wait in the trace ends at the scheduler's boundary (where the runtime
+/// begins, at the wakeup's enqueue when the kernel skipped the clock update, as
+/// run_delay does), the summary's at the switch's tracepoint.
+pub const TRACE_WAITS_BETWEEN: Bound = Bound::sum(0.02, 1e6);
 
 /// Slices against schedstat's pcount in the torture harness: 0.5% plus 2, a slice cut
 /// at the window's edges or at the baseline read.
@@ -241,6 +263,17 @@ pub const CGROUP_TASK_CLOCK: Bound = Bound::sum(0.05, 5e6);
 /// The BPF on-CPU sum against task-clock for threads that exit as the window closes: 3%
 /// plus 2 ms.
 pub const TASK_CLOCK_AT_THE_CLOSE: Bound = Bound::sum(0.03, 2e6);
+
+/// A hardware counter split by privilege level (`:u` + `:k`, or an event qemu counts
+/// one way only) against the unmodified count, under emulation: 10%.
+pub const COUNTER_SPLIT: Bound = Bound::relative(0.10);
+
+/// Multiplexed events (more than the PMU has counters) scaled by their running time:
+/// each within 15% of their mean, the same load counted.
+pub const MULTIPLEXED_SPREAD: f64 = 0.15;
+
+/// A system-wide `cpus_utilized` is at most the CPU count, plus 1%.
+pub const AT_MOST_THE_CPUS: Bound = Bound::relative(0.01);
 
 // --- Consumers: what Prometheus scraped, what `tracer top` shows, `tracer offcpu`.
 
@@ -300,6 +333,10 @@ mod tests {
         assert_eq!((lo, hi), (100.0 * 0.995 - 2.0, 200.0 * 1.005 + 2.0));
         let (lo, hi) = TORTURE_RUNQ_FROM_SCHEDSTAT.range(100e6, 100e6);
         assert_eq!((lo, hi), (98e6, 102e6));
+        // As the record tests wrote them by hand.
+        assert_eq!(RECORD_RUNQ_ABOVE.ceiling(100e6), 100e6 * 1.02 + 2e6);
+        assert_eq!(TRACE_WAITS_BETWEEN.floor(100e6), 100e6 * 0.98 - 1e6);
+        assert_eq!(TRACE_WAITS_BETWEEN.ceiling(100e6), 100e6 * 1.02 + 1e6);
     }
 
     /// The numbers each bound had where it was written by hand before.
@@ -320,7 +357,10 @@ mod tests {
             (TORTURE_RUNQ_FROM_SCHEDSTAT, 2e6),
             (RECORD_RUNQ_ABOVE, 4e6),
             (TRACE_VS_SUMMARY, 1e6),
-            (TRACE_NEAR_A_GAP, 10e6),
+            (TRACE_WAITS_NEAR_A_GAP, 10e6),
+            (TRACE_ON_CPU_NEAR_A_GAP, 5e6),
+            (TRACE_MICROSECOND_WAITS, 2e6),
+            (TRACE_WAITS_BETWEEN, 3e6),
             (SPIN_P50, 4e6),
             (TASK_CLOCK, 3e6),
             (UTILIZATION_VS_TASK_CLOCK, 2e6),
@@ -330,6 +370,8 @@ mod tests {
             (SCRAPED_ON_CPU, 7e6),
             (SCRAPED_CGROUP, 5e6),
             (OFF_CPU, 5e6),
+            (COUNTER_SPLIT, 10e6),
+            (AT_MOST_THE_CPUS, 1e6),
         ] {
             assert!(
                 (b.allowed(t) - allowed).abs() < 1e-3,
