@@ -248,7 +248,7 @@ fn window_cut(by_tid: bool) {
     let threads = doc["threads"].as_array().unwrap();
     assert!(!threads.is_empty());
     // Next to a switch the kernel did not run the program for (a gap, put back with an
-    // estimated time): looser, as in record_e2e.
+    // estimated time): looser, as in record.rs.
     let gap_tids = per_cpu(&doc["record"]["gap_tids"]);
     let gaps = u(&doc["record"]["gaps"]);
     let mut spinners = 0;

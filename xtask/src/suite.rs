@@ -59,7 +59,7 @@ pub fn test(unit_only: bool) -> Result<()> {
     }
     if !unit_only {
         let perfetto_python = provision::e2e()?;
-        // install_e2e installs the package with dpkg and reads its pages with man: the
+        // The install test installs the package with dpkg and reads its pages with man: the
         // package is built (and checked by lintian) once here, and the tests get its path.
         let deb = match package::prepare_e2e() {
             Ok(deb) => Some(deb),
@@ -88,7 +88,7 @@ pub fn test(unit_only: bool) -> Result<()> {
         if let Some(deb) = &deb {
             e2e.env("TRACER_DEB", deb);
         }
-        // record_*_e2e and slow_e2e decode their traces with Perfetto's protos.
+        // The record* and slow* tests decode their traces with Perfetto's protos.
         e2e.env("TRACER_PERFETTO_PYTHON", perfetto_python);
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");

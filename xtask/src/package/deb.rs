@@ -38,7 +38,7 @@ pub fn deb(args: &DebArgs) -> Result<PathBuf> {
     Ok(deb)
 }
 
-/// What install_e2e needs, on a fresh machine too: man-db (man) and the package, built
+/// What tests/tests/install.rs needs, on a fresh machine too: man-db (man) and the package, built
 /// and checked by lintian; returns the package's path.
 pub fn prepare_e2e() -> Result<PathBuf> {
     provision::deb(true, true)?;

@@ -9,7 +9,7 @@
 //! | [`static_binary`] | the `<arch>-unknown-linux-musl` target, musl-tools              | rustup, apt |
 //! | [`lints`]       | rustfmt, clippy; g++ for libFuzzer (the fuzz crate is linted and its seeds run as tests) | rustup, apt |
 //! | [`e2e`]         | libbpf-tools, libxml2-utils, tmux, chromium, prometheus, curl, openssl, python3-venv; Perfetto's protos | apt, PyPI |
-//! | [`deb`]         | dpkg-dev, binutils, man-db (install_e2e), lintian (`--lintian`)   | apt      |
+//! | [`deb`]         | dpkg-dev, binutils, man-db (tests/tests/install.rs), lintian (`--lintian`) | apt      |
 //! | [`torture`]     | Perfetto's protos                                                 | PyPI     |
 //! | [`bench`]       | libbpf-tools, bpftrace, linux-perf, bpftool                       | apt      |
 //! | [`cross_test`]  | the cross targets, their gcc, libc and binutils, qemu-user-static | rustup, apt |
@@ -57,7 +57,7 @@ pub fn lints() -> Result<()> {
 /// protos (`TRACER_PERFETTO_PYTHON`).
 pub fn e2e() -> Result<PathBuf> {
     let mut apt = Apt::new();
-    // offcpu_e2e compares with libbpf-tools' offcputime and checks its SVG with xmllint.
+    // The offcpu test compares with libbpf-tools' offcputime and checks its SVG with xmllint.
     let missing: Vec<&str> = [("offcputime", "libbpf-tools"), ("xmllint", "libxml2-utils")]
         .into_iter()
         .filter(|(bin, _)| !apt::on_path(bin))
@@ -75,7 +75,7 @@ pub fn e2e() -> Result<PathBuf> {
         "tracer serve's Prometheus, promtool and TLS tests",
         &["prometheus", "curl", "openssl"],
     )?;
-    // record_*_e2e and slow_e2e: Perfetto's protos (a venv under target/) and
+    // The record* and slow* tests: Perfetto's protos (a venv under target/) and
     // libbpf-tools' runqslower (tracer slow is checked against it).
     let python = python::perfetto(&crate::target_dir()?, &mut apt)?;
     let runqslower = ["/usr/sbin/runqslower", "/usr/bin/runqslower"]
@@ -88,7 +88,7 @@ pub fn e2e() -> Result<PathBuf> {
 }
 
 /// Building the Debian package (dpkg-shlibdeps, strip), and what checks it: man-db for
-/// install_e2e (`e2e_checks`), lintian (`lintian`).
+/// tests/tests/install.rs (`e2e_checks`), lintian (`lintian`).
 pub fn deb(e2e_checks: bool, lintian: bool) -> Result<()> {
     let mut apt = Apt::new();
     if e2e_checks && !apt::present("man") {
