@@ -1,6 +1,6 @@
 //! `tracer run` in auto mode: the mode it picks, histograms, counters.
 
-use super::{threads::*, *};
+use super::{common::*, threads::*};
 
 pub(super) fn best_mode(o: &Offers) -> Mode {
     [Mode::TpBtf, Mode::RawTp, Mode::Tracepoint]

@@ -3,7 +3,7 @@
 //! booted in (EL1, or EL2 with VHE) comes from its own boot log, and decides what each
 //! modifier must do (Documentation/arch/arm64/perf.rst).
 
-use super::*;
+use super::common::*;
 
 /// Allowance per slice for the switch path the slices count and the thread's own
 /// counter does not (see `slices`).

@@ -1,6 +1,6 @@
 //! Per-thread numbers against the guest's schedstat, and the probe-mode runs.
 
-use super::*;
+use super::common::*;
 
 /// A workload thread's ground truth: the line every workload writes (`tracer-truth`).
 pub(super) use tracer_truth::Truth;
