@@ -384,6 +384,53 @@ pub fn wait_unloaded(ids: &std::collections::BTreeSet<u32>) -> std::collections:
     still()
 }
 
+/// The figure `k` of a JSON row or document, which must be there.
+pub fn ns(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// The probe modes this kernel offers, from `tracer check --json`: a mode the kernel
+/// has but that fails to load (a verifier rejection) fails the test, never a skip.
+pub fn probe_modes() -> Vec<String> {
+    let out = run_tracer(&["check", "--json"]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("tracer check --json");
+    let mut modes = Vec::new();
+    for m in doc["probe_modes"].as_array().expect("probe_modes") {
+        let name = m["name"].as_str().unwrap().to_string();
+        match m["status"].as_str() {
+            Some("ok") if name != "perf-sched" => modes.push(name),
+            Some("ok") | Some("absent") => {}
+            _ => panic!("probe mode {name} fails on this kernel: {m}"),
+        }
+    }
+    assert!(!modes.is_empty(), "no probe mode works here: {doc}");
+    modes
+}
+
+/// Nothing above the window: no CPU's sum (wall time of the traced slices), no thread's
+/// on-CPU time — the scheduler's runtime, whose clock may run ahead of the tracer's by
+/// a few microseconds at a wakeup preemption (hence the 20 µs).
+pub fn assert_within_window(doc: &Value, what: &str) {
+    let window = ns(doc, "duration_ns");
+    for t in doc["threads"].as_array().unwrap() {
+        assert!(
+            ns(t, "on_cpu_ns") <= window + tracer_truth::ABOVE_THE_WINDOW_NS,
+            "{what}: thread {} on-CPU {} ns above the {window} ns window",
+            t["tid"],
+            t["on_cpu_ns"]
+        );
+    }
+    for c in doc["per_cpu"].as_array().into_iter().flatten() {
+        assert!(
+            ns(c, "on_cpu_ns") <= window,
+            "{what}: CPU {} on-CPU {} ns above the {window} ns window",
+            c["cpu"],
+            c["on_cpu_ns"]
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The object's program names include the ones the tracer loads outside the three

@@ -1,5 +1,5 @@
 //! `tracer slow` names each waiting thread by the name the kernel has for it when it
-//! waited (issue 24 item 9): a command started through a shell that execs it is named by
+//! waited: a command started through a shell that execs it is named by
 //! what it exec'd, not `sh`, and a `-- COMMAND`'s main thread not by `tracer-launch`. The
 //! truth is the threads' own `/proc/.../comm`, which the workload never changes.
 use std::collections::BTreeSet;

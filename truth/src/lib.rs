@@ -2,10 +2,17 @@
 //! kernel itself kept for it (schedstat's on-CPU time, run-queue delay and timeslices, and
 //! the thread's own CPU clock), written by `tracer-workload` (tests/) and by the VM
 //! guest's steps (tests/vm/steps.sh), and read by the end-to-end tests and `cargo xtask
-//! vm-test`. One definition, so the two readers cannot drift apart. A crate of its own
-//! because xtask builds the tracer and so cannot depend on the tests' library (which
-//! depends on the tracer).
+//! vm-test`; how far each figure may be from it ([`bounds`]), for those two and `cargo
+//! xtask torture`; and the torture harness's random generator ([`Rng`]), shared by the
+//! harness and its workload. One definition each, so the readers cannot drift apart. A
+//! crate of its own because xtask builds the tracer and so cannot depend on the tests'
+//! library (which depends on the tracer).
 
+pub mod bounds;
+mod rng;
+
+pub use bounds::*;
+pub use rng::Rng;
 use serde::{Deserialize, Serialize};
 
 /// One thread's ground truth. Written with `serde_json::to_string` (absent figures left
@@ -39,15 +46,15 @@ impl Truth {
     }
 }
 
-/// The difference allowed between a figure and its truth: `rel` of the truth (a fraction)
-/// or `abs_ns`, whichever is larger.
+/// [`Bound::larger`]`(rel, abs_ns)`'s allowance from `truth`, for a one-off: a margin
+/// that stays belongs in [`bounds`], named after its figure.
 pub fn tolerance(truth: u64, rel: f64, abs_ns: f64) -> f64 {
-    abs_ns.max(rel * truth as f64)
+    Bound::larger(rel, abs_ns).allowed(truth as f64)
 }
 
 /// Whether `ours` is within [`tolerance`] of `truth`.
 pub fn within(ours: u64, truth: u64, rel: f64, abs_ns: f64) -> bool {
-    ours.abs_diff(truth) as f64 <= tolerance(truth, rel, abs_ns)
+    Bound::larger(rel, abs_ns).holds_ns(ours, truth)
 }
 
 #[cfg(test)]

@@ -2,14 +2,14 @@
 //! all) built for foreign targets and run under qemu-user: powerpc64le, so the
 //! big-endian decoding is proven on a POWER target without POWER hardware, and aarch64.
 //!
-//! Provisions what it needs through `toolchain::Cross` (the path vm-test uses too). The
+//! Provisions what it needs through `provision::cross_test` (the toolchains vm-test uses too). The
 //! tests see `TRACER_UNDER_QEMU=1`, so tests that need the live kernel (BPF, perf
 //! events) can skip cleanly: qemu-user emulates neither.
 use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::toolchain::{self, Cross, Use};
+use crate::toolchain::{self, Cross};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrossArch {
@@ -40,9 +40,9 @@ pub fn chosen(arch: CrossArch) -> Vec<&'static Cross> {
 /// Provisions each toolchain, then runs `cargo test -p tracer --lib` for its target under
 /// qemu-user.
 pub fn cross_test(args: CrossTestArgs) -> Result<()> {
-    let mut apt = crate::apt::Apt::new();
-    for cross in chosen(args.arch) {
-        cross.provision(&mut apt, Use::BuildAndRun)?;
+    let crosses = chosen(args.arch);
+    crate::provision::cross_test(&crosses)?;
+    for cross in crosses {
         let env_target = cross.rust_target.to_uppercase().replace('-', "_");
         let mut cargo = Command::new("cargo");
         cargo

@@ -1,17 +1,9 @@
-//! The cross toolchains, one per foreign architecture, and the one way to provision and
-//! use each: `cargo xtask cross-test` (unit tests under qemu-user) and `cargo xtask
-//! vm-test` (the guest's binaries) both go through `Cross::provision` and `Cross::env`,
-//! so neither depends on the other having run first.
-//!
-//! Every package is named explicitly: the apt helper installs without recommends, and
-//! the C runtime objects (`Scrt1.o`, `crti.o`) and libc the linker needs come from
-//! `libc6-dev-*-cross`, which the cross gcc only recommends.
+//! The cross toolchains, one per foreign architecture, and the one way to use each:
+//! `cargo xtask cross-test` (unit tests under qemu-user) and `cargo xtask vm-test` (the
+//! guest's binaries) both go through `Cross::env`, and both provision it through
+//! `provision::cross`.
 
-use std::{path::Path, process::Command};
-
-use anyhow::Result;
-
-use crate::{apt::Apt, cmd};
+use std::process::Command;
 
 /// A Rust target cross-built with Debian's GNU toolchain for it.
 pub struct Cross {
@@ -39,15 +31,6 @@ pub const AARCH64: Cross = Cross {
     qemu_user: "qemu-aarch64-static",
 };
 
-/// What `cross-test` runs its tests under, or only builds for (`vm-test`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Use {
-    /// Build binaries (linker, libc, strip).
-    Build,
-    /// Build and run them under qemu-user.
-    BuildAndRun,
-}
-
 impl Cross {
     pub fn linker(&self) -> String {
         format!("{}-gcc", self.gnu)
@@ -67,43 +50,9 @@ impl Cross {
         format!("{}/lib", self.sysroot())
     }
 
-    /// The cargo runner for `Use::BuildAndRun`: qemu-user with the target's sysroot.
+    /// The cargo runner for tests run under qemu-user with the target's sysroot.
     pub fn runner(&self) -> String {
         format!("{} -L {}", self.qemu_user, self.sysroot())
-    }
-
-    /// `(what proves it is there, package)` for everything `what` needs: a program
-    /// (found on PATH) or a file (an absolute path).
-    pub fn wanted(&self, what: Use) -> Vec<(String, String)> {
-        let mut v = vec![
-            (self.linker(), format!("gcc-{}", self.gnu)),
-            (
-                format!("{}/Scrt1.o", self.lib_dir()),
-                format!("libc6-dev-{}-cross", self.deb_arch),
-            ),
-            (
-                format!("{}/libc.so.6", self.lib_dir()),
-                format!("libc6-{}-cross", self.deb_arch),
-            ),
-            (self.strip(), format!("binutils-{}", self.gnu)),
-        ];
-        if what == Use::BuildAndRun {
-            v.push((self.qemu_user.to_string(), "qemu-user-static".to_string()));
-        }
-        v
-    }
-
-    /// The rustup target and the Debian packages still missing (checked first, so a
-    /// second run changes nothing).
-    pub fn provision(&self, apt: &mut Apt, what: Use) -> Result<()> {
-        ensure_rust_target(self.rust_target)?;
-        let wanted = self.wanted(what);
-        let missing: Vec<&str> = wanted
-            .iter()
-            .filter(|(proof, _)| !present(proof))
-            .map(|(_, pkg)| pkg.as_str())
-            .collect();
-        apt.install(&dedup(missing))
     }
 
     /// Points cargo (and the `cc` crate) at this toolchain for `--target rust_target`.
@@ -118,66 +67,15 @@ impl Cross {
     }
 }
 
-/// A program on PATH that runs, or an existing file.
-pub fn present(proof: &str) -> bool {
-    if proof.starts_with('/') {
-        Path::new(proof).exists()
-    } else {
-        cmd::succeeds(Command::new(proof).arg("--version"))
-    }
-}
-
-fn dedup(mut v: Vec<&str>) -> Vec<&str> {
-    let mut seen = Vec::new();
-    v.retain(|p| {
-        let new = !seen.contains(p);
-        seen.push(*p);
-        new
-    });
-    v
-}
-
-pub(crate) fn ensure_rust_target(target: &str) -> Result<()> {
-    let installed = cmd::output(
-        Command::new("rustup")
-            .args(["target", "list", "--installed"])
-            .current_dir(crate::workspace_root()),
-    )?;
-    if installed.lines().any(|l| l.trim() == target) {
-        return Ok(());
-    }
-    cmd::run(
-        Command::new("rustup")
-            .args(["target", "add", target])
-            .current_dir(crate::workspace_root()),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn each_toolchain_names_its_c_runtime_and_emulator() {
-        let pkgs = |c: &Cross, u| -> Vec<String> { c.wanted(u).into_iter().map(|w| w.1).collect() };
-        assert_eq!(
-            pkgs(&PPC64LE, Use::Build),
-            [
-                "gcc-powerpc64le-linux-gnu",
-                "libc6-dev-ppc64el-cross",
-                "libc6-ppc64el-cross",
-                "binutils-powerpc64le-linux-gnu"
-            ]
-        );
-        assert!(pkgs(&AARCH64, Use::BuildAndRun).contains(&"libc6-dev-arm64-cross".to_string()));
-        assert_eq!(
-            pkgs(&AARCH64, Use::BuildAndRun).last().unwrap(),
-            "qemu-user-static"
-        );
+    fn the_runner_is_qemu_user_with_the_sysroot() {
         assert_eq!(
             AARCH64.runner(),
             "qemu-aarch64-static -L /usr/aarch64-linux-gnu"
         );
-        assert_eq!(dedup(vec!["a", "b", "a"]), ["a", "b"]);
     }
 }

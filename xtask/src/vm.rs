@@ -3,17 +3,16 @@
 //! links, the test workload and tests/vm's scripts. The guest runs the steps; the host
 //! turns them into PASS/FAIL checks (vm/checks.rs) and shows each failing check's output.
 //!
-//! Provisioning (checked first, so a second run changes nothing): qemu from Debian for
-//! each architecture; for ppc64le and aarch64 the dpkg architecture and the cross
-//! toolchain through `toolchain::Cross::provision`, the path cross-test uses too. Kernel packages and busybox-static are downloaded with
-//! `apt-get download` into `<target>/vm-cache` and unpacked there, never installed.
-//! The kernels are listed in tests/vm/kernels; `--kernel PACKAGE` adds more.
+//! Provisioning comes from `provision::vm_test` and `provision::guest` (checked first, so
+//! a second run changes nothing): qemu from Debian for each architecture; for ppc64le
+//! and aarch64 the dpkg architecture and the cross toolchain, the ones cross-test uses
+//! too. Kernel packages and busybox-static are downloaded with `apt-get download` into
+//! `<target>/vm-cache` and unpacked there, never installed. The kernels are listed in
+//! tests/vm/kernels; `--kernel PACKAGE` adds more.
 
-mod arch;
 mod checks;
 mod initramfs;
 mod protocol;
-mod provision;
 mod qemu;
 mod stress;
 mod tcg;
@@ -25,9 +24,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-pub use arch::{Arch, AARCH64, ARCHES, PPC64LE, X86_64};
-
-use crate::toolchain::Use;
+pub use crate::arch::{Arch, AARCH64, ARCHES, PPC64LE, X86_64};
+use crate::provision::{self, guest};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArchChoice {
@@ -76,24 +74,12 @@ pub struct VmTestArgs {
 
 /// The matrix: tests/vm/kernels plus `--kernel`, for the chosen architectures.
 fn kernels(args: &VmTestArgs) -> Result<Vec<(&'static Arch, String)>> {
-    let path = crate::workspace_root().join("tests/vm/kernels");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut list = Vec::new();
     let only_named = !args.stress.is_empty() && !args.kernel.is_empty();
-    for (n, line) in text.lines().enumerate().filter(|_| !only_named) {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let (arch, package) = line
-            .split_once(char::is_whitespace)
-            .with_context(|| format!("{}:{}: expected `ARCH PACKAGE`", path.display(), n + 1))?;
-        let arch = ARCHES.iter().find(|a| a.name == arch).with_context(|| {
-            format!("{}:{}: unknown architecture {arch}", path.display(), n + 1)
-        })?;
-        list.push((*arch, package.trim().to_string()));
-    }
+    let mut list = if only_named {
+        Vec::new()
+    } else {
+        guest::listed_kernels()?
+    };
     for package in &args.kernel {
         let Some(arch) = ARCHES.iter().find(|a| package.contains(a.kernel_flavour)) else {
             bail!("cannot tell the architecture of {package}: expected a name with amd64, powerpc64le or arm64");
@@ -292,7 +278,7 @@ fn print_verdicts(r: &VmResult) {
 /// other machine configurations.
 fn test_kernel(
     arch: &Arch,
-    kernel: &provision::Kernel,
+    kernel: &guest::Kernel,
     initrd: &Path,
     work: &Path,
     single: bool,
@@ -339,7 +325,7 @@ fn test_kernel(
 /// both took, and why the first was booted again, if it was.
 fn boot_with_a_second_chance(
     arch: &Arch,
-    kernel: &provision::Kernel,
+    kernel: &guest::Kernel,
     initrd: &Path,
     dir: &Path,
     single: bool,
@@ -392,7 +378,7 @@ fn boot_with_a_second_chance(
 /// Boots one kernel and evaluates its checks. A failed check fails: no step is run again.
 fn test_kernel_main(
     arch: &Arch,
-    kernel: &provision::Kernel,
+    kernel: &guest::Kernel,
     initrd: &Path,
     work: &Path,
     single: bool,
@@ -448,18 +434,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
     let cache = crate::target_dir()?.join("vm-cache");
     let work = crate::target_dir()?.join("vm-test");
 
-    let mut apt = provision::Apt::new();
-    let mut wanted: Vec<(&str, &str)> = Vec::new();
-    for a in &arches {
-        wanted.push((a.qemu, a.qemu_package));
-        if a.deb_arch != X86_64.deb_arch {
-            apt.add_architecture(a.deb_arch)?;
-        }
-        if let Some(cross) = a.cross {
-            cross.provision(&mut apt, Use::Build)?;
-        }
-    }
-    apt.install_missing(&wanted)?;
+    let mut apt = provision::vm_test(&arches)?;
     let t_provision = start.elapsed().as_secs_f64();
 
     let bins = build_bins(&arches, args.static_bin)?;
@@ -467,7 +442,7 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
 
     let mut results = Vec::new();
     for arch in &arches {
-        let busybox = provision::busybox(&mut apt, arch, &cache)?;
+        let busybox = guest::busybox(&mut apt, arch, &cache)?;
         let bins = &bins
             .iter()
             .find(|(n, _)| *n == arch.name)
@@ -475,12 +450,12 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
             .1;
         let mut extra = Vec::new();
         if args.stress.contains(&stress::Load::Runqlat) {
-            let sbin = provision::libbpf_tools(&mut apt, arch, &cache)?;
+            let sbin = guest::libbpf_tools(&mut apt, arch, &cache)?;
             extra.push(("runqlat".to_string(), sbin.join("runqlat")));
         }
         let initrd = pack(arch, bins, &busybox, &extra, &work.join(arch.name))?;
         for (_, package) in matrix.iter().filter(|(a, _)| a.name == arch.name) {
-            let kernel = provision::kernel(&mut apt, arch, package, &cache)?;
+            let kernel = guest::kernel(&mut apt, arch, package, &cache)?;
             if args.stress.is_empty() {
                 results.push(test_kernel(
                     arch,

@@ -1,5 +1,5 @@
-//! A process whose second thread execs (issue 13: de_thread() gives the exec'ing thread
-//! the leader's TID and reaps the old leader).
+//! A process whose second thread execs (de_thread() gives the exec'ing thread the
+//! leader's TID and reaps the old leader).
 //!
 //! Usage: exec-from-thread --out FILE [--before-ms B] [--after-ms A]
 //! The main thread spins until exec ends it; a second thread spins B ms, then execs

@@ -6,7 +6,7 @@
 //! Every wait is a system call made by inline assembly inside the named function, so the
 //! thread's user-space instruction pointer while it is off-CPU lies in that function (a
 //! libc wrapper would stand in between, and Debian's libc has no frame pointers).
-//! std only, no crates: `offcpu_e2e` compiles it with plain `rustc`, once with
+//! std only, no crates: the offcpu test (tests/tests/offcpu.rs) compiles it with plain `rustc`, once with
 //! `-C force-frame-pointers=yes` and once without frame pointers, as cargo cannot set
 //! codegen flags for one binary.
 //!

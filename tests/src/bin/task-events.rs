@@ -1,4 +1,4 @@
-//! A workload for `tracer record`'s task events (issue 15). The main thread starts a
+//! A workload for `tracer record`'s task events. The main thread starts a
 //! thread that renames itself (`PR_SET_NAME`), moves itself to another CPU
 //! (`sched_setaffinity`) and exits; then it forks a child whose second thread execs
 //! `/proc/self/exe --execd` (comm "exe"; the thread takes the child's PID), which exits

@@ -48,11 +48,6 @@ pub fn rebuild(trace: &std::path::Path) -> Value {
     serde_json::from_slice(&out.stdout).expect("rebuild.py JSON")
 }
 
-pub fn within(a: u64, b: u64, rel: f64, abs_ns: u64) -> bool {
-    let d = a.abs_diff(b);
-    d <= abs_ns || (d as f64) <= rel * b as f64
-}
-
 pub fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -230,13 +225,17 @@ pub fn agree(t: &tracer_tests::Truth, sum: &Value, ours: &Value, steal: u64, gap
         t.tid, t.run_ns, t.wait_ns
     );
     assert!(
-        within(on, t.run_ns, 0.01, 1_000_000 + steal),
+        tracer_truth::ON_CPU
+            .plus(steal as f64)
+            .holds_ns(on, t.run_ns),
         "tid {}: on-CPU from the trace {on} ns, schedstat {} ns",
         t.tid,
         t.run_ns
     );
     assert!(
-        within(on, s_on, 0.01, 1_000_000 + steal),
+        tracer_truth::TRACE_VS_SUMMARY
+            .plus(steal as f64)
+            .holds_ns(on, s_on),
         "tid {}: on-CPU from the trace {on} ns, summary {s_on} ns",
         t.tid
     );
@@ -246,8 +245,8 @@ pub fn agree(t: &tracer_tests::Truth, sum: &Value, ours: &Value, steal: u64, gap
         "tid {}: {waits} waits in the trace, summary {s_waits} (gaps {gaps:?})",
         t.tid
     );
-    let lo = s_wait.min(t.wait_ns) as f64 * 0.98 - 1e6;
-    let hi = s_wait.max(t.wait_ns) as f64 * 1.02 + 1e6;
+    let (lo, hi) = tracer_truth::TRACE_WAITS_BETWEEN
+        .range(s_wait.min(t.wait_ns) as f64, s_wait.max(t.wait_ns) as f64);
     assert!(
         (lo..=hi).contains(&(wait_ns as f64)),
         "tid {}: run-queue wait from the trace {wait_ns} ns, summary {s_wait}, schedstat {} (allowed {lo:.0} ..= {hi:.0})",

@@ -9,7 +9,9 @@
 //! | `proc_stat`          | `/proc/stat` steal columns and the hypervisor report             |
 //! | `cli_parsers`        | `tracer run`'s durations, numbers and perf event lists            |
 //!
-//! This crate is its own workspace (the main one ignores it). Run, from `tracer/fuzz/`:
+//! Their seeds run as ordinary tests (`tests/seeds.rs`, part of `cargo xtask test`: the
+//! crate is a workspace member outside the default members, so `--workspace` builds it).
+//! Fuzzing needs nightly and cargo-fuzz. Run, from `tracer/fuzz/`:
 //!
 //! ```text
 //! cargo install cargo-fuzz            # once
@@ -25,10 +27,13 @@
 //! `artifacts/<target>/` and `cargo +nightly fuzz run <target> <that file>` replays it.
 use std::path::Path;
 
-use tracer::pseries::{
-    dtl::{self, DtlAnalyzer, DtlEntry},
-    hypervisor::{self, CpuSteal, Snapshot},
-    vcpudispatch::{self, SavedSettings, StatsState},
+use tracer::{
+    output,
+    pseries::{
+        dtl::{self, DtlAnalyzer, DtlEntry},
+        hypervisor::{self, CpuSteal, Snapshot},
+        vcpudispatch::{self, SavedSettings, StatsState},
+    },
 };
 
 /// Decoder, analyzer and both report formats on one DTL file's bytes. The first byte
@@ -42,7 +47,7 @@ pub fn dtl_entries(data: &[u8]) {
         2 => u64::MAX,
         _ => 1_000_000_000,
     };
-    match dtl::decode_entries(rest, path) {
+    match dtl::decode::decode_entries(rest, path) {
         Ok(entries) => {
             let again: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
             assert_eq!(again, rest, "encode(decode(x)) == x");
@@ -64,7 +69,7 @@ pub fn dtl_entries(data: &[u8]) {
                     entries.len() as u64
                 );
                 let r = dtl::raw_report(&an, Some(u64::from(head)));
-                let _ = dtl::format_text(&r);
+                let _ = output::dtl::format_text(&r);
                 let _ = serde_json::to_string(&r);
             }
         }
@@ -74,7 +79,7 @@ pub fn dtl_entries(data: &[u8]) {
         }
     }
     let cpuinfo = String::from_utf8_lossy(data);
-    match dtl::parse_timebase(&cpuinfo, Path::new("/fuzz/cpuinfo")) {
+    match dtl::decode::parse_timebase(&cpuinfo, Path::new("/fuzz/cpuinfo")) {
         Ok(hz) => assert!(hz > 0),
         Err(e) => assert!(e.to_string().contains("/fuzz/cpuinfo")),
     }
@@ -90,9 +95,9 @@ pub fn vcpudispatch_stats(data: &[u8]) {
             assert!(v.windows(2).all(|w| w[0].cpu < w[1].cpu), "sorted, unique");
             let r = vcpudispatch::vcpu_reports(Some(&v), &v, 1);
             assert!(r.iter().all(|x| x.delta.unwrap().total_disp == 0));
-            let _ = vcpudispatch::format_table(&r, Some(1));
+            let _ = output::dtl::format_table(&r, Some(1));
             let snap = vcpudispatch::vcpu_reports(None, &v, 0);
-            let _ = vcpudispatch::format_table(&snap, None);
+            let _ = output::dtl::format_table(&snap, None);
             for x in &snap {
                 if let Some(h) = x.home_ratio {
                     assert!(h.is_finite() && h >= 0.0);
@@ -129,7 +134,7 @@ pub fn proc_stat(data: &[u8]) {
             };
             let r = hypervisor::report(&before, &before, None, 1_000_000_000);
             assert_eq!(r.total_steal_ns, 0);
-            let _ = hypervisor::format_text(&r);
+            let _ = output::hypervisor::format_text(&r);
             let after = Snapshot {
                 steal: steal
                     .iter()
@@ -150,7 +155,7 @@ pub fn proc_stat(data: &[u8]) {
                         assert!((0.0..=100.0).contains(&p));
                     }
                 }
-                let _ = hypervisor::format_text(&r);
+                let _ = output::hypervisor::format_text(&r);
                 let _ = serde_json::to_string(&r);
             }
         }

@@ -1,9 +1,9 @@
-//! What the machine says: programs (bpftool, fdinfo), /proc figures, packages.
+//! What the machine says: programs (bpftool, fdinfo), /proc figures, versions.
 
 use std::{
     collections::BTreeMap,
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
 };
 
@@ -196,54 +196,7 @@ pub(super) fn loadavg() -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// Packages and binaries.
-
-pub(super) fn installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${Status}", pkg])
-        .stderr(Stdio::null())
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-}
-
-/// What the bench runs: the libbpf-tools, bpftrace and perf it compares with, and bpftool.
-const PACKAGES: [&str; 4] = ["libbpf-tools", "bpftrace", "linux-perf", "bpftool"];
-
-pub(super) fn ensure_packages() -> Result<()> {
-    let missing: Vec<&str> = PACKAGES.into_iter().filter(|p| !installed(p)).collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    println!("xtask bench: installing {}", missing.join(" "));
-    crate::apt::Apt::new().install(&missing)?;
-    let still: Vec<&str> = missing.into_iter().filter(|p| !installed(p)).collect();
-    ensure!(still.is_empty(), "still not installed: {}", still.join(" "));
-    Ok(())
-}
-
-/// An executable called `name` that `pkg` installed, else `name` on PATH.
-pub(super) fn binary(pkg: &str, name: &str) -> Result<PathBuf> {
-    let listed = Command::new("dpkg")
-        .args(["-L", pkg])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    let suffix = format!("/{name}");
-    if let Some(p) = listed
-        .lines()
-        .filter(|l| l.ends_with(&suffix))
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-    {
-        return Ok(p);
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| format!("no {name} (package {pkg}) found"))
-}
+// Versions.
 
 /// A command's whole stdout, trimmed (empty when it fails).
 pub(super) fn command_output(argv: &[&str]) -> String {

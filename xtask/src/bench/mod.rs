@@ -59,17 +59,18 @@ mod recorders;
 mod report;
 mod results;
 mod serve;
+mod stats;
 mod system;
 mod tools;
 mod workloads;
 
 use self::{
-    inspect::{binary, ensure_packages, loadavg},
+    inspect::loadavg,
     measure::{calibrate, step, Row},
     report::Report,
     system::{catch_signals, interrupted, read_stats_sysctl, sys, BpfStats, Proc},
     tools::{warm_up, Tool, BPFTRACE_SCRIPT},
-    workloads::{strings, Load},
+    workloads::{strings, Config, Load},
 };
 
 #[derive(clap::Args, Debug)]
@@ -99,14 +100,6 @@ pub struct BenchArgs {
 // ---------------------------------------------------------------------------------------
 // The run.
 
-/// How many rounds and how large the loads are (`--quick`: small, to check the harness).
-pub(super) struct Config {
-    pub(super) runs: usize,
-    pipe_loops: u32,
-    msg_groups: u32,
-    msg_loops: u32,
-}
-
 pub fn bench(args: BenchArgs) -> Result<()> {
     ensure!(
         crate::is_root()?,
@@ -124,13 +117,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     let logs = out.parent().unwrap_or(Path::new(".")).join("logs");
     fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
 
-    ensure_packages()?;
-    let perf = binary("linux-perf", "perf")?;
-    let bpftool = binary("bpftool", "bpftool")?;
-    let cpudist = binary("libbpf-tools", "cpudist")?;
-    let runqlat = binary("libbpf-tools", "runqlat")?;
-    let bpftrace = binary("bpftrace", "bpftrace")?;
-    let offcputime = binary("libbpf-tools", "offcputime")?;
+    let crate::provision::BenchTools {
+        perf,
+        bpftool,
+        cpudist,
+        runqlat,
+        bpftrace,
+        offcputime,
+    } = crate::provision::bench()?;
     let tracer = match args.tracer {
         Some(t) => std::path::absolute(t)?,
         None => crate::build(true)?.bin,

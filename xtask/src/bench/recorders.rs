@@ -25,6 +25,7 @@ use anyhow::{ensure, Context, Result};
 
 use super::{
     inspect::{children_ticks, clock_ticks, context_switches},
+    stats::median,
     system::{interrupted, Proc},
     workloads::Load,
 };
@@ -60,16 +61,6 @@ fn user_sys_ticks(pid: u32) -> Result<(u64, u64)> {
         f.get(11).context("short stat")?.parse()?,
         f.get(12).context("short stat")?.parse()?,
     ))
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
 }
 
 /// One run of `load` under `r`, appended to `row`.

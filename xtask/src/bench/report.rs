@@ -2,40 +2,26 @@
 
 use std::{collections::BTreeSet, path::Path, time::Duration};
 
+use serde::Serialize;
+
 use super::{
     inspect::clock_ticks,
     measure::Row,
-    results::Target,
+    stats::{max, median, min, print_table, round},
     tools::{Expect, Tool},
-    workloads::{strings, Load},
-    Config,
+    workloads::{strings, Config, Load},
 };
 
-pub(super) fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
-}
-
-pub(super) fn min(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::NAN, f64::min)
-}
-
-pub(super) fn max(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::NAN, f64::max)
-}
-
-pub(super) fn round(x: f64, digits: i32) -> f64 {
-    let k = 10f64.powi(digits);
-    (x * k).round() / k
+/// One target check on a tracer row.
+#[derive(Serialize)]
+pub(super) struct Target {
+    pub(super) load: &'static str,
+    pub(super) tool: String,
+    pub(super) what: &'static str,
+    pub(super) value: f64,
+    pub(super) limit: f64,
+    pub(super) unit: &'static str,
+    pub(super) met: bool,
 }
 
 pub(super) struct Summary {
@@ -307,54 +293,5 @@ impl Report<'_> {
             }
         }
         out
-    }
-}
-
-pub(super) fn print_table(rows: &[Vec<String>]) {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let width: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for (i, r) in rows.iter().enumerate() {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(c, s)| {
-                if c < 2 {
-                    format!("{s:<w$}", w = width[c])
-                } else {
-                    format!("{s:>w$}", w = width[c])
-                }
-            })
-            .collect();
-        println!("  {}", line.join("  ").trim_end());
-        if i == 0 {
-            println!(
-                "  {}",
-                width
-                    .iter()
-                    .map(|&w| "-".repeat(w))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-            );
-        }
-    }
-}
-
-#[cfg(test)]
-pub(super) mod tests {
-    use super::*;
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(&[]).is_nan());
     }
 }

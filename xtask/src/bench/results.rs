@@ -11,40 +11,10 @@ use serde::Serialize;
 
 use super::{
     inspect::{command_output, first_line},
-    report::{max, median, min, round, Report},
+    report::{Report, Target},
+    stats::{round, spread, Spread},
     tools::BPFTRACE_SCRIPT,
 };
-
-/// Median, extremes and every sample, rounded to `digits` decimals. NaN (no samples) is
-/// written as null.
-#[derive(Serialize)]
-pub(super) struct Spread {
-    median: f64,
-    min: f64,
-    max: f64,
-    samples: Vec<f64>,
-}
-
-pub(super) fn spread(v: &[f64], digits: i32) -> Spread {
-    Spread {
-        median: round(median(v), digits),
-        min: round(min(v), digits),
-        max: round(max(v), digits),
-        samples: v.iter().map(|&x| round(x, digits)).collect(),
-    }
-}
-
-/// One target check on a tracer row.
-#[derive(Serialize)]
-pub(super) struct Target {
-    pub(super) load: &'static str,
-    pub(super) tool: String,
-    pub(super) what: &'static str,
-    pub(super) value: f64,
-    pub(super) limit: f64,
-    pub(super) unit: &'static str,
-    pub(super) met: bool,
-}
 
 #[derive(Serialize)]
 struct Results<'a> {
@@ -353,23 +323,5 @@ impl Report<'_> {
             targets: self.targets().into_iter().map(|t| t.1).collect(),
             serve: self.serve.as_ref(),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spreads_round_and_write_no_samples_as_null() {
-        // to_string, not to_value: the file keeps the struct's field order.
-        assert_eq!(
-            serde_json::to_string(&spread(&[1.04, 2.0, 4.0], 1)).unwrap(),
-            r#"{"median":2.0,"min":1.0,"max":4.0,"samples":[1.0,2.0,4.0]}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&spread(&[], 1)).unwrap(),
-            r#"{"median":null,"min":null,"max":null,"samples":[]}"#
-        );
     }
 }

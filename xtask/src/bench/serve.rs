@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::{
     inspect::{bpftool_progs, clock_ticks, is_switch_prog, scan_fds, vm_hwm_kib},
-    report::{median, print_table, round},
+    stats::{median, print_table, round},
     system::{interrupted, Proc},
     workloads::strings,
 };

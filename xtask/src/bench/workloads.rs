@@ -13,6 +13,14 @@ use super::{
     system::Proc,
 };
 
+/// How many rounds and how large the loads are (`--quick`: small, to check the harness).
+pub(super) struct Config {
+    pub(super) runs: usize,
+    pub(super) pipe_loops: u32,
+    pub(super) msg_groups: u32,
+    pub(super) msg_loops: u32,
+}
+
 pub(super) struct Load {
     pub(super) key: &'static str,
     pub(super) argv: Vec<String>,

@@ -3,31 +3,30 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use tracer_truth::{
+    wakeup_wait_ceiling, wakeup_wait_floor, ON_CPU, TORTURE_RUNQ_FROM_SCHEDSTAT, TORTURE_SLICES,
+};
+
 use super::consistency::{doc_checks, interval_checks};
 use super::lifetime::{born_when, lifetime, names};
 use super::report::{Class, Outcome};
+use super::rows::{ms, num, rows_text, WindowBounds};
 use super::scenario::Target;
 use super::truth::build_entities;
 use crate::json::{Items, Json};
 
-/// On-CPU: within 1% or 1 ms (whichever is larger) of the thread's own schedstat.
-pub(super) const ON_REL: f64 = 0.01;
-pub(super) const ON_ABS: f64 = 1e6;
-/// Slices: schedstat's pcount ± (2 + 0.5%): a slice cut at the window's edges or at the
-/// baseline read.
-pub(super) const SLICES_ABS: f64 = 2.0;
-pub(super) const SLICES_REL: f64 = 0.005;
+// The bounds against the truth are tracer_truth's (on-CPU: ON_CPU, 1% or 1 ms; slices:
+// TORTURE_SLICES, 0.5% + 2; waits: TORTURE_RUNQ_FROM_SCHEDSTAT and the wakeup floor and
+// ceiling); what the harness adds for its own workload:
+
 /// After its last record a thread still exits: waking its joiner can get it preempted,
 /// so the tracer may see up to two more slices and one more wait than the record holds
 /// (on this 2-CPU VM, busy with other builds, such a wait took up to ~170 ms).
-pub(super) const EXIT_SLICES: f64 = 2.0;
-pub(super) const EXIT_WAIT_NS: f64 = 250e6;
+const EXIT_SLICES: f64 = 2.0;
+const EXIT_WAIT_NS: f64 = 250e6;
 /// Run-queue waits timed from wakeups exceed run_delay by at most one tick (CONFIG_HZ=250
 /// here) per wait: see the clock-update skip in README "How it works".
-pub(super) const TICK_NS: f64 = 4e6;
-/// The wakeup tracepoint fires after the enqueue that starts run_delay (by ~10 µs here
-/// with pipe ping-pong): that much per wait may be missing from a wakeup-timed wait.
-pub(super) const WAKEUP_AFTER_ENQUEUE_NS: f64 = 25e3;
+const TICK_NS: f64 = 4e6;
 
 /// The `drops` counters that stand for threads lost: a full traced-set or per-thread map,
 /// task storage that could not be had, a lost exit record. (A program run the kernel
@@ -38,36 +37,6 @@ pub(super) const THREAD_LOSSES: &[&str] = &[
     "tracked_map_full",
     "task_storage_failed",
     "exit_ringbuf_full",
-];
-
-/// The window's opening (CLOCK_MONOTONIC ns, from the tracer's WINDOW map); it closes
-/// `duration_ns` later (the tracer takes that end after detaching its programs).
-#[derive(Clone, Copy)]
-pub(super) struct WindowBounds {
-    pub(super) open: u64,
-}
-
-pub(super) fn ms(ns: f64) -> String {
-    // + 0.0: an empty sum is -0.0, which would print as "-0.000".
-    format!("{:.3} ms", ns / 1e6 + 0.0)
-}
-
-pub(super) fn num(v: &Json, k: &str) -> f64 {
-    v[k].as_f64().unwrap_or(0.0)
-}
-
-/// Row fields that interval documents split and the total sums.
-pub(super) const ROW_FIELDS: &[&str] = &[
-    "on_cpu_ns",
-    "slices",
-    "voluntary_switches",
-    "involuntary_switches",
-    "runq_wait_ns",
-    "runq_waits",
-    "off_cpu_ns",
-    "blocked_ns",
-    "preempted_ns",
-    "migrations",
 ];
 
 pub(super) fn check(
@@ -105,11 +74,11 @@ pub(super) fn check(
         doc_checks(o, d, d["kind"].as_str() == Some("total"));
     }
     // A workload of a few hundred threads fits every map and ring: any loss is lost
-    // accounting (issue 24 item 12: `exit_ringbuf_full`). `switch_in_unseen` is no
+    // accounting (`exit_ringbuf_full` once). `switch_in_unseen` is no
     // loss (the slice is placed by the scheduler's runtime); `switch_out_unseen` is one
     // of the task the kernel did not report leaving, which system-wide is rarely the
     // workload's (the per-thread checks against its truth would show it if it were).
-    let system_wide = o.scenario.target == super::scenario::Target::System;
+    let system_wide = o.scenario.target == Target::System;
     if let Json::Object(m) = &total["drops"] {
         for (k, v) in m {
             if k == "switch_in_unseen" || (system_wide && k == "switch_out_unseen") {
@@ -226,7 +195,7 @@ pub(super) fn check(
         let sum = |k: &str| mine.iter().map(|r| num(r, k)).sum::<f64>();
         let (on, wait, slices) = (sum("on_cpu_ns"), sum("runq_wait_ns"), sum("slices"));
         let lo_run = e.lo.run - out_start - out_end;
-        let tol = (ON_REL * e.lo.run).max(ON_ABS);
+        let tol = ON_CPU.allowed(e.lo.run);
         let (lo_b, hi_b) = (lo_run - tol, e.hi.run + tol + e.slack_ns);
         let alive = mine.iter().any(|r| r["exited"].as_bool() == Some(false));
         let where_ = if inside && alive {
@@ -257,11 +226,10 @@ pub(super) fn check(
             )
         });
         if inside {
-            let st = SLICES_ABS + e.slack_slices;
-            let (lo_s, hi_s) = (
-                e.lo.slices * (1.0 - SLICES_REL) - st,
-                e.hi.slices * (1.0 + SLICES_REL) + st + EXIT_SLICES,
-            );
+            let (lo_s, hi_s) = TORTURE_SLICES
+                .plus(e.slack_slices)
+                .range(e.lo.slices, e.hi.slices);
+            let hi_s = hi_s + EXIT_SLICES;
             o.expect(Class::Slices, slices >= lo_s && slices <= hi_s, || {
                 format!(
                     "{}: slices {slices} outside [{lo_s:.0}, {hi_s:.0}] (schedstat pcount {} .. {}); rows: {}; truth: {}",
@@ -277,15 +245,9 @@ pub(super) fn check(
             // run_delay's growth is taken at switch-out: a thread still in its slice when
             // the window closes has its last wait unread, so the lower bound holds only
             // for threads inside the window.
-            let lo_w = if inside {
-                e.lo.wait * (1.0 - ON_REL) - ON_ABS
-            } else {
-                0.0
-            };
-            let (lo_w, hi_w) = (
-                lo_w,
-                e.hi.wait * (1.0 + ON_REL) + ON_ABS + e.slack_ns + EXIT_WAIT_NS,
-            );
+            let (lo_w, hi_w) = TORTURE_RUNQ_FROM_SCHEDSTAT.range(e.lo.wait, e.hi.wait);
+            let lo_w = if inside { lo_w } else { 0.0 };
+            let hi_w = hi_w + e.slack_ns + EXIT_WAIT_NS;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
                 format!(
                     "{}: run-queue wait {} (--runq-from schedstat) outside [{}, {}] (run_delay {} .. {}); rows: {}; truth: {}",
@@ -298,11 +260,9 @@ pub(super) fn check(
             // plus one tick per wait (the clock update `__schedule` skips after a
             // wakeup preemption leaves run_delay short by up to the time since the run
             // queue's clock was last updated).
-            let lo_w = e.lo.wait * 0.9 - e.lo.slices * WAKEUP_AFTER_ENQUEUE_NS - ON_ABS;
-            let hi_w = e.hi.wait * (1.0 + ON_REL)
-                + e.hi.slices.max(slices) * TICK_NS
-                + ON_ABS
-                + EXIT_WAIT_NS;
+            let lo_w = wakeup_wait_floor(e.lo.wait, e.lo.slices);
+            let hi_w =
+                wakeup_wait_ceiling(e.hi.wait, e.hi.slices.max(slices), TICK_NS) + EXIT_WAIT_NS;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
                 format!(
                     "{}: run-queue wait {} (from wakeups) outside [{}, {}] (run_delay {} .. {}, {} slices; 90% of run_delay less 25 us a wait; {} per wait allowed for the clock skip, {} for the exit); rows: {}; truth: {}",
@@ -369,26 +329,4 @@ pub(super) fn check(
             );
         }
     }
-}
-
-pub(super) fn rows_text(rows: &[&Json]) -> String {
-    if rows.is_empty() {
-        return "none".into();
-    }
-    rows.iter()
-        .map(|r| {
-            format!(
-                "[tid {} pid {} comm {:?} on {} slices {} runq {} ({} waits) exited {}]",
-                r["tid"].as_u64().unwrap_or(0),
-                r["pid"].as_u64().unwrap_or(0),
-                r["comm"].as_str().unwrap_or(""),
-                ms(num(r, "on_cpu_ns")),
-                num(r, "slices"),
-                ms(num(r, "runq_wait_ns")),
-                num(r, "runq_waits"),
-                r["exited"].as_bool().unwrap_or(false)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }

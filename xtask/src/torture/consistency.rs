@@ -3,8 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::check::{ms, num, rows_text, ON_ABS, ROW_FIELDS};
+use tracer_truth::{ON_CPU, TORTURE_PER_CPU_SPLIT};
+
 use super::report::{Class, Outcome};
+use super::rows::{ms, num, rows_text, ROW_FIELDS};
 use crate::json::{Items, Json};
 
 /// Checks within one document: nothing above the window, and the thread table, the
@@ -41,7 +43,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
         );
         if is_total {
             let off = num(r, "off_cpu_ns");
-            o.expect(Class::Window, ron + off <= dur + ON_ABS, || {
+            o.expect(Class::Window, ron + off <= dur + ON_CPU.abs, || {
                 format!(
                     "{label}: on-CPU {} + off-CPU {} = {} above the {} window: {}",
                     ms(ron),
@@ -92,7 +94,7 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     // thread no further than the scheduler's runtime as of the read (which lags by up
     // to a tick): there a difference is a note.
     let on_total = num(d, "on_cpu_ns");
-    if (per_cpu_sum - on_total).abs() > on_total * 0.01 + 2e6 {
+    if !TORTURE_PER_CPU_SPLIT.holds(per_cpu_sum, on_total) {
         let msg = format!(
             "{label}: Σ per_cpu on_cpu_ns {} vs on_cpu_ns {} (beyond 1% + 2 ms)",
             ms(per_cpu_sum),

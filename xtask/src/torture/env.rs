@@ -10,9 +10,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::check::{check, WindowBounds};
+use super::check::check;
 use super::report::{Class, Outcome};
-use super::scenario::{Focus, Scenario, Target};
+use super::rows::WindowBounds;
+use super::scenario::{plan, Focus, Scenario, Target};
 use super::scratch::{remove_stale_scratch, Scratch};
 use super::trace;
 use super::truth::{read_truth, wait_for_done};
@@ -32,6 +33,10 @@ pub(super) struct Env {
 }
 
 impl Env {
+    pub(super) fn scenario(&self, seed: u64) -> Scenario {
+        plan(seed, &self.probes, self.cgroup2.is_some())
+    }
+
     pub(super) fn new(tracer: &Path) -> Result<Env> {
         let target = crate::target_dir()?;
         let mut build = crate::cargo(None, "build", &target);
@@ -64,7 +69,7 @@ impl Env {
         if let Some(root) = &cgroup2 {
             remove_stale_scratch(root);
         }
-        let python = crate::testdeps::perfetto_python(&target, &mut crate::apt::Apt::new())?;
+        let python = crate::provision::torture()?;
         let clocks = Command::new(&workload)
             .arg("clocks")
             .output()

@@ -1,8 +1,10 @@
-//! Per-thread invariants of issue 24: a thread's on- plus off-CPU time covers its time
+//! Per-thread invariants: a thread's on- plus off-CPU time covers its time
 //! inside the window, and its row names it as the kernel does.
 
-use super::check::{ms, num, rows_text, WindowBounds, ON_ABS, ON_REL};
+use tracer_truth::ON_CPU;
+
 use super::report::{Class, Outcome};
+use super::rows::{ms, num, rows_text, WindowBounds};
 use super::truth::Entity;
 use crate::json::Json;
 
@@ -25,7 +27,7 @@ pub(super) fn lifetime(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBou
     let inside = to - from;
     let on: f64 = rows.iter().map(|r| num(r, "on_cpu_ns")).sum();
     let off: f64 = rows.iter().map(|r| num(r, "off_cpu_ns")).sum();
-    let tol = tracer_truth::tolerance(inside, ON_REL, ON_ABS);
+    let tol = ON_CPU.allowed(inside as f64);
     o.expect(Class::Lifetime, on + off >= inside as f64 - tol, || {
         format!(
             "{}: on-CPU {} + off-CPU {} = {}, {:.1}% of the {} it lived inside the window \

@@ -10,6 +10,7 @@ mod consistency;
 mod env;
 mod lifetime;
 mod report;
+mod rows;
 mod scenario;
 mod scratch;
 mod trace;
@@ -24,6 +25,7 @@ use anyhow::Result;
 
 use env::Env;
 use report::{summarize, KNOWN};
+use scenario::CI_SEEDS;
 
 #[derive(clap::Args)]
 pub struct TortureArgs {
@@ -40,11 +42,6 @@ pub struct TortureArgs {
     #[arg(long)]
     keep: bool,
 }
-
-/// Seeds of the short pass inside `cargo xtask test`: together they cover every target
-/// mode, each probe mode, intervals, schedstat waits, window-edge exits, closed pipes and
-/// every focus of issue 24 (scenario::Focus; `the_ci_seeds_cover_every_focus_and_target`).
-pub(crate) const CI_SEEDS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
 
 pub fn torture(args: TortureArgs) -> Result<()> {
     let built = crate::build(false)?;

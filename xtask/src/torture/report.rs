@@ -84,8 +84,8 @@ pub(super) struct Known {
     pub(super) reason: &'static str,
 }
 
-/// The open bugs of the CI pass: none. (Seed 11's classic-tracepoint new-thread miss,
-/// issue 24 item 13, is being fixed; while it was open the pass ran a failing seed again,
+/// The open bugs of the CI pass: none. (Seed 11's classic-tracepoint new-thread miss
+/// is being fixed; while it was open the pass ran a failing seed again,
 /// which turned red into green.)
 pub(super) const KNOWN: &[Known] = &[];
 

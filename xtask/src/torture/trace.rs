@@ -1,6 +1,6 @@
 //! `tracer record` scenarios: the Perfetto trace, decoded with Perfetto's official protos
 //! and rebuilt per thread by tests/perfetto/rebuild.py (the inference the trace processor
-//! makes), against the run's own summary and window (issue 24 item 5). The trace and the
+//! makes), against the run's own summary and window. The trace and the
 //! summary come from the same programs: per thread the trace's on-CPU time is the
 //! summary's within the README's bound (1% or 1 ms, plus the machine's steal time: the
 //! trace's slices are wall time), its switch-ins are the summary's slices and its waits
@@ -12,8 +12,10 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::check::{ms, num, WindowBounds, ON_ABS, ON_REL};
+use tracer_truth::TRACE_VS_SUMMARY;
+
 use super::report::{Class, Outcome};
+use super::rows::{ms, num, WindowBounds};
 use super::truth::build_entities;
 use crate::json::{Items, Json};
 
@@ -145,7 +147,7 @@ pub(super) fn check(
         let t = &rb["threads"][tid.to_string().as_str()];
         compared += 1;
         let (on_s, on_t) = (num(row, "on_cpu_ns"), u(&t["on_cpu_ns"]));
-        let tol = tracer_truth::tolerance(on_s as u64, ON_REL, ON_ABS + steal as f64);
+        let tol = TRACE_VS_SUMMARY.plus(steal as f64).allowed(on_s);
         o.expect(Class::Trace, (on_t - on_s).abs() <= tol, || {
             format!(
                 "{}: on-CPU rebuilt from the trace {} vs the summary's {} ({:+.1}%; allowed ±{} \
@@ -167,7 +169,7 @@ pub(super) fn check(
         });
         let (wn_s, wn_t) = (num(row, "runq_waits"), u(&t["runq_waits"]));
         let (ws, wt) = (num(row, "runq_wait_ns"), u(&t["runq_wait_ns"]));
-        let wtol = tracer_truth::tolerance(ws as u64, ON_REL, ON_ABS);
+        let wtol = TRACE_VS_SUMMARY.allowed(ws);
         o.expect(Class::Trace, wn_s == wn_t && (wt - ws).abs() <= wtol, || {
             format!(
                 "{}: run-queue waits in the trace {wn_t} ({}) vs the summary's {wn_s} ({}; allowed ±{})",
@@ -179,7 +181,7 @@ pub(super) fn check(
         });
     }
     // An exec from a non-main thread: the summary and the trace put its time under the
-    // same TIDs (issue 24 item 8: one convention everywhere), TID by TID. The reaped
+    // same TIDs (one convention everywhere), TID by TID. The reaped
     // leader's switch is often one the programs did not see (a gap), whose slice the
     // kernel side puts back from the scheduler's runtime, as the summary counts it: the
     // same bound holds there.
@@ -196,7 +198,7 @@ pub(super) fn check(
                 .map(|r| num(r, "on_cpu_ns"))
                 .sum();
             let on_t = u(&rb["threads"][tid.to_string().as_str()]["on_cpu_ns"]);
-            let tol = tracer_truth::tolerance(on_s as u64, ON_REL, ON_ABS + steal as f64);
+            let tol = TRACE_VS_SUMMARY.plus(steal as f64).allowed(on_s);
             o.expect(Class::Trace, (on_t - on_s).abs() <= tol, || {
                 format!(
                     "{}: TID {tid} has {} on-CPU in the trace, {} in the summary (allowed ±{}): \

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::check::ms;
+use super::rows::ms;
 use super::scenario::Target;
 use crate::json::Json;
 
@@ -221,7 +221,7 @@ pub(super) fn build_entities(
                 life.0 = t(j);
             }
             if let Some(lv) = find("leave") {
-                // Traced while in the cgroup, and only then (issue 24 item 4): its
+                // Traced while in the cgroup, and only then: its
                 // record at the move is all of it.
                 lo = Stat::of(lv);
                 hi = lo;

@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::{Context, Result};
 
-use super::{protocol, Arch};
+use super::protocol;
+use crate::arch::Arch;
 
 /// What a boot left behind.
 pub struct Boot {

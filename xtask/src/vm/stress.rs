@@ -13,7 +13,9 @@ use std::{
 
 use anyhow::{bail, Result};
 
-use super::{provision, qemu, Arch};
+use super::qemu;
+use crate::arch::Arch;
+use crate::provision::guest;
 
 /// What the guest attaches and detaches, over and over.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +245,7 @@ fn read_results(text: &str) -> (u32, u32, Vec<String>, bool) {
 #[allow(clippy::too_many_arguments)]
 fn boot_once(
     arch: &Arch,
-    kernel: &provision::Kernel,
+    kernel: &guest::Kernel,
     initrd: &Path,
     dir: &Path,
     load: Load,
@@ -315,7 +317,7 @@ fn boot_once(
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     arch: &Arch,
-    kernel: &provision::Kernel,
+    kernel: &guest::Kernel,
     initrd: &Path,
     work: &Path,
     loads: &[Load],

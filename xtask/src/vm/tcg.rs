@@ -5,7 +5,7 @@
 //! failure, and a boot again is counted and named in the summary.
 
 use super::stress::{cpus_after_nmi, message, read_crash};
-use super::{Arch, X86_64};
+use crate::arch::{Arch, X86_64};
 
 /// Frames of the CPU that patches the key and waits for the other to take its IPI.
 const PATCHING: &[&str] = &["text_poke_bp", "smp_text_poke"];

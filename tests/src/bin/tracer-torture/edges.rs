@@ -1,4 +1,4 @@
-//! The parts of issue 24's scenarios: threads and a forked child born while the tracer
+//! The scenario parts beyond the base plan: threads and a forked child born while the tracer
 //! starts (`--startup`), threads and a process asleep across the window's edges
 //! (`--sleepers`), pipe ping-pong partners pinned to one CPU and to two (`--pinned`),
 //! processes living tens of milliseconds (`--short`), and names that are not UTF-8 or

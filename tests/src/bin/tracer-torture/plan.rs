@@ -16,7 +16,7 @@ use crate::truth::{birth_ns, emit, now_ns, pid, record, record_with, set_word, G
 use crate::work::{futex_wait, futex_wake, move_to, solo, spin_ns, Rng};
 use crate::{arg, num};
 
-/// The scenario parts of issue 24 asked for on the command line (see `edges`).
+/// The scenario parts beyond the base plan asked for on the command line (see `edges`).
 struct Parts {
     /// `--startup T,C`: ms after `ready` to start a thread and to fork a child (0: none).
     startup: Option<(u64, u64)>,
@@ -59,7 +59,7 @@ pub(crate) fn run(args: &[String], out: &str) {
     let cg_out = arg(args, "--cg-out");
     let parts = Parts::of(args);
     let mut rng = Rng::new(seed);
-    // The parts of issue 24 draw from their own generator: the rest of the plan stays
+    // Those parts draw from their own generator: the rest of the plan stays
     // what the seed made it before they existed.
     let mut xrng = Rng::new(seed ^ 0x2424_2424);
     let mut started = Started::default();

@@ -7,28 +7,9 @@ use tracer_tests::thread_cpu_ns;
 
 use crate::truth::{now_ns, pid};
 
-/// splitmix64: small, deterministic, good enough to pick a plan.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [lo, hi].
-    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
+/// The harness's generator (`tracer_truth::Rng`, splitmix64), seeded as the workload
+/// always was (`Rng::new`).
+pub(crate) use tracer_truth::Rng;
 
 pub(crate) fn spin_ns(ns: u64) {
     let end = thread_cpu_ns() + ns;

@@ -6,7 +6,7 @@
 //! copy of Perfetto's protos; the `perfetto_protos` crate does that at build time and is
 //! heavy. We write about ten messages, so they are declared here with `#[derive(
 //! prost::Message)]` and field numbers from Perfetto's `.proto` files; the end-to-end
-//! test (`tests/tests/record_e2e.rs`) decodes every trace with Perfetto's official
+//! test (`tests/tests/record.rs`) decodes every trace with Perfetto's official
 //! generated protos (the `perfetto` Python package), which is what catches a wrong
 //! number, type or packing.
 //!

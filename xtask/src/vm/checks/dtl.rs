@@ -1,6 +1,6 @@
 //! The pseries DTL command: settings enabled, read and restored (or refused elsewhere).
 
-use super::{threads::*, *};
+use super::{common::*, threads::*};
 
 /// `cat` of a DTL setting as the step saved it.
 fn setting<'a>(step: &'a Step, tag: &str, what: &str) -> &'a str {

@@ -3,15 +3,15 @@
 //! booted in (EL1, or EL2 with VHE) comes from its own boot log, and decides what each
 //! modifier must do (Documentation/arch/arm64/perf.rst).
 
-use super::*;
+use super::common::*;
 
 /// Allowance per slice for the switch path the slices count and the thread's own
 /// counter does not (see `slices`).
 const SLICE_PATH_NS: f64 = 3.0 * PER_SLICE_NS;
 
-/// `|a - b|` within `frac` of `b`.
-fn close(a: f64, b: f64, frac: f64) -> bool {
-    (a - b).abs() <= frac * b.abs()
+/// `a` within `tracer_truth::COUNTER_SPLIT` (10%) of `b`.
+fn close(a: f64, b: f64) -> bool {
+    tracer_truth::COUNTER_SPLIT.holds(a, b)
 }
 
 /// A counter of the report by event name (the first, for repeated names).
@@ -88,7 +88,7 @@ fn user_kernel(doc: &Json, c: &mut Check) {
         c.expect(get(e) > 0.0, || format!("{e} is {:?}", value(doc, e)));
     }
     let (all, u, k) = (get("cycles"), get("cycles:u"), get("cycles:k"));
-    c.expect(close(u + k, all, 0.10), || {
+    c.expect(close(u + k, all), || {
         format!(
             "cycles:u + cycles:k = {:.0} vs cycles {all:.0} ({:+.1}%, over 10%)",
             u + k,
@@ -141,7 +141,7 @@ fn modifiers(doc: &Json, regime: Regime, c: &mut Check) {
                 format!("{event} is {v:?}, expected 0 ({})", regime.label())
             });
         } else {
-            c.expect(v.is_some_and(|v| close(v, all, 0.10)), || {
+            c.expect(v.is_some_and(|v| close(v, all)), || {
                 format!("{event} is {v:?}, expected within 10% of cycles {all:.0}")
             });
         }
@@ -215,7 +215,7 @@ fn multiplexing(g: &GuestOutput) -> Verdict {
         .iter()
         .map(|v| (v - mean).abs() / mean.max(1.0))
         .fold(0.0, f64::max);
-    c.expect(spread <= 0.15, || {
+    c.expect(spread <= tracer_truth::MULTIPLEXED_SPREAD, || {
         format!(
             "scaled values {values:?} spread {:.1}% around their mean (over 15%)",
             100.0 * spread

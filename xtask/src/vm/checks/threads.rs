@@ -1,6 +1,6 @@
 //! Per-thread numbers against the guest's schedstat, and the probe-mode runs.
 
-use super::*;
+use super::common::*;
 
 /// A workload thread's ground truth: the line every workload writes (`tracer-truth`).
 pub(super) use tracer_truth::Truth;
@@ -61,10 +61,9 @@ pub(super) fn within(ours: u64, truth: u64) -> bool {
     within_events(ours, truth, 0, 0.0)
 }
 
-/// Within TOLERANCE (or FLOOR_NS), plus `per_event` for each of `events`.
+/// Within BOUND, plus `per_event` for each of `events`.
 pub(super) fn within_events(ours: u64, truth: u64, events: u64, per_event: f64) -> bool {
-    let d = ours.abs_diff(truth) as f64;
-    d <= tracer_truth::tolerance(truth, TOLERANCE, FLOOR_NS) + events as f64 * per_event
+    BOUND.holds_plus(ours, truth, events as f64 * per_event)
 }
 
 pub(super) fn pct(ours: u64, truth: u64) -> f64 {

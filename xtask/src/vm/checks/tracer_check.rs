@@ -1,6 +1,6 @@
 //! `tracer check` against the kernel's config, and the guest's own facts.
 
-use super::*;
+use super::common::*;
 
 pub(super) fn check_facts(g: &GuestOutput, arch: &str, o: &Offers) -> Verdict {
     let mut c = Check::new("guest facts");

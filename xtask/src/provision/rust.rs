@@ -1,6 +1,6 @@
-//! `cargo xtask setup`: provisions what building the eBPF programs needs, checking
-//! before installing: the nightly toolchain's `rust-src` and a `bpf-linker` built
-//! against the nightly's own libLLVM.
+//! The Rust side, checked before installed: the nightly toolchain's `rust-src` and a
+//! `bpf-linker` built against the nightly's own libLLVM (the eBPF build), rustup
+//! components (rustfmt, clippy) and rustup targets (musl, the cross targets).
 
 use std::{
     env,
@@ -15,7 +15,7 @@ use crate::{cmd, elf};
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
-/// What the eBPF build needs from setup.
+/// What the eBPF build needs.
 pub struct Tools {
     /// A working `bpf-linker` built against the nightly's LLVM.
     pub bpf_linker: PathBuf,
@@ -32,7 +32,8 @@ struct Nightly {
     libllvm: String,
 }
 
-pub fn setup() -> Result<Tools> {
+/// The nightly with rust-src and a bpf-linker that matches it.
+pub fn ebpf_tools() -> Result<Tools> {
     let nightly = find_nightly()?;
     println!(
         "setup: found nightly toolchain: {} (LLVM {}, {})",
@@ -123,7 +124,7 @@ fn ensure_rust_src() -> Result<()> {
 /// Adds rustup component `name` (rustfmt, clippy) to the toolchain that builds the
 /// workspace when it lacks it, so the lint gates of `cargo xtask test` run on a machine
 /// with only rustup's toolchains.
-pub fn ensure_component(name: &str) -> Result<()> {
+pub fn component(name: &str) -> Result<()> {
     let installed = cmd::output(rustup().current_dir(crate::workspace_root()).args([
         "component",
         "list",
@@ -218,4 +219,21 @@ fn build_linker(nightly: &Nightly, cargo_home: &Path) -> Result<()> {
             .env("LLVM_PREFIX", &prefix),
     )
     .context("building bpf-linker failed: check network access to crates.io and the errors above")
+}
+
+/// Adds rustup target `target` to the toolchain that builds the workspace when missing.
+pub fn target(target: &str) -> Result<()> {
+    let installed = cmd::output(
+        rustup()
+            .args(["target", "list", "--installed"])
+            .current_dir(crate::workspace_root()),
+    )?;
+    if installed.lines().any(|l| l.trim() == target) {
+        return Ok(());
+    }
+    cmd::run(
+        rustup()
+            .args(["target", "add", target])
+            .current_dir(crate::workspace_root()),
+    )
 }

@@ -1,5 +1,7 @@
-//! The guest architectures: how each is emulated, where its binaries and libraries come
-//! from, and the further machine configurations its kernels are booted in.
+//! The guest architectures of `cargo xtask vm-test`: how each is emulated, where its
+//! binaries and libraries come from, and the further machine configurations its kernels
+//! are booted in. Below `provision` (which installs their qemu and downloads their
+//! kernels) and `vm`.
 
 use std::path::PathBuf;
 

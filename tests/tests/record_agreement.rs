@@ -1,5 +1,5 @@
 //! `tracer record`'s trace against the run's own summary and the threads' schedstat, on
-//! the workloads where they used to part (issue 24, item 5): a ping-pong across two
+//! the workloads where they used to part: a ping-pong across two
 //! CPUs (each wakeup wakes an idle CPU, whose clock update the kernel skips), a thread
 //! doing 2 ms sleeps (a timer wakes an idle CPU), waits of about 1 us (two threads on one
 //! CPU; under SCHED_BATCH, which never preempts on wakeup, so no clock update is skipped
@@ -157,7 +157,7 @@ fn microsecond_waits_without_wakeup_preemption_are_the_summarys() {
         let ours = u(&rb["threads"][t.tid.to_string()]["runq_wait_ns"]);
         let sum = u(&tracer_tests::thread(&doc, t.tid).unwrap()["runq_wait_ns"]);
         assert!(
-            within(ours, sum, 0.02, 100_000),
+            tracer_truth::TRACE_MICROSECOND_WAITS.holds_ns(ours, sum),
             "tid {}: waits in the trace {ours} ns, summary {sum} ns",
             t.tid
         );
@@ -248,7 +248,7 @@ fn window_cut(by_tid: bool) {
     let threads = doc["threads"].as_array().unwrap();
     assert!(!threads.is_empty());
     // Next to a switch the kernel did not run the program for (a gap, put back with an
-    // estimated time): looser, as in record_e2e.
+    // estimated time): looser, as in record.rs.
     let gap_tids = per_cpu(&doc["record"]["gap_tids"]);
     let gaps = u(&doc["record"]["gaps"]);
     let mut spinners = 0;
@@ -266,17 +266,17 @@ fn window_cut(by_tid: bool) {
         eprintln!(
             "tid {tid}: on-CPU trace {on} summary {s_on}, schedstat grew {grew} around the run"
         );
-        let (rel, slack) = if gap_tids.contains(&tid) {
-            (0.05, gaps + 2)
+        let (bound, slack) = if gap_tids.contains(&tid) {
+            (tracer_truth::TRACE_ON_CPU_NEAR_A_GAP, gaps + 2)
         } else {
-            (0.01, 0)
+            (tracer_truth::TRACE_VS_SUMMARY, 0)
         };
         assert!(
-            within(on, s_on, rel, 1_000_000),
+            bound.holds_ns(on, s_on),
             "tid {tid}: on-CPU from the trace {on} ns, summary {s_on} ns"
         );
         assert!(
-            on <= grew + 1_000_000,
+            on as f64 <= grew as f64 + tracer_truth::ON_CPU.abs,
             "tid {tid}: the trace's {on} ns exceeds schedstat's {grew} ns around the window"
         );
         assert_eq!(u(&ours["slices"]), u(&s["slices"]), "tid {tid}: slices");

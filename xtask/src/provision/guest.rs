@@ -1,6 +1,8 @@
-//! What the VMs need from Debian, checked before installed or downloaded, so a second
-//! run changes nothing: qemu (installed on the host) and, only downloaded into the cache (never installed), the kernel packages and a static
-//! busybox for each guest architecture.
+//! What `cargo xtask vm-test`'s guests need from Debian, checked before installed or
+//! downloaded, so a second run changes nothing: qemu for each architecture, installed on
+//! the host, and, only downloaded into the cache and unpacked there (never installed),
+//! the kernel packages of tests/vm/kernels, a static busybox and libbpf-tools for each
+//! guest architecture.
 
 use std::{
     path::{Path, PathBuf},
@@ -9,149 +11,12 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::Arch;
-pub use crate::apt::Apt;
-use crate::{
-    apt::{apt_get, privileged},
-    cmd,
-};
-
-fn have_program(name: &str) -> bool {
-    cmd::succeeds(Command::new(name).arg("--version"))
-}
-
-fn output(cmd: &mut Command) -> Option<String> {
-    let out = cmd.stderr(Stdio::null()).output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-impl Apt {
-    /// `apt-cache show` of the candidate version, updating the lists once if apt does not
-    /// know the package.
-    fn show(&mut self, spec: &str) -> Option<String> {
-        let show = |spec: &str| {
-            output(Command::new("apt-cache").args(["show", "--no-all-versions", spec]))
-                .filter(|s| !s.trim().is_empty())
-        };
-        if let Some(s) = show(spec) {
-            return Some(s);
-        }
-        self.update();
-        show(spec)
-    }
-
-    /// Installs the host packages still missing (`(program that proves it, package)`).
-    pub fn install_missing(&mut self, wanted: &[(&str, &str)]) -> Result<()> {
-        let missing: Vec<&str> = wanted
-            .iter()
-            .filter(|(prog, _)| {
-                if prog.starts_with('/') {
-                    !Path::new(prog).exists()
-                } else {
-                    !have_program(prog)
-                }
-            })
-            .map(|(_, pkg)| *pkg)
-            .collect();
-        self.install(&missing)
-    }
-
-    /// Lets apt download packages of a foreign architecture (ppc64el).
-    pub fn add_architecture(&mut self, deb_arch: &str) -> Result<()> {
-        let native = output(Command::new("dpkg").arg("--print-architecture")).unwrap_or_default();
-        if native.trim() == deb_arch {
-            return Ok(());
-        }
-        let foreign =
-            output(Command::new("dpkg").arg("--print-foreign-architectures")).unwrap_or_default();
-        if foreign.lines().any(|l| l.trim() == deb_arch) {
-            return Ok(());
-        }
-        cmd::run(privileged("dpkg").args(["--add-architecture", deb_arch]))?;
-        self.updated = false;
-        self.update();
-        Ok(())
-    }
-
-    /// The kernel package a metapackage (e.g. `linux-image-amd64`) currently stands for: its
-    /// `linux-image-*` dependency. A concrete package is returned as it is.
-    pub fn resolve_kernel(&mut self, package: &str, deb_arch: &str) -> Option<String> {
-        let info = self.show(&format!("{package}:{deb_arch}"))?;
-        let concrete = field(&info, "Depends").and_then(|d| {
-            d.split([',', '|'])
-                .map(|d| d.split_whitespace().next().unwrap_or(""))
-                .find(|d| d.starts_with("linux-image-"))
-                .map(|d| d.split(':').next().unwrap_or(d).to_string())
-        });
-        Some(concrete.unwrap_or_else(|| package.to_string()))
-    }
-
-    /// The package's .deb in `dir`, downloaded unless the candidate version already is
-    /// there. Offline (apt knows no candidate), the newest cached .deb of the package.
-    pub fn download(&mut self, package: &str, deb_arch: &str, dir: &Path) -> Result<PathBuf> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let spec = format!("{package}:{deb_arch}");
-        let Some(info) = self.show(&spec) else {
-            return newest_cached(dir, &format!("{package}_"), deb_arch).with_context(|| {
-                format!(
-                    "apt knows no package {spec} and none is cached in {}",
-                    dir.display()
-                )
-            });
-        };
-        let version = field(&info, "Version")
-            .with_context(|| format!("apt-cache show {spec} printed no Version"))?;
-        // As apt-get download names it: the epoch's ':' escaped.
-        let deb = dir.join(format!(
-            "{package}_{}_{}.deb",
-            version.replace(':', "%3a"),
-            field(&info, "Architecture").as_deref().unwrap_or(deb_arch)
-        ));
-        if deb.exists() {
-            return Ok(deb);
-        }
-        let mut cmd = apt_get(&["download"]);
-        if crate::is_root().unwrap_or(false) {
-            // The cache is root's: apt's sandbox user could not write it (a harmless warning).
-            cmd.args(["-o", "APT::Sandbox::User=root"]);
-        }
-        crate::cmd::run(cmd.arg(&spec).current_dir(dir))?;
-        if !deb.exists() {
-            return newest_cached(dir, &format!("{package}_"), deb_arch).with_context(|| {
-                format!("apt-get download {spec} left no .deb in {}", dir.display())
-            });
-        }
-        Ok(deb)
-    }
-}
-
-/// A field of an `apt-cache show` stanza.
-fn field(info: &str, name: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-        .map(|v| v.trim().to_string())
-}
-
-/// The newest `.deb` in `dir` for `deb_arch` whose file name starts with `prefix`
-/// (`NAME_` for a package, or a prefix such as `linux-image-`).
-fn newest_cached(dir: &Path, prefix: &str, deb_arch: &str) -> Option<PathBuf> {
-    let suffix = format!("_{deb_arch}.deb");
-    std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with(prefix) && n.ends_with(&suffix)
-        })
-        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
-        .map(|e| e.path())
-}
+use super::apt::{newest_cached, Apt};
+use crate::arch::{Arch, ARCHES, X86_64};
 
 /// Extracts the members of `deb` matching `pattern` (tar wildcards, e.g. `./boot/*`)
 /// into `dir`, unless `marker` (inside `dir`) already exists.
-pub fn extract(deb: &Path, dir: &Path, pattern: &str, marker: &Path) -> Result<()> {
+fn extract(deb: &Path, dir: &Path, pattern: &str, marker: &Path) -> Result<()> {
     if marker.exists() {
         return Ok(());
     }
@@ -310,20 +175,41 @@ pub fn libbpf_tools(apt: &mut Apt, arch: &Arch, cache: &Path) -> Result<PathBuf>
     Ok(dir.join("usr/sbin"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_apt_cache_fields() {
-        let info = "Package: linux-image-amd64\nVersion: 6.1.192-3\nSection: kernel\n\
-                    Depends: linux-image-6.1.0-57-amd64 (= 6.1.192-3)\n\
-                    Filename: pool/main/l/linux-signed-amd64/linux-image-amd64_6.1.192-3_amd64.deb\n";
-        assert_eq!(field(info, "Version").as_deref(), Some("6.1.192-3"));
-        assert_eq!(
-            field(info, "Depends").as_deref(),
-            Some("linux-image-6.1.0-57-amd64 (= 6.1.192-3)")
-        );
-        assert_eq!(field(info, "Missing"), None);
+/// The kernels of tests/vm/kernels (`ARCH PACKAGE` a line, `#` comments), the matrix
+/// `cargo xtask vm-test` boots.
+pub fn listed_kernels() -> Result<Vec<(&'static Arch, String)>> {
+    let path = crate::workspace_root().join("tests/vm/kernels");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut list = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (arch, package) = line
+            .split_once(char::is_whitespace)
+            .with_context(|| format!("{}:{}: expected `ARCH PACKAGE`", path.display(), n + 1))?;
+        let arch = ARCHES.iter().find(|a| a.name == arch).with_context(|| {
+            format!("{}:{}: unknown architecture {arch}", path.display(), n + 1)
+        })?;
+        list.push((*arch, package.trim().to_string()));
     }
+    Ok(list)
+}
+
+/// The host's side of the guests `arches`: their qemu, the dpkg architecture apt
+/// downloads their packages for, and the cross toolchain their binaries are built with.
+pub fn host(apt: &mut Apt, arches: &[&Arch]) -> Result<()> {
+    let mut wanted: Vec<(&str, &str)> = Vec::new();
+    for a in arches {
+        wanted.push((a.qemu, a.qemu_package));
+        if a.deb_arch != X86_64.deb_arch {
+            apt.add_architecture(a.deb_arch)?;
+        }
+        if let Some(cross) = a.cross {
+            super::cross::provision(cross, apt, super::cross::Use::Build)?;
+        }
+    }
+    apt.install_missing(&wanted)
 }

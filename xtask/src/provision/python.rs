@@ -1,7 +1,6 @@
-//! What the end-to-end tests of `tracer record` / `tracer slow` need beyond the build:
-//! Perfetto's official generated protos (the `perfetto` PyPI package) in a venv under the
-//! target directory, and libbpf-tools for `runqslower`. Installed here so a fresh
-//! machine (and CI) gets them from `cargo xtask test` alone.
+//! The PyPI packages, each in a venv under the target directory: Perfetto's official
+//! generated protos (the `perfetto` package), which decode `tracer record`'s traces for
+//! the end-to-end tests and the torture harness (tests/perfetto/rebuild.py).
 use std::{
     path::{Path, PathBuf},
     process::Command,
@@ -9,11 +8,12 @@ use std::{
 
 use anyhow::{ensure, Context, Result};
 
-use crate::{apt::Apt, cmd};
+use super::apt::Apt;
+use crate::cmd;
 
 /// The venv's python, made and filled when missing; the tests find it through
 /// `TRACER_PERFETTO_PYTHON`.
-pub fn perfetto_python(target: &Path, apt: &mut Apt) -> Result<PathBuf> {
+pub fn perfetto(target: &Path, apt: &mut Apt) -> Result<PathBuf> {
     let venv = target.join("perfetto-venv");
     let python = venv.join("bin/python");
     let has_protos = |py: &Path| {
@@ -39,15 +39,4 @@ pub fn perfetto_python(target: &Path, apt: &mut Apt) -> Result<PathBuf> {
         "the perfetto package has no perfetto_trace_pb2"
     );
     Ok(python)
-}
-
-/// libbpf-tools, for `runqslower` (tracer slow is checked against it).
-pub fn runqslower(apt: &mut Apt) -> Result<()> {
-    let have = ["/usr/sbin/runqslower", "/usr/bin/runqslower"]
-        .iter()
-        .any(|p| Path::new(p).exists());
-    if !have {
-        apt.install(&["libbpf-tools"])?;
-    }
-    Ok(())
 }

@@ -1,5 +1,5 @@
 //! Where `tracer record`'s trace goes, end to end as root: an unwritable path, a full
-//! disk, standard output and a FIFO (issue 24, item 12). Each ends with one line or a
+//! disk, standard output and a FIFO. Each ends with one line or a
 //! valid trace, never a hang or a silently untraced command.
 use std::{
     process::{Command, Stdio},

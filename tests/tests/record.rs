@@ -92,7 +92,9 @@ fn trace_rebuilds_schedstat_and_the_summary() {
             // within the gaps of the summary's.
             let gaps = u(&rec["gaps"]);
             assert!(
-                within(on, t.run_ns, 0.01, 1_000_000 + steal),
+                tracer_truth::ON_CPU
+                    .plus(steal as f64)
+                    .holds_ns(on, t.run_ns),
                 "tid {} (next to a gap): on-CPU from the trace {on} ns, schedstat {} ns",
                 t.tid,
                 t.run_ns
@@ -104,7 +106,7 @@ fn trace_rebuilds_schedstat_and_the_summary() {
                 sum["runq_waits"]
             );
             assert!(
-                within(wait_ns, u(&sum["runq_wait_ns"]), 0.05, 10_000_000),
+                tracer_truth::TRACE_WAITS_NEAR_A_GAP.holds_ns(wait_ns, u(&sum["runq_wait_ns"])),
                 "tid {} (next to a gap): run-queue wait from the trace {wait_ns} ns, summary {}",
                 t.tid,
                 sum["runq_wait_ns"]
@@ -115,20 +117,24 @@ fn trace_rebuilds_schedstat_and_the_summary() {
         checked += 1;
         assert_eq!(ins, u(&sum["slices"]), "tid {}: slices", t.tid);
         assert!(
-            within(on, t.run_ns, 0.01, 1_000_000 + steal),
+            tracer_truth::ON_CPU
+                .plus(steal as f64)
+                .holds_ns(on, t.run_ns),
             "tid {}: on-CPU from the trace {on} ns, schedstat {} ns",
             t.tid,
             t.run_ns
         );
         assert!(
-            within(on, u(&sum["on_cpu_ns"]), 0.01, 1_000_000 + steal),
+            tracer_truth::TRACE_VS_SUMMARY
+                .plus(steal as f64)
+                .holds_ns(on, u(&sum["on_cpu_ns"])),
             "tid {}: on-CPU from the trace {on} ns, summary {}",
             t.tid,
             sum["on_cpu_ns"]
         );
         assert_eq!(waits, u(&sum["runq_waits"]), "tid {}: waits", t.tid);
         assert!(
-            within(wait_ns, u(&sum["runq_wait_ns"]), 0.01, 1_000_000),
+            tracer_truth::TRACE_VS_SUMMARY.holds_ns(wait_ns, u(&sum["runq_wait_ns"])),
             "tid {}: run-queue wait from the trace {wait_ns} ns, summary {}",
             t.tid,
             sum["runq_wait_ns"]
@@ -137,8 +143,8 @@ fn trace_rebuilds_schedstat_and_the_summary() {
         // misses the clock update the kernel skips after a wakeup preemption (README,
         // "Accuracy"): at least 90% of run_delay less 25 us a slice and 1 ms, as
         // documented for waits from wakeups; above it by at most 2% + 2 ms.
-        let lo = (t.wait_ns as f64 * 0.9 - slices as f64 * 25e3 - 1e6).max(0.0);
-        let hi = t.wait_ns as f64 * 1.02 + 2e6;
+        let lo = tracer_truth::wakeup_wait_floor(t.wait_ns as f64, slices as f64).max(0.0);
+        let hi = tracer_truth::RECORD_RUNQ_ABOVE.ceiling(t.wait_ns as f64);
         assert!(
             (lo..=hi).contains(&(wait_ns as f64)),
             "tid {}: run-queue wait from the trace {wait_ns} ns, schedstat {} ({slices} slices; allowed {lo:.0} ..= {hi:.0})",

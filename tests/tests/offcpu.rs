@@ -12,6 +12,7 @@ use std::{
 
 use serde_json::Value;
 use tracer_tests::{require_root, run_tracer, scratch, tracer_bin};
+use tracer_truth::OFF_CPU;
 
 /// Compiles the workload with plain rustc (cargo cannot give one binary its own codegen
 /// flags): with frame pointers, or optimized without them.
@@ -71,11 +72,13 @@ fn time_in(doc: &Value, tid: u64, state: &str, func: &str) -> u64 {
         .sum()
 }
 
-fn within(what: &str, got: u64, want: u64, pct: f64) {
+/// `got` within `tracer_truth::OFF_CPU` (5%) of `want`.
+fn within(what: &str, got: u64, want: u64) {
     let d = (got as f64 - want as f64).abs() / want as f64 * 100.0;
+    let pct = OFF_CPU.rel * 100.0;
     eprintln!("{what}: tracer {got} ns, reference {want} ns ({d:.2}% off)");
     assert!(
-        d <= pct,
+        OFF_CPU.holds_ns(got, want),
         "{what}: tracer {got} ns, reference {want} ns ({d:.1}% off, at most {pct}%)"
     );
 }
@@ -108,7 +111,7 @@ fn named_waits_with_their_time() {
         ("sleep_tid", "offcpu_nanosleep_here", "sleep_ns"),
     ] {
         let got = time_in(&doc, tr[tid].as_u64().unwrap(), "blocked", func);
-        within(func, got, tr[key].as_u64().unwrap(), 5.0);
+        within(func, got, tr[key].as_u64().unwrap());
     }
     // Preempted time of the spinners is their run-queue wait, as the scheduler counts it.
     for i in 0..2 {
@@ -118,7 +121,6 @@ fn named_waits_with_their_time() {
             "offcpu_spin_here (preempted)",
             got,
             tr["spin_run_delay_ns"][i].as_u64().unwrap(),
-            5.0,
         );
     }
     // Built with frame pointers: the workload's own stacks are whole, and the workload is
@@ -384,12 +386,7 @@ fn agrees_with_offcputime() {
         };
         assert_eq!(top(&mine), top(&their), "{comm}: top kernel stacks differ");
         let (a, b) = (mine.values().sum::<u64>(), their.values().sum::<u64>());
-        within(
-            &format!("{comm} total vs offcputime"),
-            a * 1000,
-            b * 1000,
-            5.0,
-        );
+        within(&format!("{comm} total vs offcputime"), a * 1000, b * 1000);
     }
     let _ = std::fs::remove_file(&t);
 }
