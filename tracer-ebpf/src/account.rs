@@ -373,6 +373,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
     let s = unsafe { &mut *s };
     s.tgid = prev.tgid;
+    if s.comm[0] == 0 {
+        // Made where no name was at hand (a classic fork or exec record): user space
+        // reads /proc, which a thread dying at the window's close no longer has.
+        s.comm = prev.comm.read();
+    }
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
     let sum = prev.sum_exec();
