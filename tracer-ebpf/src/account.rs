@@ -373,6 +373,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
     let s = unsafe { &mut *s };
     s.tgid = prev.tgid;
+    if c.thread_cgroup != 0 {
+        // `prev` is `current`: the cgroup it ran in (`tracer serve` only).
+        s.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    }
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
     let sum = prev.sum_exec();

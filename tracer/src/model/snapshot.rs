@@ -102,6 +102,10 @@ pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) 
             }
         });
         add_stats(&mut row.stats, &r.stats);
+        if r.stats.cgroup_id != 0 {
+            // `tracer serve` charges the row to its threads' latest cgroup.
+            row.stats.cgroup_id = r.stats.cgroup_id;
+        }
         row.folded += 1;
     }
 }
