@@ -76,6 +76,12 @@ pub struct ThreadStats {
     /// `Config::thread_cgroup`, or not switched out yet): `tracer serve` charges the
     /// thread's time to the cgroup it ran in, even when it is gone before any read.
     pub cgroup_id: u64,
+    /// The cgroup the thread's switch-outs showed before `cgroup_id` (0: none).
+    pub cgroup_prev_id: u64,
+    /// The thread's `on_cpu_ns` at its first switch-out in `cgroup_id`: the on-CPU time
+    /// up to it was `cgroup_prev_id`'s. In a delta between two reads (user space), the
+    /// part of the delta's `on_cpu_ns` that was `cgroup_prev_id`'s.
+    pub cgroup_moved_at_ns: u64,
 }
 
 /// `ThreadStats::last_run_delay` holds a value read at a switch-out.
@@ -129,6 +135,8 @@ impl ThreadStats {
             comm: [0; COMM_LEN],
             serial: 0,
             cgroup_id: 0,
+            cgroup_prev_id: 0,
+            cgroup_moved_at_ns: 0,
         }
     }
 }
@@ -333,8 +341,8 @@ pub struct Config {
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 184);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 192);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 64);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);

@@ -73,6 +73,27 @@ impl CgroupCpu {
     }
 }
 
+/// A delta's on-CPU time split at its thread's latest cgroup move: `(cgroup id, the
+/// delta's part)` for the cgroup it left (if it moved during the interval and had run
+/// there), then the delta with that part taken out. A thread moved more than once
+/// between two reads has its earlier cgroups' time charged to the one it left last;
+/// counts and waits go to the cgroup of its latest switch-out.
+pub fn split_at_cgroup_move(d: &ThreadStats) -> (Option<(u64, ThreadStats)>, ThreadStats) {
+    let before = d.cgroup_moved_at_ns.min(d.on_cpu_ns);
+    if d.cgroup_prev_id == 0 || before == 0 {
+        return (None, *d);
+    }
+    let mut left = ThreadStats::zeroed();
+    left.tgid = d.tgid;
+    left.comm = d.comm;
+    left.on_cpu_ns = before;
+    left.cgroup_id = d.cgroup_prev_id;
+    let mut rest = *d;
+    rest.on_cpu_ns -= before;
+    rest.cgroup_moved_at_ns = 0;
+    (Some((d.cgroup_prev_id, left)), rest)
+}
+
 /// Counter totals of a series (ns and counts, as the kernel keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
@@ -443,6 +464,28 @@ mod tests {
         c.update(None, Some(p(100, Some(10))));
         c.update(None, Some(p(150, Some(5))));
         assert_eq!(c.pressure, Some(p(150, Some(15))));
+    }
+
+    #[test]
+    fn a_move_splits_the_on_cpu_time_of_the_interval() {
+        let mut d = stats(10_000_000);
+        d.cgroup_id = 7;
+        d.cgroup_prev_id = 3;
+        d.cgroup_moved_at_ns = 4_000_000;
+        d.voluntary = 5;
+        let (left, rest) = split_at_cgroup_move(&d);
+        let (id, left) = left.expect("it moved in the interval");
+        assert_eq!((id, left.on_cpu_ns, left.voluntary), (3, 4_000_000, 0));
+        assert_eq!(
+            (rest.on_cpu_ns, rest.voluntary, rest.cgroup_id),
+            (6_000_000, 5, 7)
+        );
+        // Moved before the interval, or from no cgroup seen: nothing to split.
+        d.cgroup_moved_at_ns = 0;
+        assert!(split_at_cgroup_move(&d).0.is_none());
+        d.cgroup_moved_at_ns = 4_000_000;
+        d.cgroup_prev_id = 0;
+        assert_eq!(split_at_cgroup_move(&d).1.on_cpu_ns, 10_000_000);
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub use cgroups::{check_pattern, Patterns};
 use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
-    os::{fd::OwnedFd, unix::ffi::OsStrExt as _},
+    os::fd::OwnedFd,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -32,7 +32,7 @@ use crate::{
     },
     model::{
         options::{ProbeMode, RunqFrom},
-        series::{Book, Exposition, Owner, ProgramStats},
+        series::{split_at_cgroup_move, Book, Exposition, Owner, ProgramStats},
         snapshot::{Snapshot, DROP_NAMES},
         words,
     },
@@ -122,7 +122,6 @@ struct State {
     procs: HashMap<u32, (String, String)>,
     /// Thread cgroup ids to series labels, with each series' workload.
     workloads: cgroups::Workloads,
-    cfg: ServeConfig,
     root: Root,
     exposition: Arc<Mutex<Exposition>>,
     last_read: Instant,
@@ -247,7 +246,6 @@ async fn serve(
         prev,
         procs: HashMap::new(),
         workloads,
-        cfg: cfg.clone(),
         root,
         exposition,
         last_read: Instant::now(),
@@ -348,17 +346,25 @@ impl State {
                 0 => procfs::tgid_of(&self.root, r.tid).unwrap_or(r.tid),
                 p => p,
             };
-            let cgroup = self.workloads.label(r.stats.cgroup_id, pid, now);
-            let comm = self.process(pid, &r.stats.comm, &cgroup);
-            x.book.add_thread(
-                Owner {
-                    pid,
-                    comm: &comm,
-                    cgroup: &cgroup,
-                },
-                &r.stats,
-                now,
-            );
+            // Its time before a move in the interval goes to the cgroup it left.
+            let (left, rest) = split_at_cgroup_move(&r.stats);
+            for (id, d) in left
+                .iter()
+                .map(|(id, d)| (*id, d))
+                .chain([(rest.cgroup_id, &rest)])
+            {
+                let cgroup = self.workloads.label(id, pid, now);
+                let comm = self.process(pid, &d.comm, &cgroup);
+                x.book.add_thread(
+                    Owner {
+                        pid,
+                        comm: &comm,
+                        cgroup: &cgroup,
+                    },
+                    d,
+                    now,
+                );
+            }
         }
         drop(delta);
         for (&pid, h) in &snap.scoped {
