@@ -32,10 +32,11 @@ fn u(v: &serde_json::Value, k: &str) -> u64 {
 
 /// The main thread starts its worker 300 ms after it starts and exits alone, while the
 /// tracer (started at once) verifies its programs: `-p` must trace the worker, born after
-/// the process was resolved, and open its counters for the threads alive then. Today the
-/// counters are opened for the threads read before the programs were verified, so the run
-/// fails: once with "no such thread: TID <pid> does not exist" for a live process (item
-/// 2), now naming the thread that exited and the one the process lives on in.
+/// the process was resolved, and open its counters for the threads traced once the
+/// programs are attached. Counters opened for the threads read before the programs were
+/// verified failed the run: once with "no such thread: TID <pid> does not exist" for a
+/// live process (item 2), later naming the thread that exited and the one the process
+/// lives on in.
 #[test]
 #[ignore = "needs root"]
 fn a_leader_exiting_during_start_up_leaves_its_worker_traced() {

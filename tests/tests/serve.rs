@@ -676,3 +676,53 @@ fn churn_leaves_memory_maps_and_series_flat_and_counters_monotonic() {
         );
     }
 }
+
+/// Under `nohup` (SIGHUP ignored when it starts) the exporter keeps serving through a
+/// SIGHUP; started normally, a SIGHUP (the terminal closing) stops it cleanly.
+#[test]
+#[ignore = "needs root"]
+fn an_ignored_sighup_stays_ignored() {
+    require_root();
+    for ignored in [true, false] {
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{port}/metrics");
+        let listen = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(tracer_bin());
+        cmd.args(["serve", "--listen", &listen])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        if ignored {
+            use std::os::unix::process::CommandExt as _;
+            // SAFETY: signal(2) between fork and exec, as nohup does.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGHUP, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        let mut k = Killed(cmd.spawn().expect("tracer serve starts"));
+        let t = Instant::now();
+        while curl(&[&url]).0 != 200 {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "never answered {url}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: kill(2) on our own child's PID.
+        unsafe { libc::kill(k.0.id() as i32, libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(1500));
+        let state = k.0.try_wait().unwrap();
+        if ignored {
+            assert!(
+                state.is_none(),
+                "nohup'd tracer serve ended on SIGHUP: {state:?}"
+            );
+            assert_eq!(curl(&[&url]).0, 200, "still serving after SIGHUP");
+        } else {
+            let st = state.expect("tracer serve stops on SIGHUP");
+            assert_eq!(st.code(), Some(0), "a clean stop: {st}");
+        }
+    }
+}

@@ -648,17 +648,20 @@ pub fn add_runtime(pid: u32, runtime: u64) {
 }
 
 /// A thread became runnable: its run-queue wait starts now. `new`: it was just created
-/// (`sched_wakeup_new`), so its time in the window starts now too.
+/// (`sched_wakeup_new`), so its time in the window starts now too. Returns the time
+/// stamped (0: not traced), for the trace's wakeup event: read back from the entry it
+/// could already be the switch-in's 0 when another CPU ran the thread meanwhile.
 #[inline(always)]
-pub fn wakeup(p: Task, new: bool) {
+pub fn wakeup(p: Task, new: bool) -> u64 {
     let Some(tgid) = traced(&p) else {
-        return;
+        return 0;
     };
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
         // SAFETY: map value or task storage.
         unsafe { (*s).runnable_ns = now };
     }
+    now
 }
 
 /// `sched_process_exec` of a thread that was not its process's leader: `de_thread()` gave

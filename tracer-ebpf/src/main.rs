@@ -280,9 +280,9 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
 #[inline(always)]
 fn on_wakeup(p: *const u8, trusted: bool, new: bool) {
     let p = task_from_btf(p, trusted);
-    account::wakeup(p, new);
+    let at = account::wakeup(p, new);
     if config().record != 0 {
-        record::wakeup(&p, new);
+        record::wakeup(&p, new, at);
     }
 }
 
@@ -499,13 +499,13 @@ fn woken_from_record(ctx: &TracePointContext) -> Task {
 
 #[tracepoint(category = "sched", name = "sched_wakeup")]
 pub fn sched_wakeup_tp(ctx: TracePointContext) -> u32 {
-    account::wakeup(woken_from_record(&ctx), false);
+    let _ = account::wakeup(woken_from_record(&ctx), false);
     0
 }
 
 #[tracepoint(category = "sched", name = "sched_wakeup_new")]
 pub fn sched_wakeup_new_tp(ctx: TracePointContext) -> u32 {
-    account::wakeup(woken_from_record(&ctx), true);
+    let _ = account::wakeup(woken_from_record(&ctx), true);
     0
 }
 

@@ -318,7 +318,7 @@ fn slow(prev: &Task, next: &Task) {
 
 /// After the accounting of a wakeup of `p` (`new`: `sched_wakeup_new`).
 #[inline(always)]
-pub fn wakeup(p: &Task, new: bool) {
+pub fn wakeup(p: &Task, new: bool, at: u64) {
     let c = config();
     if c.record == 0 || account::traced(p).is_none() {
         return;
@@ -337,12 +337,11 @@ pub fn wakeup(p: &Task, new: bool) {
     if c.record & on::SCHED == 0 {
         return;
     }
-    // The accounting's own timestamp of this wakeup (where its wait starts), when it
-    // kept one.
-    let ts = match account::existing_entry(p) {
-        // SAFETY: map value or task storage, read once.
-        Some(s) if unsafe { (*s).runnable_ns } != 0 => unsafe { (*s).runnable_ns },
-        _ => unsafe { bpf_ktime_get_ns() },
+    // The accounting's own timestamp of this wakeup (where its wait starts).
+    let ts = if at != 0 {
+        at
+    } else {
+        unsafe { bpf_ktime_get_ns() }
     };
     let (_, close) = window();
     if close != 0 && ts > close {

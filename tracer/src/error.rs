@@ -18,11 +18,11 @@ pub enum TracerError {
     NoSuchProcess(u32),
     #[error("no such thread: TID {0} does not exist")]
     NoSuchThread(u32),
-    /// Per-thread counters are opened for the threads a target had when the run started;
-    /// they can all be gone by then while the process lives on in newer ones.
+    /// Per-thread counters are opened for the threads traced once the programs are
+    /// attached; they can all be gone by then while the process lives on in newer ones.
     #[error(
-        "cannot count perf events for PID {pid}: {listed}, the thread(s) it had when the run \
-         started, exited before the counters were opened; PID {pid} lives on in {live}, \
+        "cannot count perf events for PID {pid}: {listed}, the thread(s) traced when the \
+         programs were attached, exited before the counters were opened; PID {pid} lives on in {live}, \
          started since"
     )]
     ThreadsExited {

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use crate::cmd::session::signals::{self, Signals};
 use crate::{
     error::TracerError,
     model::hist,
@@ -78,34 +79,20 @@ async fn wait_or_signal(
     }
     tokio::select! {
         _ = tokio::time::sleep(d) => false,
-        _ = sig.int.recv() => true,
-        _ = sig.term.recv() => true,
+        _ = sig.next() => true,
     }
-}
-
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
 }
 
 /// [`collect`] on a runtime of its own, for callers without one.
 pub fn collect_blocking(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(collect(args, root))
+    signals::runtime()?.block_on(collect(args, root))
 }
 
 /// Samples per `args`, changing settings only through a [`SettingsGuard`] that puts them
 /// back on every way out (return, error, signal, unwinding; the next run after a crash).
 pub async fn collect(args: &DtlConfig, root: &Root) -> anyhow::Result<DtlReport> {
-    use tokio::signal::unix::{signal, SignalKind};
-    // Handlers first: from here on SIGINT/SIGTERM only end the window.
-    let mut sig = Signals {
-        int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-        term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-    };
+    // Handlers first: from here on a signal only ends the window.
+    let mut sig = Signals::install()?;
     let (mut guard, recovered) = SettingsGuard::acquire(root)?;
     if let Some(r) = recovered {
         eprintln!("tracer: {}", r.describe());

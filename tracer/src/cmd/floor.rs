@@ -3,9 +3,13 @@ use anyhow::{anyhow, Context as _, Result};
 use aya::{programs::BtfTracePoint, Btf};
 
 use crate::bpf::loader::{new_loader, object};
+use crate::cmd::session::{
+    ends::{self, End, Ends, Inbox, Wake, Work},
+    signals,
+};
+use crate::sys::root::Root;
 
-/// Attaches only the empty `floor_switch` program for `duration` (or until SIGINT or
-/// SIGTERM), then prints how many switches it counted: the benchmark's cost floor.
+/// Attaches only the empty `floor_switch` program for `duration` (or until a signal), then prints how many switches it counted: the benchmark's cost floor.
 pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::sys::privileges::check()?;
     let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
@@ -19,14 +23,25 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     p.load("sched_switch", &btf)?;
     p.attach()?;
     eprintln!("floor: attached");
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        signal_flag(sig, &stop);
-    }
-    let end = std::time::Instant::now() + duration;
-    while std::time::Instant::now() < end && !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let rt = signals::runtime()?;
+    rt.block_on(async {
+        let mut sigs = signals::Signals::install()?;
+        let ends = Ends {
+            deadline: Some(tokio::time::Instant::now() + duration),
+            child: None,
+            watch: None,
+            stdout: false,
+        };
+        ends::run(
+            &mut sigs,
+            &ends,
+            &Root::default(),
+            &[],
+            Inbox::<()>::None,
+            &mut Idle,
+        )
+        .await
+    })?;
     let arr: aya::maps::PerCpuArray<_, u64> =
         aya::maps::PerCpuArray::try_from(ebpf.map("FLOOR").context("FLOOR missing")?)?;
     let n: u64 = arr.get(&0, 0)?.iter().sum();
@@ -34,16 +49,15 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     Ok(0)
 }
 
-/// Sets `flag` when `sig` arrives (the floor command has no async runtime).
-fn signal_flag(sig: i32, flag: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
-    static FLAG: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
-        std::sync::OnceLock::new();
-    let _ = FLAG.set(flag.clone());
-    extern "C" fn handler(_: i32) {
-        if let Some(f) = FLAG.get() {
-            f.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
+/// The floor has nothing to do while it waits.
+struct Idle;
+
+impl Work<()> for Idle {
+    fn due(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_secs(3600)
     }
-    // SAFETY: the handler only does an atomic store.
-    unsafe { libc::signal(sig, handler as *const () as usize) };
+
+    fn wake(&mut self, _: Wake<()>) -> Result<Option<End>> {
+        Ok(None)
+    }
 }

@@ -6,6 +6,7 @@ pub mod offcpu;
 pub mod record;
 pub mod run;
 pub mod serve;
+mod session;
 pub mod slow;
 mod targets;
 pub mod top;

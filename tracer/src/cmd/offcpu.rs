@@ -8,11 +8,10 @@ use std::{
     collections::{BTreeSet, HashMap},
     io::Write as _,
     path::PathBuf,
-    sync::atomic::{AtomicBool, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{Context as _, Result};
 use aya::Ebpf;
 use tracer_common::offcpu::{
     offdrop, OffcpuConfig, STACK_COLLISION, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN,
@@ -20,9 +19,11 @@ use tracer_common::offcpu::{
 };
 
 use crate::{
-    bpf::{
-        loader,
-        stacks::{OffcpuLoad, OffcpuTracer},
+    bpf::stacks::{OffcpuLoad, OffcpuTracer},
+    cmd::session::{
+        self,
+        ends::{self, End, Ends, Inbox, Wake, Work},
+        signals,
     },
     cmd::targets,
     model::stacks::{
@@ -32,8 +33,8 @@ use crate::{
     output::{flamegraph, folded, stacks as text},
     sys::{
         clock::monotonic_ns,
-        launch::{self, Held},
-        privileges, procfs,
+        launch::{self},
+        privileges,
         root::Root,
         symbolize::{base_name, SymFrame, Symbolizer},
     },
@@ -56,60 +57,38 @@ pub struct OffcpuOptions {
     pub stack_entries: u32,
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
 pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
-    if !o.targets.command.is_empty() && (!o.targets.pids.is_empty() || !o.targets.tids.is_empty()) {
-        return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
-    }
-    let as_user = if o.targets.command.is_empty() || o.targets.as_root {
-        None
-    } else {
-        privileges::sudo_user()?
-    };
-    for &pid in &o.targets.pids {
-        procfs::threads_of(&root, pid)?;
-    }
-    for &tid in &o.targets.tids {
-        procfs::tgid_of(&root, tid)?;
-    }
-    let before = targets::descendants(&root, &o.targets.pids);
     // Opened before anything is traced: a bad path fails at once, not after the run.
     let svg = match &o.svg {
         Some(p) => Some(flamegraph::create(p).context("--svg")?),
         None => None,
     };
-    privileges::check()?;
-    loader::object()?;
-    let held: Option<Held> = if o.targets.command.is_empty() {
-        None
-    } else {
-        Some(launch::spawn_held(&o.targets.command, as_user, None)?)
-    };
-    let child = held.as_ref().map(|h| h.pid);
-    let tracer = match start(&o, &root, &before, child) {
+    let prepared = session::start::prepare(&o.targets, &root, None)?;
+    let child = prepared.child();
+    let tracer = match start(&o, &root, &prepared.before, child) {
         Ok(t) => t,
         Err(e) => {
-            if let Some(h) = held {
-                h.abort();
-            }
+            prepared.abort();
             return Err(e);
         }
     };
-    // Attached: from here on only what symbolizing needs.
-    let locked = privileges::after_attach(privileges::Keep::Symbolization);
-    let child = match held {
-        Some(h) => Some(h.release(&o.targets.command)?),
-        None => None,
+    let rt = signals::runtime()?;
+    // The handlers are in place before the command runs.
+    let mut sigs = {
+        let _in = rt.enter();
+        signals::Signals::install()?
     };
-    if let Err(e) = locked {
-        log::warn!("could not lock privileges after attaching: {e}");
+    // Attached: from here on only what symbolizing needs.
+    let mut notices = Vec::new();
+    let child = prepared.go(
+        privileges::Keep::Symbolization,
+        &o.targets.command,
+        &mut notices,
+    )?;
+    for n in notices {
+        log::warn!("{n}");
     }
-    trace(o, &root, tracer, child, svg)
+    rt.block_on(trace(o, &root, tracer, child, svg, &mut sigs))
 }
 
 fn start(
@@ -164,73 +143,67 @@ fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
     }
 }
 
-fn trace(
+/// The off-CPU run's part of the loop: the traced processes' mappings read while they
+/// live, every 50 ms for a target (a process that lives and dies between two reads is
+/// not symbolized), every 500 ms for everything.
+struct Mappings<'a> {
+    tracer: &'a OffcpuTracer,
+    sym: &'a mut Symbolizer,
+    known: BTreeSet<u32>,
+    poll: Duration,
+    next: tokio::time::Instant,
+}
+
+impl Mappings<'_> {
+    fn read(&mut self) {
+        self.known.extend(self.tracer.tgids_seen());
+        for &tgid in &self.known {
+            self.sym.remember(tgid);
+        }
+    }
+}
+
+impl Work<()> for Mappings<'_> {
+    fn due(&self) -> tokio::time::Instant {
+        self.next
+    }
+
+    fn wake(&mut self, _why: Wake<()>) -> Result<Option<End>> {
+        if tokio::time::Instant::now() >= self.next {
+            self.read();
+            self.next = tokio::time::Instant::now() + self.poll;
+        }
+        Ok(None)
+    }
+}
+
+async fn trace(
     o: OffcpuOptions,
     root: &Root,
     mut tracer: OffcpuTracer,
     child: Option<u32>,
     svg: Option<std::fs::File>,
+    signals: &mut signals::Signals,
 ) -> Result<i32> {
     let t0 = monotonic_ns();
-    let started = Instant::now();
-    // SAFETY: the handler only stores to an atomic.
-    unsafe {
-        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_sigint as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, on_sigint as *const () as libc::sighandler_t);
-    }
-    // -p/-t: the run ends with its targets (a cgroup can gain tasks later: never).
-    let watch: Vec<procfs::Watched> = if o.targets.cgroup.is_none() {
-        o.targets
-            .pids
-            .iter()
-            .filter_map(|&p| procfs::watch_process(root, p))
-            .chain(
-                o.targets
-                    .tids
-                    .iter()
-                    .filter_map(|&t| procfs::watch_thread(root, t)),
-            )
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut targets_exited = false;
     let mut sym = Symbolizer::new();
-    let mut known: BTreeSet<u32> = o.targets.pids.iter().copied().chain(child).collect();
-    // Mappings are read while processes live: every 50 ms for a target (a process that
-    // lives and dies between two reads is not symbolized), every 500 ms for everything.
-    let poll = if known.is_empty() && o.targets.tids.is_empty() && o.targets.cgroup.is_none() {
-        Duration::from_millis(500)
-    } else {
-        Duration::from_millis(50)
+    let wide = o.targets.system_wide();
+    let mut work = Mappings {
+        tracer: &tracer,
+        sym: &mut sym,
+        known: o.targets.pids.iter().copied().chain(child).collect(),
+        poll: Duration::from_millis(if wide { 500 } else { 50 }),
+        next: tokio::time::Instant::now(),
     };
-    let mut child_state = None;
-    loop {
-        known.extend(tracer.tgids_seen());
-        for &tgid in &known {
-            sym.remember(tgid);
-        }
-        if let Some(pid) = child {
-            if let Some(st) = launch::try_wait_exit(pid) {
-                child_state = Some(st);
-                break;
-            }
-        }
-        if INTERRUPTED.load(Ordering::Relaxed) {
-            break;
-        }
-        if !watch.is_empty() && !watch.iter().any(|w| procfs::still_alive(root, w)) {
-            targets_exited = true;
-            break;
-        }
-        let left = match o.duration {
-            Some(d) if started.elapsed() >= d => break,
-            Some(d) => (d - started.elapsed()).min(poll),
-            None => poll,
-        };
-        std::thread::sleep(left);
-    }
+    work.read();
+    let ends = Ends::new(o.duration, child, &o.targets, root, false);
+    let end = ends::run(signals, &ends, root, &[], Inbox::None, &mut work).await?;
+    let mut known = std::mem::take(&mut work.known);
+    let (child_state, targets_exited) = match end {
+        End::CommandExited(st) => (Some(st), false),
+        End::TargetsExited => (None, true),
+        _ => (None, false),
+    };
     let t1 = monotonic_ns();
     tracer.detach();
     known.extend(tracer.tgids_seen());

@@ -66,6 +66,7 @@ struct Outcome {
     read: Vec<u64>,
     undecodable: u64,
     gap_tids: Vec<u32>,
+    moved: std::collections::BTreeMap<u32, u64>,
     /// The write that failed (the trace is cut back to its last whole packet), and
     /// whether the end-of-trace stats still fit after it.
     failed: Option<(anyhow::Error, bool)>,
@@ -249,6 +250,7 @@ fn summary(path: &Path, o: &Outcome) -> (Option<RecordSummary>, Vec<String>) {
         window_cuts: w.window_cuts,
         // Bounded: enough to tell which threads' times are off.
         gap_tids: o.gap_tids.iter().take(1000).copied().collect(),
+        placed_earlier_ns: o.moved.clone(),
     };
     let mut notices = Vec::new();
     if lost > 0 {
@@ -444,6 +446,7 @@ fn read_loop(
     }
     Ok(Outcome {
         gap_tids: w.gap_tids().iter().copied().collect(),
+        moved: w.moved().clone(),
         written: w.written(),
         sent,
         lost,

@@ -224,6 +224,23 @@ pub(crate) fn seed(
     Ok(threads)
 }
 
+/// The threads the trace follows now (those seeded plus those the fork program added
+/// since), still alive: the counters of a `-p`/`-t` target are opened for these once the
+/// programs are attached, so a worker born during start-up is counted and a leader that
+/// exited meanwhile is not asked for.
+pub(crate) fn tracked_now(ebpf: &Ebpf, root: &Root) -> Result<Vec<(u32, u32)>> {
+    let m: BpfHashMap<_, u32, Tracked> =
+        BpfHashMap::try_from(ebpf.map("TRACKED").context("TRACKED missing")?)?;
+    let mut out: Vec<(u32, u32)> = m
+        .iter()
+        .filter_map(|e| e.ok())
+        .map(|(tid, v)| (v.tgid, tid))
+        .filter(|&(tgid, tid)| procfs::thread_alive(root, tgid, tid))
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
 /// What perf counts beside the trace: the command (inherited, as perf stat counts one),
 /// the cgroup per CPU (perf stat -G), every CPU, or the seeded threads.
 pub(crate) fn counter_target(

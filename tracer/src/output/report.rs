@@ -45,6 +45,10 @@ pub struct RecordSummary {
     pub window_cuts: u64,
     /// Threads next to a gap (at most 1000).
     pub gap_tids: Vec<u32>,
+    /// Per thread (by TID), how many ns in all the trace moved its switches and
+    /// wakings from the tracepoints' timestamps to the scheduler's slice boundaries:
+    /// each of its run-queue waits in the trace differs from the summary's by its share.
+    pub placed_earlier_ns: std::collections::BTreeMap<u32, u64>,
 }
 
 impl RecordSummary {

@@ -19,10 +19,14 @@ use crate::json::{Items, Json};
 // TORTURE_SLICES, 0.5% + 2; waits: TORTURE_RUNQ_FROM_SCHEDSTAT and the wakeup floor and
 // ceiling); what the harness adds for its own workload:
 
-/// After its last record a thread still exits: waking its joiner can get it preempted,
-/// so the tracer may see up to two more slices and one more wait than the record holds
-/// (on this 2-CPU VM, busy with other builds, such a wait took up to ~170 ms).
-const EXIT_SLICES: f64 = 2.0;
+/// After its last record a thread still exits (the record's own formatting, the
+/// runtime's teardown, `do_exit`): on a CPU shared with a thread that keeps waking up
+/// (a pinned ping-pong), that tail is preempted again and again. Traces of failing
+/// seeds (`--keep`) showed up to 5 more slices for a thread and 7 for a process (its
+/// `exit_mm`), every one a preemption (prev_state R) and the last one its death, and
+/// one more wait of up to ~170 ms (this 2-CPU VM, busy). The record is the only truth a
+/// thread leaves (no zombie to read), so these are the allowance.
+const EXIT_SLICES: f64 = 8.0;
 const EXIT_WAIT_NS: f64 = 250e6;
 /// Run-queue waits timed from wakeups exceed run_delay by at most one tick (CONFIG_HZ=250
 /// here) per wait: see the clock-update skip in README "How it works".

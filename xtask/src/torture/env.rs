@@ -378,10 +378,12 @@ impl Env {
             let _ = std::fs::write(kept.join("tracer.jsonl"), &stdout);
             let _ = std::fs::write(kept.join("tracer.stderr"), &stderr);
             let _ = std::fs::write(kept.join("truth.jsonl"), &truth_text);
+            // The trace of a record scenario too: its switches explain most failures.
+            let _ = std::fs::copy(&scratch.trace, kept.join("trace.pftrace"));
             o.notes.insert(
                 0,
                 format!(
-                    "kept the tracer's output and the truth in {}",
+                    "kept the tracer's output, the truth (and a record scenario's trace) in {}",
                     kept.display()
                 ),
             );

@@ -3,7 +3,8 @@
 //! final read and the totals. Every report goes to one [`Sink`].
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
+use tokio::time::Instant;
 
 use super::{
     hist_scope,
@@ -12,56 +13,16 @@ use super::{
     Frontend, RunConfig,
 };
 use crate::{
-    cmd::targets::{targets_alive, watch_list},
-    error::TracerError,
+    cmd::session::{
+        ends::{self, End, Ends, Inbox, Wake, Work},
+        signals::Signals,
+    },
     model::report::{Command, ReportKind},
+    output::sink::Sink,
     pseries::hypervisor,
     sys::launch,
     sys::root::Root,
 };
-
-/// What ends the run.
-enum End {
-    Duration,
-    Count,
-    Signal,
-    CommandExited(launch::ChildState),
-    /// Every -p/-t target exited (perf stat -p ends the same way).
-    TargetsExited,
-    /// An interval report could not be written (closed pipe, full disk).
-    Output(TracerError),
-    /// A streaming command's output failed (`tracer record` on a full disk): the report
-    /// is printed, then the error; a command is stopped.
-    StreamFailed,
-}
-
-/// SIGINT, SIGTERM and SIGHUP (a closed terminal) end the run with the final report.
-/// SIGHUP ignored when the tracer started (under nohup) stays ignored; SIGINT and
-/// SIGTERM are always caught, as before (a script's `tracer ... &` starts with SIGINT
-/// ignored and is still stopped with `kill -INT`).
-async fn wait_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (mut int, mut term) = (
-        signal(SignalKind::interrupt()).ok(),
-        signal(SignalKind::terminate()).ok(),
-    );
-    let mut hup = (!launch::ignored_at_start(libc::SIGHUP))
-        .then(|| signal(SignalKind::hangup()).ok())
-        .flatten();
-    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
-    tokio::select! {
-        _ = recv(&mut int) => "SIGINT",
-        _ = recv(&mut term) => "SIGTERM",
-        _ = recv(&mut hup) => "SIGHUP",
-    }
-}
 
 /// The banner of a run with no command, as bcc's tools print it: on stderr, and only on
 /// a terminal, so pipes, JSON and tests see nothing.
@@ -155,12 +116,12 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
     match end {
         End::CommandExited(state) => Some(*state),
         End::Output(_) | End::TargetsExited => None,
-        End::StreamFailed => child.map(|pid| stop_command(s, pid)),
-        End::Signal | End::Duration | End::Count => child.map(|pid| {
+        End::Failed => child.map(|pid| stop_command(s, pid)),
+        End::Signal(_) | End::Quit | End::Duration | End::Count => child.map(|pid| {
             // Ctrl-C on a terminal reaches the command too: give it a moment to end, so
             // the header says what became of it rather than "still running".
             let mut state = None;
-            if matches!(end, End::Signal) {
+            if matches!(end, End::Signal(_) | End::Quit) {
                 for _ in 0..20 {
                     state = launch::try_wait_exit(pid);
                     if state.is_some() {
@@ -203,6 +164,65 @@ fn stop_command(s: &mut Session, pid: u32) -> launch::ChildState {
     launch::ChildState::Running { pid }
 }
 
+/// The run's part of the loop: interval reports when due, death records drained as
+/// they come (and every `ends::CHECK` anyway), a streaming command's failure.
+struct Intervals<'a> {
+    args: &'a RunConfig,
+    root: &'a Root,
+    s: &'a mut Session,
+    sink: &'a mut dyn Sink,
+    prev: Mark,
+    intervals: u64,
+    next: Option<Instant>,
+}
+
+impl Work<()> for Intervals<'_> {
+    fn due(&self) -> Instant {
+        self.next
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))
+    }
+
+    fn wake(&mut self, why: Wake<()>) -> Result<Option<End>> {
+        match why {
+            // top's quit key.
+            Wake::Message(()) => return Ok(Some(End::Quit)),
+            Wake::Readable(_) => {
+                self.s.collector.drain();
+                return Ok(None);
+            }
+            Wake::Tick => {}
+        }
+        self.s.collector.drain();
+        if self.args.hook.should_stop() {
+            return Ok(Some(End::Failed));
+        }
+        let (Some(next), Some(every)) = (self.next, self.args.interval) else {
+            return Ok(None);
+        };
+        if Instant::now() < next {
+            return Ok(None);
+        }
+        // Late ticks are not made up for: the next one comes a whole interval later.
+        self.next = Some(next.max(Instant::now() - every) + every);
+        self.intervals += 1;
+        let now = read_interval(self.s, self.args, self.root, &self.prev)?;
+        let kind = ReportKind::Interval {
+            interval: self.intervals,
+        };
+        let r = window_report(self.s, self.args, self.root, kind, (&self.prev, &now), None);
+        if let Err(e) = self.sink.interval(&r) {
+            return Ok(Some(End::Output(e)));
+        }
+        // A failed hypervisor read keeps the last good one as the base.
+        let hyp = now.hyp.clone().or(self.prev.hyp.take());
+        self.prev = Mark { hyp, ..now };
+        if self.args.count.is_some_and(|n| self.intervals >= n) {
+            return Ok(Some(End::Count));
+        }
+        Ok(None)
+    }
+}
+
 /// Waits for the run's end, reporting each interval to the front end's sink, then
 /// reports the totals. Returns the command's exit code (0 without one).
 pub(super) async fn event_loop(
@@ -211,6 +231,7 @@ pub(super) async fn event_loop(
     mut s: Session,
     child: Option<u32>,
     front: Frontend,
+    signals: &mut Signals,
 ) -> Result<i32> {
     let Frontend {
         mut sink,
@@ -219,76 +240,29 @@ pub(super) async fn event_loop(
         ..
     } = front;
     sink.start(&s.header)?;
-    // SIGCHLD wakes us; waitpid(WNOHANG) reaps. No blocking thread, so the run ends at
-    // --duration or a signal even while the command goes on.
-    let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-        .context("watching SIGCHLD")?;
-    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
-    let mut drain = tokio::time::interval(Duration::from_millis(100));
     let exits = s.collector.exit_ring_watch()?;
-    let mut tick = args.interval.map(|i| {
-        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + i, i);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
-    });
     let start = Mark::start(&s);
-    let mut prev = start.clone();
-    let mut intervals = 0u64;
-    let signal = wait_signal();
-    tokio::pin!(signal);
-    let watch = watch_list(&args.targets, root);
+    let ends = Ends::new(args.duration, child, &args.targets, root, true);
     if banner {
         show_life(args);
     }
-
-    let end = loop {
-        tokio::select! {
-            _ = &mut signal => break End::Signal,
-            _ = async { match quit.as_mut() { Some(q) => { q.recv().await; } None => std::future::pending().await } } => break End::Signal,
-            _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break End::Duration,
-            _ = sigchld.recv(), if child.is_some() => {
-                if let Some(code) = child.and_then(launch::try_wait_exit) {
-                    break End::CommandExited(code);
-                }
-            }
-            _ = async { match tick.as_mut() { Some(t) => { t.tick().await; } None => std::future::pending().await } } => {
-                intervals += 1;
-                let now = read_interval(&mut s, args, root, &prev)?;
-                let kind = ReportKind::Interval { interval: intervals };
-                let r = window_report(&s, args, root, kind, (&prev, &now), None);
-                if let Err(e) = sink.interval(&r) {
-                    break End::Output(e);
-                }
-                // A failed hypervisor read keeps the last good one as the base.
-                prev = Mark { hyp: now.hyp.or(prev.hyp), ..now };
-                if args.count.is_some_and(|n| intervals >= n) {
-                    break End::Count;
-                }
-            }
-            ready = exits.readable() => {
-                if let Ok(mut guard) = ready {
-                    guard.clear_ready();
-                }
-                s.collector.drain();
-            }
-            _ = drain.tick() => {
-                s.collector.drain();
-                // A SIGCHLD that arrived before the handler was installed.
-                if let Some(code) = child.and_then(launch::try_wait_exit) {
-                    break End::CommandExited(code);
-                }
-                if watch.as_ref().is_some_and(|w| !targets_alive(root, w)) {
-                    break End::TargetsExited;
-                }
-                if crate::output::stdout::stdout_closed() {
-                    break End::Output(TracerError::OutputClosed);
-                }
-                if args.hook.should_stop() {
-                    break End::StreamFailed;
-                }
-            }
-        }
+    let mut work = Intervals {
+        args,
+        root,
+        s: &mut s,
+        sink: sink.as_mut(),
+        prev: start.clone(),
+        intervals: 0,
+        next: args.interval.map(|i| Instant::now() + i),
     };
+    let inbox = match quit.as_mut() {
+        Some(q) => Inbox::Unbounded(q),
+        None => Inbox::None,
+    };
+    let end = ends::run(signals, &ends, root, &[&exits], inbox, &mut work).await?;
+    let Intervals {
+        prev, intervals, ..
+    } = work;
 
     // The window ends here.
     let t1 = s.tracer.close_window()?;

@@ -4,20 +4,17 @@
 //! and reads, `report` turns readings into the typed report the sinks print.
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{Context as _, Result};
 use tracer_common::scope;
 
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
 use crate::model::targets::Targets;
 use crate::{
-    bpf::loader,
-    error::TracerError,
+    cmd::session::{signals, start},
     output::heatmap::HeatmapSink,
     output::sink::{self, Sink},
     perf,
-    sys::launch::{self, Held},
     sys::privileges,
-    sys::procfs,
     sys::root::Root,
 };
 
@@ -104,63 +101,13 @@ pub fn run(args: RunConfig, root: Root) -> Result<i32> {
 /// Validates, starts the command held, loads, attaches and runs the window, reporting to
 /// `front`: the one path `tracer run` and `tracer top` share.
 pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32> {
-    let t = &args.targets;
-    if !t.command.is_empty() && (!t.pids.is_empty() || !t.tids.is_empty()) {
-        return Err(anyhow!("give either -- COMMAND or -p/-t targets, not both"));
-    }
-    // Who the command runs as is settled before anything is attached: a SUDO_UID that
-    // cannot be honoured is an error, not a command run as root.
-    let as_user = if t.command.is_empty() || t.as_root {
-        None
-    } else {
-        privileges::sudo_user()?
-    };
-    // Validate everything cheap before touching the kernel.
-    for &pid in &t.pids {
-        procfs::threads_of(&root, pid)?;
-        if !procfs::watch_process(&root, pid).is_some_and(|w| procfs::still_alive(&root, &w)) {
-            return Err(TracerError::AlreadyExited {
-                what: "PID",
-                id: pid,
-            }
-            .into());
-        }
-    }
-    for &tid in &t.tids {
-        procfs::tgid_of(&root, tid)?;
-        if !procfs::watch_thread(&root, tid).is_some_and(|w| procfs::still_alive(&root, &w)) {
-            return Err(TracerError::AlreadyExited {
-                what: "TID",
-                id: tid,
-            }
-            .into());
-        }
-    }
-    // What -p's processes had started before now stays out; what they start from here on
-    // is traced (`targets::seed`).
-    let before = if t.pids.is_empty() {
-        Default::default()
-    } else {
-        crate::cmd::targets::descendants(&root, &t.pids)
-    };
     let event_specs = if args.events.is_empty() {
         perf::default_events()
     } else {
         perf::parse_events(&args.events)?
     };
-    privileges::check()?;
-    loader::object()?;
-
-    let held: Option<Held> = if t.command.is_empty() {
-        None
-    } else {
-        Some(launch::spawn_held(
-            &t.command,
-            as_user,
-            front.command_output.take(),
-        )?)
-    };
-    trace(&args, &root, &before, held, &event_specs, front)
+    let prepared = start::prepare(&args.targets, &root, front.command_output.take())?;
+    trace(&args, &root, prepared, &event_specs, front)
 }
 
 fn hist_scope(args: &RunConfig) -> u32 {
@@ -176,40 +123,34 @@ fn hist_scope(args: &RunConfig) -> u32 {
 fn trace(
     args: &RunConfig,
     root: &Root,
-    before: &std::collections::BTreeSet<u32>,
-    held: Option<Held>,
+    prepared: start::Prepared,
     event_specs: &[perf::EventSpec],
     front: Frontend,
 ) -> Result<i32> {
-    let child = held.as_ref().map(|h| h.pid);
-    let session = match session::setup(args, root, before, child, event_specs) {
+    let child = prepared.child();
+    let mut session = match session::setup(args, root, &prepared.before, child, event_specs) {
         Ok(s) => s,
         Err(e) => {
-            if let Some(h) = held {
-                h.abort();
-            }
+            prepared.abort();
             return Err(e);
         }
     };
-    let mut session = session;
     // The kernel log (/dev/kmsg, CAP_SYSLOG under dmesg_restrict) is read while it can be.
     if !args.events.is_empty() {
         crate::perf::exception_levels::detect();
     }
-    if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
-        session
-            .notices
-            .push(format!("could not lock privileges after attaching: {e}"));
-    }
-    let child_pid = match held {
-        Some(h) => Some(h.release(&args.targets.command)?),
-        None => None,
+    let rt = signals::runtime()?;
+    // The handlers are in place before the command runs.
+    let mut sigs = {
+        let _in = rt.enter();
+        signals::Signals::install()?
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the event loop")?;
+    let child_pid = prepared.go(
+        privileges::Keep::Nothing,
+        &args.targets.command,
+        &mut session.notices,
+    )?;
     rt.block_on(event_loop::event_loop(
-        args, root, session, child_pid, front,
+        args, root, session, child_pid, front, &mut sigs,
     ))
 }

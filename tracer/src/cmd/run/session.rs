@@ -145,8 +145,10 @@ pub(super) fn setup(
             IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
         },
     )?;
-    let counter_target =
-        targets::counter_target(&args.targets, child, plan.filter, &threads, root)?;
+    // Counted: the threads traced now, not those read before the programs were verified.
+    let now = targets::tracked_now(&tracer.ebpf, root)?;
+    let counted = if now.is_empty() { &threads } else { &now };
+    let counter_target = targets::counter_target(&args.targets, child, plan.filter, counted, root)?;
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
     } else {

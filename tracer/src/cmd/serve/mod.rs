@@ -30,6 +30,10 @@ use crate::{
         collect::Collector,
         loader::{LoadOptions, Tracer},
     },
+    cmd::session::{
+        ends::{self, End, Ends, Inbox, Wake, Work},
+        signals::{self, Signals},
+    },
     model::{
         options::{ProbeMode, RunqFrom},
         series::{split_at_cgroup_move, Book, Exposition, Owner, ProgramStats},
@@ -105,10 +109,7 @@ pub fn run(cfg: ServeConfig, root: Root) -> Result<i32> {
     }
     privileges::check()?;
     crate::bpf::loader::object()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the event loop")?;
+    let rt = signals::runtime()?;
     rt.block_on(serve(cfg, root, web, tls))
 }
 
@@ -136,6 +137,8 @@ async fn serve(
     web: WebConfig,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) -> Result<i32> {
+    // The handlers first: a signal from here on stops the exporter cleanly.
+    let mut signals = Signals::install()?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("listening on {}", cfg.listen))?;
@@ -263,8 +266,6 @@ async fn serve(
             st.tracer.mode.name()
         );
     }
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Exit records are drained as they come, not every TICK: a burst of exits would
     // fill the ring between two reads.
     let exits = st.collector.exit_ring_watch()?;
@@ -272,42 +273,64 @@ async fn serve(
         Some(r) => Some(r.watch()?),
         None => None,
     };
-    let stop = wait_signal();
-    tokio::pin!(stop);
-    let why = loop {
-        tokio::select! {
-            sig = &mut stop => break sig,
-            Some(reply) = rx.recv() => {
-                if st.last_read.elapsed() >= FRESH {
-                    if let Err(e) = st.read() {
-                        log::warn!("reading the maps: {e:#}");
-                    }
-                }
-                let _ = reply.send(());
-            }
-            ready = exits.readable() => {
-                if let Ok(mut guard) = ready {
-                    guard.clear_ready();
-                }
-                st.collector.drain();
-            }
-            ready = async { made.as_ref()?.readable().await.ok() }, if made.is_some() => {
-                if let Some(mut guard) = ready {
-                    guard.clear_ready();
-                }
-                st.workloads.drain(monotonic_ns());
-            }
-            _ = tick.tick() => {
-                if let Err(e) = st.read() {
-                    log::warn!("reading the maps: {e:#}");
-                }
-            }
-        }
+    let mut rings = vec![&exits];
+    rings.extend(made.as_ref());
+    let ends = Ends {
+        deadline: None,
+        child: None,
+        watch: None,
+        stdout: false,
+    };
+    let root = st.root.clone();
+    let why = match ends::run(
+        &mut signals,
+        &ends,
+        &root,
+        &rings,
+        Inbox::Bounded(&mut rx),
+        &mut st,
+    )
+    .await?
+    {
+        End::Signal(sig) => sig,
+        other => return Err(anyhow::anyhow!("the exporter stopped: {other:?}")),
     };
     server.abort();
     log::info!("{why}: stopping");
     st.tracer.detach();
     Ok(0)
+}
+
+/// The exporter's part of the loop: a read every TICK, a fresher one for a scrape that
+/// asks, death records drained as they come.
+impl Work<oneshot::Sender<()>> for State {
+    fn due(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.last_read + TICK)
+    }
+
+    fn wake(&mut self, why: Wake<oneshot::Sender<()>>) -> Result<Option<End>> {
+        match why {
+            Wake::Message(reply) => {
+                if self.last_read.elapsed() >= FRESH {
+                    if let Err(e) = self.read() {
+                        log::warn!("reading the maps: {e:#}");
+                    }
+                }
+                let _ = reply.send(());
+            }
+            // The exit ring, then the cgroup_mkdir ring (when cgroups are labelled).
+            Wake::Readable(0) => self.collector.drain(),
+            Wake::Readable(_) => self.workloads.drain(monotonic_ns()),
+            Wake::Tick => {
+                if self.last_read.elapsed() >= TICK {
+                    if let Err(e) = self.read() {
+                        log::warn!("reading the maps: {e:#}");
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// Scrapes waiting for a read at once; more wait for room.
@@ -534,28 +557,4 @@ fn index_page(cfg: &ServeConfig) -> String {
         cfg.max_series,
         cfg.expiry.as_secs()
     )
-}
-
-/// SIGINT, SIGTERM and SIGHUP all stop the exporter cleanly (SIGHUP reloads nothing:
-/// the configuration is the command line, and a restart is how it changes).
-async fn wait_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (mut int, mut term, mut hup) = (
-        signal(SignalKind::interrupt()).ok(),
-        signal(SignalKind::terminate()).ok(),
-        signal(SignalKind::hangup()).ok(),
-    );
-    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
-    tokio::select! {
-        _ = recv(&mut int) => "SIGINT",
-        _ = recv(&mut term) => "SIGTERM",
-        _ = recv(&mut hup) => "SIGHUP",
-    }
 }

@@ -128,6 +128,9 @@ pub struct TraceWriter<W: Write> {
     /// What `buf` holds, added to `written` once it is written.
     in_buf: Written,
     gap_tids: std::collections::BTreeSet<u32>,
+    /// Per thread, how far the trace moved its switches and wakings from the
+    /// accounting's timestamps to the scheduler's boundaries, in all (see `place`).
+    moved: BTreeMap<u32, u64>,
     /// CLOCK_BOOTTIME less CLOCK_MONOTONIC, added to every timestamp written.
     boot_offset: u64,
     /// Thread -> its last waking in the stream (sequence number, timestamp), until it
@@ -153,6 +156,7 @@ impl<W: Write> TraceWriter<W> {
             buf: Vec::new(),
             in_buf: Written::default(),
             gap_tids: Default::default(),
+            moved: BTreeMap::new(),
             boot_offset,
             woken: HashMap::new(),
             wake_seq: 0,
@@ -311,6 +315,13 @@ impl<W: Write> TraceWriter<W> {
         &self.gap_tids
     }
 
+    /// Per thread, the ns its switches and wakings were moved to the scheduler's
+    /// boundaries: a run-queue wait in the trace differs from the summary's (timed at
+    /// the tracepoints) by at most its thread's figure.
+    pub fn moved(&self) -> &BTreeMap<u32, u64> {
+        &self.moved
+    }
+
     pub fn wakeup(&mut self, w: Wakeup) {
         self.saw_thread(w.ts, w.tid, w.tgid, &w.comm);
         self.wake_seq += 1;
@@ -407,22 +418,28 @@ impl<W: Write> TraceWriter<W> {
             out.push((cpu, at, switches));
         }
         let mut moves = Vec::new();
+        let moved = &mut self.moved;
         let placed = out
             .into_iter()
             .map(|(cpu, mut at, switches)| {
                 for (k, x) in switches.iter().enumerate() {
-                    let Some(w) = x.woken.filter(|w| at[k] <= w.ts) else {
-                        continue;
-                    };
-                    let pending = self
-                        .cpus
-                        .get(&w.cpu)
-                        .and_then(|p| p.wakings.get(w.idx))
-                        .is_some_and(|(seq, _)| *seq == w.seq);
-                    if pending {
-                        moves.push((w, at[k].saturating_sub(1)));
-                    } else {
-                        at[k] = (w.ts + 1).min(x.s.ts);
+                    if let Some(w) = x.woken.filter(|w| at[k] <= w.ts) {
+                        let pending = self
+                            .cpus
+                            .get(&w.cpu)
+                            .and_then(|p| p.wakings.get(w.idx))
+                            .is_some_and(|(seq, _)| *seq == w.seq);
+                        if pending {
+                            moves.push((w, at[k].saturating_sub(1)));
+                        } else {
+                            at[k] = (w.ts + 1).min(x.s.ts);
+                        }
+                    }
+                    let d = x.s.ts.saturating_sub(at[k]);
+                    for tid in [x.s.prev_tid, x.s.next_tid] {
+                        if d > 0 && tid != 0 {
+                            *moved.entry(tid).or_default() += d;
+                        }
                     }
                 }
                 (
@@ -435,7 +452,12 @@ impl<W: Write> TraceWriter<W> {
             .collect();
         for (w, ts) in moves {
             if let Some(p) = self.cpus.get_mut(&w.cpu) {
-                p.wakings[w.idx].1.ts = p.wakings[w.idx].1.ts.min(ts);
+                let waking = &mut p.wakings[w.idx].1;
+                let d = waking.ts.saturating_sub(ts);
+                if d > 0 {
+                    *self.moved.entry(waking.tid).or_default() += d;
+                }
+                waking.ts = waking.ts.min(ts);
             }
         }
         placed
