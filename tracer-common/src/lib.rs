@@ -4,6 +4,7 @@
 //! layout byte for byte; `const` assertions below pin the sizes.
 #![no_std]
 
+pub mod cgroup;
 pub mod hist;
 pub mod offcpu;
 pub mod record;
@@ -71,6 +72,16 @@ pub struct ThreadStats {
     /// entry is made: the thread's identity across snapshots, which its TID is not — a
     /// non-main thread that execs takes its leader's TID.
     pub serial: u64,
+    /// The thread's cgroup v2 id at its last switch-out (0: not asked for, see
+    /// `Config::thread_cgroup`, or not switched out yet): `tracer serve` charges the
+    /// thread's time to the cgroup it ran in, even when it is gone before any read.
+    pub cgroup_id: u64,
+    /// The cgroup the thread's switch-outs showed before `cgroup_id` (0: none).
+    pub cgroup_prev_id: u64,
+    /// The thread's `on_cpu_ns` at its first switch-out in `cgroup_id`: the on-CPU time
+    /// up to it was `cgroup_prev_id`'s. In a delta between two reads (user space), the
+    /// part of the delta's `on_cpu_ns` that was `cgroup_prev_id`'s.
+    pub cgroup_moved_at_ns: u64,
 }
 
 /// `ThreadStats::last_run_delay` holds a value read at a switch-out.
@@ -123,6 +134,9 @@ impl ThreadStats {
             flags: 0,
             comm: [0; COMM_LEN],
             serial: 0,
+            cgroup_id: 0,
+            cgroup_prev_id: 0,
+            cgroup_moved_at_ns: 0,
         }
     }
 }
@@ -317,18 +331,25 @@ pub struct Config {
     /// `filter::CGROUP`: 1 traces the cgroup alone, 0 (default) it and every cgroup
     /// below it (`bpf_current_task_under_cgroup` against `CGROUP_TARGET`).
     pub cgroup_node_only: u32,
+    /// 1: every switch-out writes the thread's cgroup v2 id into its entry
+    /// (`ThreadStats::cgroup_id`; `tracer serve`). 0 for the other commands, whose
+    /// programs the verifier then walks without the helper call.
+    pub thread_cgroup: u32,
+    pub _pad0: u32,
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
 }
 
 // Layout checks: both sides depend on these sizes.
-const _: () = assert!(core::mem::size_of::<ThreadStats>() == 176);
-const _: () = assert!(core::mem::size_of::<ExitRecord>() == 184);
+const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
+const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 64);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
-const _: () = assert!(core::mem::size_of::<Config>() == 136);
+const _: () = assert!(core::mem::size_of::<Config>() == 144);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
+const _: () = assert!(core::mem::size_of::<cgroup::MkdirEvent>() == 24 + cgroup::PATH_LEN);
+const _: () = assert!(core::mem::size_of::<cgroup::MkdirFields>() == 16);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -340,4 +361,6 @@ mod pod {
     unsafe impl aya::Pod for super::Window {}
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::hist::HistKey {}
+    unsafe impl aya::Pod for super::cgroup::MkdirEvent {}
+    unsafe impl aya::Pod for super::cgroup::MkdirFields {}
 }

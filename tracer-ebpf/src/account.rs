@@ -173,7 +173,7 @@ fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mut ThreadSta
     } else if let Some(p) = THREADS.get_ptr_mut(t.tid) {
         return Some(p);
     }
-    // The new entry is built in a per-CPU scratch slot, not on the stack: 176 bytes there
+    // The new entry is built in a per-CPU scratch slot, not on the stack: 200 bytes there
     // pushed the switch program past the 512-byte combined stack the 6.1 verifier allows.
     let sp = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU slot, only this program on this CPU uses it until it returns.
@@ -377,6 +377,17 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // Made where no name was at hand (a classic fork or exec record): user space
         // reads /proc, which a thread dying at the window's close no longer has.
         s.comm = prev.comm.read();
+    }
+    if c.thread_cgroup != 0 {
+        // `prev` is `current`: the cgroup it ran in (`tracer serve` only). A move shows
+        // here first: the time before this slice was the previous cgroup's (a slice in
+        // which it moved counts for the new one).
+        let cg = unsafe { bpf_get_current_cgroup_id() };
+        if cg != s.cgroup_id {
+            s.cgroup_prev_id = s.cgroup_id;
+            s.cgroup_moved_at_ns = s.on_cpu_ns;
+            s.cgroup_id = cg;
+        }
     }
     let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
 
@@ -613,7 +624,7 @@ fn flush_record(t: &Task, s: &ThreadStats) {
 fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
     match EXITED.reserve::<ExitRecord>(0) {
         Some(mut e) => {
-            // Written in place: an `ExitRecord` built on the stack first costs 184 bytes.
+            // Written in place: an `ExitRecord` built on the stack first costs 208 bytes.
             let p = e.as_mut_ptr();
             // SAFETY: the reservation holds one ExitRecord; `s` is a map value.
             unsafe {

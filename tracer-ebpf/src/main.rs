@@ -12,6 +12,7 @@
 #![feature(core_intrinsics)]
 
 mod account;
+mod cgroups;
 mod maps;
 mod offcpu;
 mod record;
@@ -62,6 +63,8 @@ static CONFIG: Config = Config {
     bprm_filename_off: 0,
     hist_pow2: 0,
     cgroup_node_only: 0,
+    thread_cgroup: 0,
+    _pad0: 0,
     slow_min_ns: 0,
 };
 

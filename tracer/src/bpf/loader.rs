@@ -84,6 +84,9 @@ pub struct LoadOptions {
     pub record: crate::bpf::record::RecordLoad,
     /// Per-scope histograms at power-of-two resolution (`tracer serve`, see `Config`).
     pub hist_pow2: bool,
+    /// Each thread's cgroup id at every switch-out, and the `cgroup_mkdir` program
+    /// configured for [`crate::bpf::cgroups`] (`tracer serve`).
+    pub thread_cgroups: bool,
 }
 
 /// Loaded and attached programs with their maps.
@@ -226,7 +229,13 @@ impl Tracer {
             hist_scope: opts.hist_scope,
             n_counters: opts.n_counters,
             hist_pow2: opts.hist_pow2 as u32,
+            thread_cgroup: opts.thread_cgroups as u32,
             ..Default::default()
+        };
+        let mkdir_fields = if opts.thread_cgroups {
+            crate::bpf::cgroups::mkdir_fields(root)?
+        } else {
+            Default::default()
         };
         if let Some(cg) = &opts.cgroup {
             cg.configure(&mut cfg);
@@ -268,6 +277,11 @@ impl Tracer {
             log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
             loader
                 .override_global("CONFIG", &cfg, true)
+                .override_global("CGROUP_MKDIR_FIELDS", &mkdir_fields, true)
+                .map_max_entries(
+                    "CGROUP_EVENTS",
+                    crate::bpf::cgroups::ring_bytes(opts.thread_cgroups),
+                )
                 .map_max_entries(
                     "THREADS",
                     // Unused when the entries live in task-local storage.

@@ -302,6 +302,19 @@ pub struct ServeArgs {
     /// hypervisor's logging on while serving; `tracer dtl` cannot read it meanwhile).
     #[arg(long)]
     pub dtl: bool,
+    /// Only cgroups whose series path matches this glob get series of their own
+    /// (repeatable; `*` within a path component, `**` across; e.g. '/kubepods.slice/**');
+    /// the rest are summed as cgroup="other".
+    #[arg(long, value_name = "GLOB", value_parser = crate::cmd::serve::check_pattern)]
+    pub cgroup_allow: Vec<String>,
+    /// Cgroups whose series path matches this glob are summed as cgroup="other"
+    /// (repeatable; wins over --cgroup-allow).
+    #[arg(long, value_name = "GLOB", value_parser = crate::cmd::serve::check_pattern)]
+    pub cgroup_deny: Vec<String>,
+    /// Where the kubelet writes pod logs: DIR/pods/NAMESPACE_POD_UID and
+    /// DIR/containers/POD_NAMESPACE_CONTAINER-ID.log name pods and containers.
+    #[arg(long, value_name = "DIR", default_value = "/var/log")]
+    pub kubelet_logs: PathBuf,
 }
 
 /// `--max-series`: 1 ..= 100000 (each process series holds three histograms).
@@ -334,6 +347,11 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             runq_from: a.probe.runq_from,
             max_threads: a.probe.max_threads,
             dtl: a.dtl,
+            patterns: crate::cmd::serve::Patterns {
+                allow: a.cgroup_allow,
+                deny: a.cgroup_deny,
+            },
+            kubelet_logs: a.kubelet_logs,
         })
     }
 }

@@ -90,6 +90,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         runq_from: crate::model::options::RunqFrom::Wakeup,
         record: Default::default(),
         hist_pow2: false,
+        thread_cgroups: false,
     };
     match Tracer::start(&opts, root, &mut |_| Ok(())) {
         Ok(mut t) => {

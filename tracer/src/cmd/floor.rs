@@ -36,7 +36,7 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
             &mut sigs,
             &ends,
             &Root::default(),
-            None,
+            &[],
             Inbox::<()>::None,
             &mut Idle,
         )

@@ -197,7 +197,7 @@ async fn trace(
     };
     work.read();
     let ends = Ends::new(o.duration, child, &o.targets, root, false);
-    let end = ends::run(signals, &ends, root, None, Inbox::None, &mut work).await?;
+    let end = ends::run(signals, &ends, root, &[], Inbox::None, &mut work).await?;
     let mut known = std::mem::take(&mut work.known);
     let (child_state, targets_exited) = match end {
         End::CommandExited(st) => (Some(st), false),

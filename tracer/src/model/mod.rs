@@ -12,3 +12,4 @@ pub mod stacks;
 pub mod targets;
 pub mod window;
 pub mod words;
+pub mod workload;

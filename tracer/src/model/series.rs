@@ -14,6 +14,85 @@ use std::collections::BTreeMap;
 use tracer_common::ThreadStats;
 
 use crate::model::{hist::Histogram, snapshot::HistSet, words};
+use crate::sys::cgroups::{Pressure, Throttling};
+
+/// A series' labels beyond its own (`pod`, `container`, ...), as (name, value).
+pub type Labels = Vec<(String, String)>;
+
+/// A cgroup's throttling and pressure as the kernel counts them (since the cgroup was
+/// made), kept from going down when the cgroup behind a series is made anew (new id,
+/// counters from zero): then its new counts are added to what was shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupCpu {
+    /// None: the cgroup has no bandwidth figures (no cpu controller for it).
+    pub throttling: Option<Throttling>,
+    /// None: no PSI for it (cgroup v1 only, or PSI off).
+    pub pressure: Option<Pressure>,
+    last_throttling: Option<Throttling>,
+    last_pressure: Option<Pressure>,
+}
+
+/// `total` grown by `now` over `last`; a fall means counting started again.
+fn grow(total: &mut u64, last: Option<u64>, now: u64) {
+    *total = total.saturating_add(match last {
+        Some(l) if now >= l => now - l,
+        _ => now,
+    });
+}
+
+impl CgroupCpu {
+    /// Takes a new reading (None: not readable now; the totals stay).
+    pub fn update(&mut self, t: Option<Throttling>, p: Option<Pressure>) {
+        if let Some(t) = t {
+            let l = self.last_throttling;
+            let tot = self.throttling.get_or_insert_with(Throttling::default);
+            grow(&mut tot.periods, l.map(|l| l.periods), t.periods);
+            grow(
+                &mut tot.throttled_periods,
+                l.map(|l| l.throttled_periods),
+                t.throttled_periods,
+            );
+            grow(
+                &mut tot.throttled_ns,
+                l.map(|l| l.throttled_ns),
+                t.throttled_ns,
+            );
+            self.last_throttling = Some(t);
+        }
+        if let Some(p) = p {
+            let l = self.last_pressure;
+            let tot = self.pressure.get_or_insert_with(Pressure::default);
+            grow(&mut tot.some_ns, l.map(|l| l.some_ns), p.some_ns);
+            if let Some(full) = p.full_ns {
+                let mut f = tot.full_ns.unwrap_or(0);
+                grow(&mut f, l.and_then(|l| l.full_ns), full);
+                tot.full_ns = Some(f);
+            }
+            self.last_pressure = Some(p);
+        }
+    }
+}
+
+/// A delta's on-CPU time split at its thread's latest cgroup move: `(cgroup id, the
+/// delta's part)` for the cgroup it left (if it moved during the interval and had run
+/// there), then the delta with that part taken out. A thread moved more than once
+/// between two reads has its earlier cgroups' time charged to the one it left last;
+/// counts and waits go to the cgroup of its latest switch-out.
+pub fn split_at_cgroup_move(d: &ThreadStats) -> (Option<(u64, ThreadStats)>, ThreadStats) {
+    let before = d.cgroup_moved_at_ns.min(d.on_cpu_ns);
+    if d.cgroup_prev_id == 0 || before == 0 {
+        return (None, *d);
+    }
+    let mut left = ThreadStats::zeroed();
+    left.tgid = d.tgid;
+    left.comm = d.comm;
+    left.on_cpu_ns = before;
+    left.cgroup_id = d.cgroup_prev_id;
+    let mut rest = *d;
+    rest.on_cpu_ns -= before;
+    rest.cgroup_moved_at_ns = 0;
+    (Some((d.cgroup_prev_id, left)), rest)
+}
 
 /// Counter totals of a series (ns and counts, as the kernel keeps them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -237,6 +316,17 @@ pub struct Exposition {
     pub vcpu_dispatch: Vec<(u32, [u64; 8])>,
     /// pseries with `--dtl`: per vCPU, the Dispatch Trace Log read since the start.
     pub dtl: Vec<DtlVcpu>,
+    /// Per cgroup series label: its workload's labels (`pod`, `container`, ...).
+    pub cgroup_labels: BTreeMap<String, Labels>,
+    /// Per cgroup series label: its throttling and pressure.
+    pub cgroup_cpu: BTreeMap<String, CgroupCpu>,
+    /// The machine's CPU pressure (`/proc/pressure/cpu`).
+    pub host_pressure: Option<Pressure>,
+    /// Thread deltas sent to `cgroup="other"` by `--cgroup-allow`/`--cgroup-deny`.
+    pub cgroups_filtered: u64,
+    /// cgroup ids with a known path, and walks of the cgroup tree since the start.
+    pub cgroup_names: usize,
+    pub cgroup_walks: u64,
 }
 
 /// One vCPU's Dispatch Trace Log, cumulative.
@@ -349,6 +439,53 @@ mod tests {
         assert_eq!(b.cgroups_overflowed, 2);
         // Processes keep their own series (and their cgroup's name).
         assert_eq!(b.processes[&3].cgroup, "/c");
+    }
+
+    #[test]
+    fn throttling_and_pressure_never_go_down_across_a_recreated_cgroup() {
+        let t = |p, n, ns| Throttling {
+            periods: p,
+            throttled_periods: n,
+            throttled_ns: ns,
+        };
+        let mut c = CgroupCpu::default();
+        c.update(Some(t(10, 2, 500)), None);
+        c.update(Some(t(15, 3, 900)), None);
+        assert_eq!(c.throttling, Some(t(15, 3, 900)));
+        // Made anew: its counters start at zero again.
+        c.update(Some(t(4, 1, 100)), None);
+        assert_eq!(c.throttling, Some(t(19, 4, 1000)));
+        c.update(None, None);
+        assert_eq!(c.throttling, Some(t(19, 4, 1000)), "unreadable: kept");
+        let p = |s, f| Pressure {
+            some_ns: s,
+            full_ns: f,
+        };
+        c.update(None, Some(p(100, Some(10))));
+        c.update(None, Some(p(150, Some(5))));
+        assert_eq!(c.pressure, Some(p(150, Some(15))));
+    }
+
+    #[test]
+    fn a_move_splits_the_on_cpu_time_of_the_interval() {
+        let mut d = stats(10_000_000);
+        d.cgroup_id = 7;
+        d.cgroup_prev_id = 3;
+        d.cgroup_moved_at_ns = 4_000_000;
+        d.voluntary = 5;
+        let (left, rest) = split_at_cgroup_move(&d);
+        let (id, left) = left.expect("it moved in the interval");
+        assert_eq!((id, left.on_cpu_ns, left.voluntary), (3, 4_000_000, 0));
+        assert_eq!(
+            (rest.on_cpu_ns, rest.voluntary, rest.cgroup_id),
+            (6_000_000, 5, 7)
+        );
+        // Moved before the interval, or from no cgroup seen: nothing to split.
+        d.cgroup_moved_at_ns = 0;
+        assert!(split_at_cgroup_move(&d).0.is_none());
+        d.cgroup_moved_at_ns = 4_000_000;
+        d.cgroup_prev_id = 0;
+        assert_eq!(split_at_cgroup_move(&d).1.on_cpu_ns, 10_000_000);
     }
 
     #[test]

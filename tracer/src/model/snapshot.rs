@@ -102,6 +102,11 @@ pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) 
             }
         });
         add_stats(&mut row.stats, &r.stats);
+        if r.stats.cgroup_id != 0 {
+            // `tracer serve` charges the row to its threads' latest cgroup (a sum
+            // splits at no move).
+            row.stats.cgroup_id = r.stats.cgroup_id;
+        }
         row.folded += 1;
     }
 }
@@ -270,6 +275,12 @@ fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {
     for i in 0..d.counters.len() {
         d.counters[i] = a.counters[i].saturating_sub(b.counters[i]);
     }
+    // The part of this interval's on-CPU time from before the latest cgroup move (0
+    // when it moved before `b`'s read).
+    d.cgroup_moved_at_ns = a
+        .cgroup_moved_at_ns
+        .saturating_sub(b.on_cpu_ns)
+        .min(d.on_cpu_ns);
     d
 }
 

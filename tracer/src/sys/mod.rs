@@ -3,6 +3,7 @@
 //! of user input.
 pub mod birth;
 pub mod btf;
+pub mod cgroups;
 pub mod clock;
 pub mod files;
 pub mod launch;

@@ -186,7 +186,7 @@ impl Work<()> for Intervals<'_> {
         match why {
             // top's quit key.
             Wake::Message(()) => return Ok(Some(End::Quit)),
-            Wake::Readable => {
+            Wake::Readable(_) => {
                 self.s.collector.drain();
                 return Ok(None);
             }
@@ -259,7 +259,7 @@ pub(super) async fn event_loop(
         Some(q) => Inbox::Unbounded(q),
         None => Inbox::None,
     };
-    let end = ends::run(signals, &ends, root, Some(&exits), inbox, &mut work).await?;
+    let end = ends::run(signals, &ends, root, &[&exits], inbox, &mut work).await?;
     let Intervals {
         prev, intervals, ..
     } = work;

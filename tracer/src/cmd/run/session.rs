@@ -119,6 +119,7 @@ pub(super) fn setup(
         runq_from: args.runq_from,
         record: args.hook.load(),
         hist_pow2: false,
+        thread_cgroups: false,
     };
     let mut threads = Vec::new();
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {

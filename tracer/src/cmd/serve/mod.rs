@@ -5,13 +5,16 @@
 //! histograms of dead processes. Series only grow, the number of process series is
 //! bounded, idle ones expire.
 mod auth;
+mod cgroups;
 mod conns;
 mod http;
+
+pub use cgroups::{check_pattern, Patterns};
 
 use std::{
     collections::{HashMap, HashSet},
     net::SocketAddr,
-    os::{fd::OwnedFd, unix::ffi::OsStrExt as _},
+    os::fd::OwnedFd,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -23,6 +26,7 @@ use tracer_common::{filter, scope};
 
 use crate::{
     bpf::{
+        cgroups::MkdirRing,
         collect::Collector,
         loader::{LoadOptions, Tracer},
     },
@@ -32,13 +36,13 @@ use crate::{
     },
     model::{
         options::{ProbeMode, RunqFrom},
-        series::{cgroup_prefix, Book, Exposition, Owner, ProgramStats},
+        series::{split_at_cgroup_move, Book, Exposition, Owner, ProgramStats},
         snapshot::{Snapshot, DROP_NAMES},
         words,
     },
     output::openmetrics,
     pseries::{dtl, hypervisor, vcpudispatch},
-    sys::{privileges, procfs, root::Root, selfstat, webconfig::WebConfig},
+    sys::{clock::monotonic_ns, privileges, procfs, root::Root, selfstat, webconfig::WebConfig},
 };
 
 /// The default port: unassigned in the Prometheus exporter port registry (9100
@@ -65,6 +69,11 @@ pub struct ServeConfig {
     /// pseries: read the Dispatch Trace Log (enables the hypervisor's logging while it
     /// runs; `tracer dtl` cannot read it meanwhile).
     pub dtl: bool,
+    /// Which cgroups get series of their own (the rest: cgroup="other").
+    pub patterns: Patterns,
+    /// Where the kubelet writes pod and container logs (`pods/`, `containers/`): their
+    /// names say the pods' names and namespaces and the containers' names.
+    pub kubelet_logs: PathBuf,
 }
 
 /// Reads between scrapes so exit records and dead processes' histograms are collected
@@ -109,13 +118,11 @@ struct State {
     tracer: Tracer,
     collector: Collector,
     prev: Snapshot,
-    /// PID to (comm, cgroup label), filled at first sight.
+    /// PID to (comm, the cgroup label of its last thread delta), the comm read at
+    /// first sight.
     procs: HashMap<u32, (String, String)>,
-    /// Cgroup label to its directory under the mount: a label is escaped text, the
-    /// directory's name any bytes (for telling whether it still exists).
-    cgroup_dirs: HashMap<String, PathBuf>,
-    cgroup_mount: Option<PathBuf>,
-    cfg: ServeConfig,
+    /// Thread cgroup ids to series labels, with each series' workload.
+    workloads: cgroups::Workloads,
     root: Root,
     exposition: Arc<Mutex<Exposition>>,
     last_read: Instant,
@@ -155,9 +162,30 @@ async fn serve(
         // kernel: 1 to 3 map entries per process and octave instead of up to 96, so the
         // map holds ~30x more processes before it is full.
         hist_pow2: bounds_ns.iter().all(|b| b.is_power_of_two()),
+        thread_cgroups: true,
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
     let opened = tracer.opened_at();
+    // Before the first walk of the tree: a cgroup made meanwhile is in one or the other.
+    let ring = match MkdirRing::attach(&mut tracer.ebpf) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            log::warn!(
+                "cgroups made and removed between two reads will be cgroup=\"unknown\" \
+                 (counted as cgroup_unresolved): {e:#}"
+            );
+            None
+        }
+    };
+    let workloads = cgroups::Workloads::new(
+        &root,
+        ring,
+        cfg.cgroup_depth,
+        &cfg.patterns,
+        cfg.kubelet_logs.clone(),
+        monotonic_ns(),
+    )
+    .map_err(|e| anyhow!("--cgroup-allow/--cgroup-deny: {e}"))?;
     // In-kernel cost for the self-monitoring series; needs CAP_SYS_ADMIN, so before the drop.
     let stats_fd = aya::sys::enable_stats(aya::sys::Stats::RunTime).ok();
     // The debugfs logs are root's: opened before the drop, read through the fds after.
@@ -200,6 +228,12 @@ async fn serve(
         self_rss_bytes: 0,
         vcpu_dispatch: Vec::new(),
         dtl: Vec::new(),
+        cgroup_labels: Default::default(),
+        cgroup_cpu: Default::default(),
+        host_pressure: None,
+        cgroups_filtered: 0,
+        cgroup_names: 0,
+        cgroup_walks: 0,
     }));
     let scheme = if tls.is_some() { "https" } else { "http" };
     let (tx, mut rx) = mpsc::channel::<oneshot::Sender<()>>(MAX_WAITING);
@@ -214,9 +248,7 @@ async fn serve(
         collector,
         prev,
         procs: HashMap::new(),
-        cgroup_dirs: HashMap::new(),
-        cgroup_mount: procfs::cgroup2_mount(&root),
-        cfg: cfg.clone(),
+        workloads,
         root,
         exposition,
         last_read: Instant::now(),
@@ -237,6 +269,12 @@ async fn serve(
     // Exit records are drained as they come, not every TICK: a burst of exits would
     // fill the ring between two reads.
     let exits = st.collector.exit_ring_watch()?;
+    let made = match st.workloads.ring() {
+        Some(r) => Some(r.watch()?),
+        None => None,
+    };
+    let mut rings = vec![&exits];
+    rings.extend(made.as_ref());
     let ends = Ends {
         deadline: None,
         child: None,
@@ -248,7 +286,7 @@ async fn serve(
         &mut signals,
         &ends,
         &root,
-        Some(&exits),
+        &rings,
         Inbox::Bounded(&mut rx),
         &mut st,
     )
@@ -280,7 +318,9 @@ impl Work<oneshot::Sender<()>> for State {
                 }
                 let _ = reply.send(());
             }
-            Wake::Readable => self.collector.drain(),
+            // The exit ring, then the cgroup_mkdir ring (when cgroups are labelled).
+            Wake::Readable(0) => self.collector.drain(),
+            Wake::Readable(_) => self.workloads.drain(monotonic_ns()),
             Wake::Tick => {
                 if self.last_read.elapsed() >= TICK {
                     if let Err(e) = self.read() {
@@ -314,21 +354,40 @@ impl State {
         let now = snap.at_ns;
         let expo = self.exposition.clone();
         let mut x = expo.lock().unwrap_or_else(|e| e.into_inner());
+        self.workloads.begin_read(now);
+        // Each process's cgroup for its histograms: that of its threads' latest records
+        // (every histogram count comes with a switch-out of one of them).
+        let mut proc_cgroup: HashMap<u32, (u64, u64)> = HashMap::new();
+        for r in snap.threads.values() {
+            let e = proc_cgroup.entry(r.stats.tgid).or_insert((0, 0));
+            if r.stats.cgroup_id != 0 && r.stats.last_off_ns >= e.1 {
+                *e = (r.stats.cgroup_id, r.stats.last_off_ns);
+            }
+        }
         for r in delta.threads.values() {
             let pid = match r.stats.tgid {
                 0 => procfs::tgid_of(&self.root, r.tid).unwrap_or(r.tid),
                 p => p,
             };
-            let (comm, cgroup) = self.process(pid, &r.stats.comm);
-            x.book.add_thread(
-                Owner {
-                    pid,
-                    comm: &comm,
-                    cgroup: &cgroup,
-                },
-                &r.stats,
-                now,
-            );
+            // Its time before a move in the interval goes to the cgroup it left.
+            let (left, rest) = split_at_cgroup_move(&r.stats);
+            for (id, d) in left
+                .iter()
+                .map(|(id, d)| (*id, d))
+                .chain([(rest.cgroup_id, &rest)])
+            {
+                let cgroup = self.workloads.label(id, pid, now);
+                let comm = self.process(pid, &d.comm, &cgroup);
+                x.book.add_thread(
+                    Owner {
+                        pid,
+                        comm: &comm,
+                        cgroup: &cgroup,
+                    },
+                    d,
+                    now,
+                );
+            }
         }
         drop(delta);
         for (&pid, h) in &snap.scoped {
@@ -337,7 +396,12 @@ impl State {
                 Some(e) => h.saturating_sub(e),
                 None => h.clone(),
             };
-            let (comm, cgroup) = self.process(pid, &[0u8; 16]);
+            let cgroup = match (proc_cgroup.get(&pid), self.procs.get(&pid)) {
+                (Some(&(id, _)), _) if id != 0 => self.workloads.label(id, pid, now),
+                (_, Some((_, label))) => label.clone(),
+                _ => self.workloads.label(0, pid, now),
+            };
+            let comm = self.process(pid, &[0u8; 16], &cgroup);
             x.book.add_hist(
                 Owner {
                     pid,
@@ -366,15 +430,10 @@ impl State {
             self.collector.forget_scoped(&mut self.tracer.ebpf, &dead)?;
             snap.scoped.retain(|pid, _| !dead.contains(pid));
         }
-        let mount = self.cgroup_mount.clone();
-        let dirs = &self.cgroup_dirs;
-        x.book.expire(now, |label| match (&mount, dirs.get(label)) {
-            (Some(m), Some(rel)) => m.join(rel).is_dir(),
-            (Some(m), None) => m.join(label.trim_start_matches('/')).is_dir(),
-            (None, _) => true,
-        });
-        self.cgroup_dirs
-            .retain(|l, _| x.book.cgroups.contains_key(l));
+        let w = &self.workloads;
+        x.book.expire(now, |label| w.exists(label));
+        self.workloads
+            .prune(&x.book.cgroups, now.saturating_sub(x.book.expiry_ns));
         let live: HashSet<u32> = x.book.processes.keys().copied().collect();
         self.procs
             .retain(|pid, _| live.contains(pid) || procfs::thread_exists(root, *pid));
@@ -394,35 +453,25 @@ impl State {
         Ok(())
     }
 
-    /// A process's (comm, cgroup label), read once. Both escaped: the names are chosen
-    /// by whoever runs the process or made the cgroup, and end up on terminals (curl,
-    /// promtool) as well as in Prometheus.
-    fn process(&mut self, pid: u32, thread_comm: &[u8]) -> (String, String) {
-        if let Some(p) = self.procs.get(&pid) {
-            return p.clone();
+    /// A process's comm, read once (escaped: names are chosen by whoever runs the
+    /// process, and end up on terminals, curl and promtool, as well as in Prometheus),
+    /// and the cgroup label of its latest delta remembered.
+    fn process(&mut self, pid: u32, thread_comm: &[u8], cgroup: &str) -> String {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            if p.1 != cgroup {
+                p.1 = cgroup.to_string();
+            }
+            return p.0.clone();
         }
         let comm = match procfs::comm_bytes(&self.root, pid, pid) {
             Some(c) => words::escape(c),
             None => words::escape(words::from_comm(thread_comm)),
         };
-        let cgroup = match procfs::cgroup_path(&self.root, pid) {
-            Some(p) => {
-                let prefix = cgroup_prefix(&p, self.cfg.cgroup_depth);
-                let label = words::escape(&prefix);
-                if !self.cgroup_dirs.contains_key(&label) {
-                    let rel = std::ffi::OsStr::from_bytes(&prefix[1..]);
-                    self.cgroup_dirs.insert(label.clone(), PathBuf::from(rel));
-                }
-                label
-            }
-            None => "unknown".to_string(),
-        };
-        let p = (comm, cgroup);
         // A process that is already gone is not cached: its PID may come back.
         if procfs::thread_exists(&self.root, pid) {
-            self.procs.insert(pid, p.clone());
+            self.procs.insert(pid, (comm.clone(), cgroup.to_string()));
         }
-        p
+        comm
     }
 
     /// Copies the figures the endpoint shows.
@@ -475,6 +524,19 @@ impl State {
             .zip(snap.drops.iter())
             .map(|(n, v)| (n.to_string(), *v))
             .collect();
+        // Time no cgroup could be named for (it went to cgroup="unknown"), and new
+        // cgroups the kernel's ring had no room for.
+        let w = &mut self.workloads;
+        w.events_lost = crate::bpf::cgroups::lost(&self.tracer.ebpf);
+        x.drops.push(("cgroup_unresolved".into(), w.unresolved));
+        x.drops.push(("cgroup_events_lost".into(), w.events_lost));
+        let (labels, cpu) = w.publish();
+        x.cgroup_labels = labels;
+        x.cgroup_cpu = cpu;
+        x.host_pressure = crate::sys::cgroups::host_pressure(&self.root);
+        x.cgroups_filtered = w.filtered;
+        x.cgroup_names = w.names_known();
+        x.cgroup_walks = w.walks();
         x.programs = programs;
         x.map_entries = snap.live_entries;
         x.hist_entries = self.collector.scoped_entries;

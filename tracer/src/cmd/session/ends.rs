@@ -89,8 +89,8 @@ pub(crate) enum Wake<M> {
     /// Its [`Work::due`] time came, or [`CHECK`] passed since the last wake: it looks
     /// whether it has work.
     Tick,
-    /// The kernel's records are readable (the exit ring).
-    Readable,
+    /// The kernel's records are readable: which of the descriptors given to [`run`].
+    Readable(usize),
     Message(M),
 }
 
@@ -123,13 +123,13 @@ impl<M> Inbox<'_, M> {
 /// How often the ends are checked at the latest (a target's exit, a closed pipe).
 pub(crate) const CHECK: Duration = Duration::from_millis(100);
 
-/// Waits for the run's end, waking `work`. `exits`: a descriptor readable when the
-/// kernel has records (`Wake::Readable`); `messages`: the command's own channel.
+/// Waits for the run's end, waking `work`. `rings`: descriptors readable when the
+/// kernel has records (`Wake::Readable(i)`); `messages`: the command's own channel.
 pub(crate) async fn run<M, W: Work<M>>(
     signals: &mut Signals,
     ends: &Ends,
     root: &Root,
-    exits: Option<&AsyncFd<OwnedFd>>,
+    rings: &[&AsyncFd<OwnedFd>],
     mut messages: Inbox<'_, M>,
     work: &mut W,
 ) -> Result<End> {
@@ -141,15 +141,7 @@ pub(crate) async fn run<M, W: Work<M>>(
         let now = Instant::now();
         let check_at = now + CHECK;
         let due = work.due().min(check_at);
-        let readable = async {
-            match exits {
-                Some(fd) => match fd.readable().await {
-                    Ok(mut guard) => guard.clear_ready(),
-                    Err(_) => std::future::pending().await,
-                },
-                None => std::future::pending().await,
-            }
-        };
+        let readable = any_readable(rings);
         let message = messages.recv();
         let deadline = async {
             match ends.deadline {
@@ -161,7 +153,7 @@ pub(crate) async fn run<M, W: Work<M>>(
             sig = signals.next() => return Ok(End::Signal(sig)),
             _ = deadline => return Ok(End::Duration),
             _ = sigchld.recv(), if ends.child.is_some() => None,
-            _ = readable => Some(Wake::Readable),
+            i = readable => Some(Wake::Readable(i)),
             m = message => match m {
                 Some(m) => Some(Wake::Message(m)),
                 // The sender went away (the front end ended): as a quit.
@@ -178,4 +170,20 @@ pub(crate) async fn run<M, W: Work<M>>(
             return Ok(end);
         }
     }
+}
+
+/// The first of `fds` that is readable (its readiness cleared); never, without any. A
+/// descriptor whose readiness fails is left out: its records are read at the next tick.
+async fn any_readable(fds: &[&AsyncFd<OwnedFd>]) -> usize {
+    use std::task::Poll;
+    std::future::poll_fn(|cx| {
+        for (i, fd) in fds.iter().enumerate() {
+            if let Poll::Ready(Ok(mut guard)) = fd.poll_read_ready(cx) {
+                guard.clear_ready();
+                return Poll::Ready(i);
+            }
+        }
+        Poll::Pending
+    })
+    .await
 }

@@ -15,12 +15,9 @@ use prometheus_client::{
 };
 use tracer_common::hist::{bucket_upper, N_BUCKETS};
 
-use crate::{
-    model::{
-        hist::Histogram,
-        series::{Exposition, Series},
-    },
-    pseries::vcpudispatch::COUNTER_NAMES,
+use crate::model::{
+    hist::Histogram,
+    series::{Exposition, Series},
 };
 
 /// The exposition formats a scraper can ask for (`Accept`).
@@ -79,8 +76,10 @@ impl Collector for View {
     }
 }
 
-/// A series' labels.
-type Labels = Vec<(String, String)>;
+use crate::model::series::Labels;
+
+mod machine;
+use machine::{cpu_bandwidth, pseries};
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -170,13 +169,22 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
+/// A cgroup series' labels: `cgroup` and what its workload says (`pod`, `container`, ...).
+fn cgroup_labels(x: &Exposition, name: &str) -> Labels {
+    let mut l = labels(&[("cgroup", name)]);
+    if let Some(w) = x.cgroup_labels.get(name) {
+        l.extend(w.iter().cloned());
+    }
+    l
+}
+
 /// Every (labels, series) pair of one scope.
 fn scoped(x: &Exposition) -> [(&'static str, Vec<(Labels, &Series)>); 2] {
     let mut cg: Vec<(Labels, &Series)> = x
         .book
         .cgroups
         .iter()
-        .map(|(name, s)| (labels(&[("cgroup", name)]), s))
+        .map(|(name, s)| (cgroup_labels(x, name), s))
         .collect();
     if x.book.other_cgroup.last_active_ns > 0 {
         cg.push((labels(&[("cgroup", "other")]), &x.book.other_cgroup));
@@ -187,10 +195,9 @@ fn scoped(x: &Exposition) -> [(&'static str, Vec<(Labels, &Series)>); 2] {
         .values()
         .map(|p| {
             let pid = p.pid.to_string();
-            (
-                labels(&[("pid", &pid), ("comm", &p.comm), ("cgroup", &p.cgroup)]),
-                &p.series,
-            )
+            let mut l = labels(&[("pid", &pid), ("comm", &p.comm)]);
+            l.extend(cgroup_labels(x, &p.cgroup));
+            (l, &p.series)
         })
         .collect();
     if x.book.other.last_active_ns > 0 {
@@ -328,6 +335,7 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
         &per_cpu(&x.cpu_steal_ns),
     )?;
     pseries(x, enc)?;
+    cpu_bandwidth(x, enc)?;
     let drops: Vec<(Labels, f64)> = x
         .drops
         .iter()
@@ -411,6 +419,28 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
     )?;
     counter(
         enc,
+        "tracer_cgroup_series_filtered",
+        "Cgroup deltas summed into cgroup=\"other\" by --cgroup-allow/--cgroup-deny",
+        None,
+        &[(Labels::new(), x.cgroups_filtered as f64)],
+    )?;
+    gauge(
+        enc,
+        "tracer_known_cgroup_ids",
+        "cgroup ids whose path the exporter knows (from walks of the tree and the \
+         kernel's cgroup_mkdir events)",
+        None,
+        &[(Labels::new(), x.cgroup_names as f64)],
+    )?;
+    counter(
+        enc,
+        "tracer_cgroup_walks",
+        "Walks of the cgroup v2 tree (at the start, and when an id nobody named turns up)",
+        None,
+        &[(Labels::new(), x.cgroup_walks as f64)],
+    )?;
+    counter(
+        enc,
         "process_cpu",
         "The tracer's own user and system CPU time",
         s,
@@ -422,89 +452,6 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
         "The tracer's own resident memory",
         Some(&Unit::Bytes),
         &[(Labels::new(), x.self_rss_bytes as f64)],
-    )?;
-    Ok(())
-}
-
-/// pseries: the hypervisor's dispatch counters per vCPU (vcpudispatch_stats) and the
-/// Dispatch Trace Log's dispatch latency; nothing where the files are absent. The counters
-/// are split so that no family mixes a total with its parts (a `sum()` over one family
-/// counts each dispatch once): the total, where on the machine it happened, and where
-/// relative to the vCPU's home NUMA node.
-fn pseries(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-    let counters = |range: std::ops::Range<usize>, label: &str, strip: &str| {
-        x.vcpu_dispatch
-            .iter()
-            .flat_map(|(cpu, c)| {
-                range.clone().map(move |i| {
-                    let mut l = labels(&[("cpu", &cpu.to_string())]);
-                    if !label.is_empty() {
-                        let name = COUNTER_NAMES[i].trim_end_matches("_disp");
-                        l.push((label.into(), name.trim_start_matches(strip).into()));
-                    }
-                    (l, c[i] as f64)
-                })
-            })
-            .collect::<Vec<_>>()
-    };
-    counter(
-        enc,
-        "tracer_vcpu_dispatches",
-        "Times the hypervisor dispatched each vCPU since vcpudispatch_stats was enabled \
-         (pseries; a re-enable restarts it)",
-        None,
-        &counters(0..1, "", ""),
-    )?;
-    counter(
-        enc,
-        "tracer_vcpu_dispatch_placement",
-        "vCPU dispatches by where the physical CPU was relative to the previous one: \
-         same_cpu (or an SMT sibling), same_chip, diff_chip, far_chip (pseries)",
-        None,
-        &counters(1..5, "placement", ""),
-    )?;
-    counter(
-        enc,
-        "tracer_vcpu_dispatch_numa",
-        "vCPU dispatches by NUMA distance from the vCPU's home node: home, remote, far \
-         (pseries)",
-        None,
-        &counters(5..8, "node", "numa_"),
-    )?;
-    let cpu_label = |cpu: u32| labels(&[("cpu", &cpu.to_string())]);
-    let hrows: Vec<(Labels, &Histogram)> = x
-        .dtl
-        .iter()
-        .map(|d| (cpu_label(d.cpu), &d.dispatch))
-        .collect();
-    histogram(
-        enc,
-        "tracer_dtl_dispatch_latency",
-        "Dispatch Trace Log: time each vCPU was ready on the hypervisor's queue until it \
-         was dispatched (enqueue_to_dispatch_time, pseries, --dtl)",
-        &hrows,
-        &x.bounds_ns,
-    )?;
-    let per = |f: fn(&crate::model::series::DtlVcpu) -> u64| -> Vec<(Labels, f64)> {
-        x.dtl
-            .iter()
-            .map(|d| (cpu_label(d.cpu), f(d) as f64))
-            .collect()
-    };
-    counter(
-        enc,
-        "tracer_dtl_entries",
-        "Dispatch Trace Log entries read per vCPU (pseries, --dtl)",
-        None,
-        &per(|d| d.entries),
-    )?;
-    counter(
-        enc,
-        "tracer_dtl_gaps",
-        "Places where Dispatch Trace Log entries were lost (the log wrapped before it was \
-         read), per vCPU: a lower bound on lost entries",
-        None,
-        &per(|d| d.gaps),
     )?;
     Ok(())
 }
@@ -544,6 +491,12 @@ mod tests {
             self_rss_bytes: 1 << 20,
             vcpu_dispatch: Vec::new(),
             dtl: Vec::new(),
+            cgroup_labels: Default::default(),
+            cgroup_cpu: Default::default(),
+            host_pressure: None,
+            cgroups_filtered: 0,
+            cgroup_names: 0,
+            cgroup_walks: 0,
         }
     }
 
@@ -611,7 +564,7 @@ mod tests {
         // The golden file, checked by hand against the fixtures: DOC's counters (cpu0 6839
         // 4126 2683 30 0 6821 18 0) split into three families; 1 us in the (1.024 us]
         // bucket, 2 us in (2.048 us]; entries 2 and 1; one gap on vCPU 1.
-        let want: Vec<&str> = include_str!("../../tests/golden/serve_pseries.txt")
+        let want: Vec<&str> = include_str!("../../../tests/golden/serve_pseries.txt")
             .lines()
             .collect();
         assert_eq!(got, want, "got:\n{}", got.join("\n"));
