@@ -4,6 +4,7 @@ pub mod cgroups;
 pub mod collect;
 pub mod compat;
 pub mod config;
+pub mod hist_read;
 pub mod loader;
 pub mod record;
 pub mod stacks;
