@@ -15,7 +15,7 @@ use aya::{
 };
 use tracer_common::{
     drop,
-    hist::{HistKey, N_BUCKETS, N_KINDS},
+    hist::HistKey,
     scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
 };
 
