@@ -15,12 +15,11 @@ use aya::{
 };
 use tracer_common::{
     drop,
-    hist::HistKey,
+    hist::{HistKey, N_BUCKETS, N_KINDS},
     scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
 };
 
 use crate::model::{
-    hist_between::between,
     options::RunqSource,
     snapshot::{
         fold_exited, parse_records, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP,
@@ -229,13 +228,22 @@ impl Collector {
     ) -> Result<Snapshot> {
         self.drain();
         // Histograms first: an event the kernel settles while we read is then missing
-        // from this read (and in the next), never counted twice (kernel and pending).
-        // The whole-set histogram is read again after the threads and taken as of
-        // their read (`hist_between`), so its counts go with the sums from their totals.
+        // from this snapshot (and in the next), never counted twice (kernel and pending).
         let mut hist = HistSet::new();
         let mut scoped: BTreeMap<u32, HistSet> = BTreeMap::new();
         if self.hist_scope == scope::ALL {
-            hist = super::hist_read::read_all(ebpf)?;
+            let arr: PerCpuArray<_, u64> =
+                PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
+            for kind in 0..N_KINDS {
+                let h = hist.kind_mut(kind).expect("kind in range");
+                for b in 0..N_BUCKETS {
+                    let idx = kind * N_BUCKETS as u32 + b as u32;
+                    let n: u64 = arr.get(&idx, 0)?.iter().sum();
+                    if n != 0 {
+                        h.add_bucket(b, n);
+                    }
+                }
+            }
         } else {
             self.harvest_dead_hists(ebpf)?;
             let map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
@@ -289,12 +297,6 @@ impl Collector {
             if stable || tries >= 4 {
                 break (live, before, after, read_start);
             }
-        };
-        // The histogram again, now that the threads are read (see `hist_between`).
-        let upper = if self.hist_scope == scope::ALL {
-            Some(super::hist_read::read_all(ebpf)?)
-        } else {
-            None
         };
         let at_ns = crate::sys::clock::monotonic_ns();
         // Slices still running are cut at the window's close, or at this read.
@@ -445,15 +447,6 @@ impl Collector {
         add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
         self.add_never_ran(&mut threads, &live_by_tid, &on_cpu, end);
 
-        if let Some(upper) = upper {
-            // As of the threads' read: as many slices and (kernel-settled) waits.
-            let (sl, rq) = threads.values().fold((0u64, 0u64), |a, r| {
-                (a.0 + r.stats.slices, a.1 + r.stats.runq_waits)
-            });
-            let rq = rq.saturating_sub(pending.len() as u64);
-            hist.on_cpu = between(&hist.on_cpu, &upper.on_cpu, sl);
-            hist.runq = between(&hist.runq, &upper.runq, rq);
-        }
         for (tid, tgid, d) in pending {
             let b = tracer_common::hist::bucket_index(d);
             let pick = |set: &mut HistSet| set.runq.add_bucket(b, 1);

@@ -4,7 +4,6 @@ pub mod cgroups;
 pub mod collect;
 pub mod compat;
 pub mod config;
-pub mod hist_read;
 pub mod loader;
 pub mod record;
 pub mod stacks;

@@ -4,7 +4,6 @@ pub mod boundaries;
 pub mod cross_check;
 pub mod events;
 pub mod hist;
-pub mod hist_between;
 pub mod options;
 pub mod report;
 pub mod series;
