@@ -84,10 +84,47 @@ pub(super) struct Known {
     pub(super) reason: &'static str,
 }
 
-/// The open bugs of the CI pass: none. (Seed 11's classic-tracepoint new-thread miss
-/// is being fixed; while it was open the pass ran a failing seed again,
-/// which turned red into green.)
-pub(super) const KNOWN: &[Known] = &[];
+/// The open bugs of the CI pass, each seen failing its seeds intermittently on
+/// 2026-12-01 (issue 24, open). Every violation they let through is printed with the
+/// reason; any other class, or the same class on another seed, fails the pass.
+pub(super) const KNOWN: &[Known] = &[
+    Known {
+        class: Class::Slices,
+        seeds: &[3, 16],
+        reason: "exec from a non-main thread: after the exec some switches of the exec'd \
+                 thread are not counted as slices (7-12 fewer than pcount, on-CPU agrees)",
+    },
+    Known {
+        class: Class::OnCpu,
+        seeds: &[16],
+        reason: "exec from a non-main thread: the exec'd thread's row under the leader's \
+                 TID is sometimes missing",
+    },
+    Known {
+        class: Class::Runq,
+        seeds: &[16],
+        reason: "exec from a non-main thread: the exec'd thread's row under the leader's \
+                 TID is sometimes missing (its waits with it)",
+    },
+    Known {
+        class: Class::Window,
+        seeds: &[16],
+        reason: "exec from a non-main thread: a leader's on + off exceeds the window",
+    },
+    Known {
+        class: Class::Trace,
+        seeds: &[5, 16],
+        reason: "the trace and the summary split an exec'd thread's slice at different \
+                 TIDs (16); one wait more in the trace than in the summary, raw-tp \
+                 system-wide (5)",
+    },
+    Known {
+        class: Class::Document,
+        seeds: &[11, 16],
+        reason: "an interval's histogram is read before its threads: slices ending \
+                 between the two reads count in one interval and sum in the next",
+    },
+];
 
 pub(super) struct Outcome {
     pub(super) scenario: Scenario,
