@@ -62,6 +62,8 @@ static CONFIG: Config = Config {
     bprm_filename_off: 0,
     hist_pow2: 0,
     cgroup_node_only: 0,
+    task_signal_off: 0,
+    signal_exec_task_off: 0,
     slow_min_ns: 0,
 };
 
