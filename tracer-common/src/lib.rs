@@ -65,7 +65,7 @@ pub struct ThreadStats {
     pub last_cpu: u32,
     /// How the thread last left the CPU: [`OFF_BLOCKED`] or [`OFF_PREEMPTED`].
     pub off_state: u32,
-    /// [`HAVE_RUN_DELAY`].
+    /// [`HAVE_RUN_DELAY`], [`HANDED_OVER`].
     pub flags: u32,
     pub comm: [u8; COMM_LEN],
     /// Unique per entry (CPU in the top 16 bits, a per-CPU count below), set when the
@@ -86,6 +86,10 @@ pub struct ThreadStats {
 
 /// `ThreadStats::last_run_delay` holds a value read at a switch-out.
 pub const HAVE_RUN_DELAY: u32 = 1;
+/// An exec'ing non-main thread's totals were handed over at its first switch-out under
+/// its leader's TID (after `exchange_tids()`): its `sched_process_exec` has nothing more
+/// to hand over.
+pub const HANDED_OVER: u32 = 2;
 
 /// The thread blocked (slept) when it left the CPU.
 pub const OFF_BLOCKED: u32 = 1;
@@ -335,6 +339,11 @@ pub struct Config {
     /// (`ThreadStats::cgroup_id`; `tracer serve`). 0 for the other commands, whose
     /// programs the verifier then walks without the helper call.
     pub thread_cgroup: u32,
+    /// Offsets of `task_struct::signal` and `signal_struct::group_exec_task` (0:
+    /// unknown): a dying leader whose TID an exec from another thread takes keeps its
+    /// traced-set entry for that thread.
+    pub task_signal_off: u32,
+    pub signal_exec_task_off: u32,
     pub _pad0: u32,
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
@@ -346,7 +355,7 @@ const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 64);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
-const _: () = assert!(core::mem::size_of::<Config>() == 144);
+const _: () = assert!(core::mem::size_of::<Config>() == 152);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirEvent>() == 24 + cgroup::PATH_LEN);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirFields>() == 16);

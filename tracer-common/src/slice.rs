@@ -168,6 +168,32 @@ pub fn wait_by_run_delay(run_delay: u64, base: u64) -> u64 {
     }
 }
 
+/// Whether the thread leaving a CPU is the task the last switch there put on it, under
+/// another TID: an exec from a non-main thread, `de_thread()` swapping the TIDs of the
+/// exec'ing thread and the old leader (`exchange_tids()`) while it ran. `cpu_tid`,
+/// `cpu_task`: the CPU's record (the TID and task address at the switch-in; address 0
+/// when the attach point gives none, classic tracepoints). `prev_task`: the address of
+/// the task leaving (only compared when `cpu_task` is known). Without addresses only the
+/// old leader's final switch is recognised, by its process: the CPU ran the leader
+/// (`cpu_tid` is the TGID of the thread leaving) and a non-main thread of that process
+/// dies there, which without a lost switch is the old leader under its new TID.
+pub fn tid_swapped(
+    cpu_tid: u32,
+    cpu_task: u64,
+    prev_tid: u32,
+    prev_tgid: u32,
+    prev_task: u64,
+    dead: bool,
+) -> bool {
+    if cpu_tid == 0 || cpu_tid == prev_tid {
+        return false;
+    }
+    if cpu_task != 0 {
+        return cpu_task == prev_task;
+    }
+    dead && cpu_tid == prev_tgid && prev_tid != prev_tgid
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,5 +414,32 @@ mod tests {
         });
         let off = off_cpu(last_off, second.begun, second.credit);
         assert_eq!(first.len + off + second.len, 160 * MS - 90 * MS);
+    }
+    /// One row per way a switch-out can disagree with its CPU's record: only a TID swap
+    /// of one task is taken for one; classic tracepoints (no task address) recognise the
+    /// old leader's final switch by its process.
+    #[test]
+    fn a_tid_swap_is_one_task_under_two_tids() {
+        // (cpu tid, cpu task, prev tid, prev tgid, prev task, dead) -> swapped
+        let rows = [
+            ((10, 0xa, 10, 10, 0xa, false), false), // the same thread
+            ((11, 0xa, 10, 10, 0xa, false), true),  // exec'ing thread, swapped mid-slice
+            ((10, 0xb, 11, 10, 0xb, true), true),   // old leader's final switch
+            ((11, 0xa, 12, 10, 0xc, false), false), // a switch not seen: another task
+            ((0, 0, 10, 10, 0xa, false), false),    // nothing switched in here
+            // Classic tracepoints: the old leader dies under the exec'ing thread's TID on
+            // the CPU that switched it in as the leader.
+            ((10, 0, 11, 10, 0, true), true),
+            ((10, 0, 11, 10, 0, false), false), // not its death: a switch not seen
+            ((12, 0, 11, 10, 0, true), false),  // the CPU ran another thread
+            ((10, 0, 10, 10, 0, true), false),  // the leader itself dies
+        ];
+        for ((ct, ck, pt, pg, pk, dead), want) in rows {
+            assert_eq!(
+                tid_swapped(ct, ck, pt, pg, pk, dead),
+                want,
+                "cpu {ct}/{ck:#x}, prev {pt} (tgid {pg})/{pk:#x}, dead {dead}"
+            );
+        }
     }
 }

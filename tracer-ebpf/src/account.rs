@@ -18,8 +18,8 @@ use aya_ebpf::helpers::{
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, msb, HistKey, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS, SUB},
-    scope, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
-    OFF_PREEMPTED, REAPED_BY_EXEC, TRACK_INHERIT,
+    scope, ExitRecord, ThreadStats, Tracked, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS,
+    OFF_BLOCKED, OFF_PREEMPTED, REAPED_BY_EXEC, TRACK_INHERIT,
 };
 
 use tracer_common::slice;
@@ -277,10 +277,15 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     let c = config();
     let (open, close) = window();
     if cs.traced != 0
-        && cs.tid != 0
         && cs.tid != prev.tid
-        && cs.task != 0
-        && cs.task == task_addr(&prev)
+        && slice::tid_swapped(
+            cs.tid,
+            cs.task,
+            prev.tid,
+            prev.tgid,
+            if cs.task != 0 { task_addr(&prev) } else { 0 },
+            leave == Leave::Dead,
+        )
     {
         // The task this CPU switched to, under another TID: an exec from a non-main
         // thread, `de_thread()` swapping the TIDs of the exec'ing thread and the old
@@ -288,8 +293,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         if leave == Leave::Dead {
             // The old leader's final switch: its last moments since the exec are not
             // counted; its totals go out under its own TID (in task storage the entry
-            // hangs off the task; in the THREADS hash `exec()` handed them over
-            // already). Not `flush_dead`: the traced set's entry for that TID is the
+            // hangs off the task; in the THREADS hash `hand_over` hands them over
+            // (or did). Not `flush_dead`: the traced set's entry for that TID is the
             // exec'd thread's.
             if in_storage(&prev) {
                 if let Some(s) = existing_entry(&prev) {
@@ -302,8 +307,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             cs.traced = 0;
             return 0;
         }
-        // The exec'ing thread, preempted before `sched_process_exec` moved this CPU's
-        // record: its slice is the one that began here.
+        // The exec'ing thread, leaving before `sched_process_exec`: its TID changed
+        // here, so its totals so far go out under the old one now, and this slice and
+        // the next count under the new one, as the trace names them (by the TID a task
+        // has when it leaves, see `record::sched_switch`).
+        hand_over(&prev, cs.tid, prev.tid, HANDED_OVER);
         cs.tid = prev.tid;
     }
     // The slice began at a switch-in this CPU saw (not at the window's opening).
@@ -608,9 +616,36 @@ fn flush_dead(t: &Task, s: &mut ThreadStats) {
     } else {
         let _ = THREADS.remove(tid);
     }
-    if config().filter != filter::ALL {
+    if config().filter != filter::ALL && !exec_takes_tid(t) {
         let _ = TRACKED.remove(tid);
     }
+}
+
+/// Whether the dying `t` (`current`) is a leader whose TID another of its threads is
+/// about to take: `de_thread()` set `signal->group_exec_task` to the exec'ing thread
+/// before killing the others. Its traced-set entry then stays for that thread, which
+/// runs under this TID from `exchange_tids()` on, before `sched_process_exec` moves the
+/// entry (its switches in between would not count). False when BTF gave no offsets.
+#[inline(always)]
+fn exec_takes_tid(t: &Task) -> bool {
+    let c = config();
+    if c.task_signal_off == 0 || c.signal_exec_task_off == 0 || t.tid != t.tgid() {
+        return false;
+    }
+    let Some(sig) = t.field::<u64>(c.task_signal_off) else {
+        return false;
+    };
+    if sig == 0 {
+        return false;
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address.
+    let exec_task = unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(
+            (sig as *const u8).add(c.signal_exec_task_off as usize) as *const u64,
+        )
+    }
+    .unwrap_or(0);
+    exec_task != 0 && exec_task != task_addr(t)
 }
 
 /// Hands a dead thread's totals to user space through the ring buffer.
@@ -672,8 +707,9 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
 /// `sched_process_exec` of a thread that was not its process's leader: `de_thread()` gave
 /// it the leader's TID (`new`) and reaps the old leader. The traced set and this CPU's
 /// slice (the exec'ing thread is `current`) move from `old` to `new`. Its totals so far
-/// go out under `old`, which ends here, and it goes on from zero under `new`: one
-/// convention with the trace, which names every event with the TID it had then.
+/// go out under `old`, which ends here (or ended at its first switch-out under `new`,
+/// see `hand_over`), and it goes on from zero under `new`: one convention with the
+/// trace, which names every event with the TID it had then.
 #[inline(always)]
 pub fn exec(t: &Task, old: u32) {
     let new = t.tid;
@@ -696,21 +732,43 @@ pub fn exec(t: &Task, old: u32) {
             let _ = TRACKED.remove(old);
         }
     }
+    hand_over(t, old, new, 0);
+}
+
+/// The exec'ing thread `t` (`current`, now `new`, `old` before) hands its totals over
+/// under `old` and goes on from zero under `new`; in the `THREADS` hash the old
+/// leader's entry under `new` is handed over first (reaped by the exec). Once per exec:
+/// `mark` (`HANDED_OVER` at a switch-out) says it was done before `sched_process_exec`.
+#[inline(always)]
+fn hand_over(t: &Task, old: u32, new: u32, mark: u32) {
     if in_storage(t) {
         // The entry hangs off the task.
         if let Some(s) = existing_entry(t) {
             // SAFETY: the task's storage.
             let s = unsafe { &mut *s };
+            if s.flags & HANDED_OVER != 0 {
+                s.flags &= !HANDED_OVER;
+                return;
+            }
             flush_record_as(old, new, s);
             s.restart();
             s.serial = next_serial();
+            s.flags |= mark;
         }
         return;
     }
     if let Some(leader) = THREADS.get_ptr_mut(new) {
-        // The old leader has not made its final switch yet: hand its totals over now.
         // SAFETY: map value.
-        flush_record_as(new, REAPED_BY_EXEC, unsafe { &*leader });
+        let leader = unsafe { &mut *leader };
+        if leader.flags & HANDED_OVER != 0 {
+            // The exec'ing thread's own entry, handed over at a switch-out.
+            leader.flags &= !HANDED_OVER;
+            return;
+        }
+        // The old leader has not made its final switch yet: hand its totals over now.
+        flush_record_as(new, REAPED_BY_EXEC, leader);
+        // Sent: the TID goes on from zero, never from the leader's totals again.
+        let _ = THREADS.remove(new);
     }
     let Some(s) = THREADS.get_ptr_mut(old) else {
         return;
@@ -720,6 +778,7 @@ pub fn exec(t: &Task, old: u32) {
     flush_record_as(old, new, s);
     s.restart();
     s.serial = next_serial();
+    s.flags |= mark;
     if THREADS.insert(new, &*s, 0).is_err() {
         count_drop(drop::THREADS_FULL);
     }

@@ -64,6 +64,8 @@ static CONFIG: Config = Config {
     hist_pow2: 0,
     cgroup_node_only: 0,
     thread_cgroup: 0,
+    task_signal_off: 0,
+    signal_exec_task_off: 0,
     _pad0: 0,
     slow_min_ns: 0,
 };

@@ -26,6 +26,20 @@ pub fn sched_switch_has_prev_state(btf: &KernelBtf) -> bool {
         .is_some_and(|n| n >= 5)
 }
 
+/// Offsets of `task_struct::signal` and of the exec'ing thread in `signal_struct`, which
+/// `de_thread()` sets before it kills the other threads: `group_exec_task` since v5.16
+/// ("signal: Rename group_exit_task group_exec_task"),
+/// `group_exit_task` before. (0, 0) when BTF lacks them.
+pub fn exec_task_offsets(btf: &KernelBtf) -> (u32, u32) {
+    let member = ["group_exec_task", "group_exit_task"]
+        .into_iter()
+        .find_map(|m| btf.member_offset("signal_struct", m).ok());
+    match (btf.member_offset("task_struct", "signal"), member) {
+        (Ok(s), Some(e)) => (s, e),
+        _ => (0, 0),
+    }
+}
+
 /// `task_struct::state` was renamed `__state` in v5.14 (commit 2f064a59a11f "sched: Change
 /// task_struct::state"); perf-sched mode reads it directly since its hooks carry no state.
 pub fn task_state_member(btf: &KernelBtf) -> &'static str {

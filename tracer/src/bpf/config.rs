@@ -23,6 +23,7 @@ pub(super) fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
     cfg.task_dead_mask = compat::TASK_DEAD;
     cfg.task_sum_exec_off = sum_exec_offset(kbtf).unwrap_or(0);
     cfg.task_prev_sum_exec_off = prev_sum_exec_offset(kbtf).unwrap_or(0);
+    (cfg.task_signal_off, cfg.signal_exec_task_off) = compat::exec_task_offsets(kbtf);
     Ok(())
 }
 
@@ -90,6 +91,7 @@ pub(super) fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     if let Ok(kbtf) = KernelBtf::from_file(&root.path(VMLINUX_BTF)) {
         cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
         cfg.task_prev_sum_exec_off = prev_sum_exec_offset(&kbtf).unwrap_or(0);
+        (cfg.task_signal_off, cfg.signal_exec_task_off) = compat::exec_task_offsets(&kbtf);
     }
     if cfg.task_sum_exec_off == 0 {
         if let Ok(rt) = tracefs::event_format(&dir, "sched", "sched_stat_runtime") {

@@ -133,13 +133,11 @@ pub(super) fn check(
     let dur = num(total, "duration_ns");
     let close_min = w.open.saturating_add(dur as u64);
     let mut rows: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
-    // A leader reaped by another thread's exec has no truth of its own (it was killed)
-    // and shares its TID with the exec'd thread's later row: not matched to it.
-    for r in total["threads"]
-        .items()
-        .iter()
-        .filter(|r| r["reaped_by_exec"].as_bool() != Some(true))
-    {
+    // A leader reaped by another thread's exec (`reaped_by_exec`: its final switch came
+    // after `exchange_tids()`) shares its TID with the exec'd thread's later row, and
+    // its exec history's truth counts the leader's own record (truth.rs): it is matched
+    // there like the leader's row of an exec whose leader died first.
+    for r in total["threads"].items() {
         rows.entry((
             r["tid"].as_u64().unwrap_or(0),
             r["pid"].as_u64().unwrap_or(0),
