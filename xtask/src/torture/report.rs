@@ -119,6 +119,12 @@ pub(super) const KNOWN: &[Known] = &[
                  system-wide (5)",
     },
     Known {
+        class: Class::Intervals,
+        seeds: &[5, 10],
+        reason: "system-wide: a thread of PID 1 this kernel never reports as a switch's \
+                 prev (switch_in_unseen) has more off-CPU in its intervals than its total",
+    },
+    Known {
         class: Class::Document,
         seeds: &[11, 16],
         reason: "an interval's histogram is read before its threads: slices ending \
