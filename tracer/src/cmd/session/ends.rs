@@ -137,10 +137,12 @@ pub(crate) async fn run<M, W: Work<M>>(
     // SIGCHLD wakes us; waitpid(WNOHANG) reaps: the run ends at -d or a signal even
     // while the command goes on.
     let mut sigchld = signal(SignalKind::child()).context("watching SIGCHLD")?;
+    // The ends are checked (and a Tick given) every CHECK even while rings or messages
+    // wake the loop without pause: a deadline recomputed at each wake would never come
+    // under a burst of exits, and a failed output would go unseen until -d ran out.
+    let mut next_check = Instant::now() + CHECK;
     loop {
-        let now = Instant::now();
-        let check_at = now + CHECK;
-        let due = work.due().min(check_at);
+        let due = work.due().min(next_check);
         let readable = any_readable(rings);
         let message = messages.recv();
         let deadline = async {
@@ -149,10 +151,14 @@ pub(crate) async fn run<M, W: Work<M>>(
                 None => std::future::pending().await,
             }
         };
+        let mut child_changed = false;
         let woke = tokio::select! {
             sig = signals.next() => return Ok(End::Signal(sig)),
             _ = deadline => return Ok(End::Duration),
-            _ = sigchld.recv(), if ends.child.is_some() => None,
+            _ = sigchld.recv(), if ends.child.is_some() => {
+                child_changed = true;
+                None
+            }
             i = readable => Some(Wake::Readable(i)),
             m = message => match m {
                 Some(m) => Some(Wake::Message(m)),
@@ -161,13 +167,26 @@ pub(crate) async fn run<M, W: Work<M>>(
             },
             _ = tokio::time::sleep_until(due) => Some(Wake::Tick),
         };
+        let now = Instant::now();
+        let check_due = now >= next_check;
         if let Some(why) = woke {
+            let ticked = matches!(why, Wake::Tick);
             if let Some(end) = work.wake(why)? {
                 return Ok(end);
             }
+            if check_due && !ticked {
+                if let Some(end) = work.wake(Wake::Tick)? {
+                    return Ok(end);
+                }
+            }
         }
-        if let Some(end) = ends.check(root) {
-            return Ok(end);
+        if check_due || child_changed {
+            if let Some(end) = ends.check(root) {
+                return Ok(end);
+            }
+        }
+        if check_due {
+            next_check = now + CHECK;
         }
     }
 }
