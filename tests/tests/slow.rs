@@ -253,10 +253,16 @@ fn slow_names_are_the_names_at_the_event() {
         .collect();
     let near = |x: u64, y: u64| x.abs_diff(y) <= 50 || x.abs_diff(y) as f64 <= 0.02 * x as f64;
     let (mut matched, mut names) = (0, std::collections::BTreeSet::new());
+    // A thread's waits come in the same order from both tools: each of ours is matched
+    // with the first of theirs after the last one matched for that thread. Under load
+    // many waits are one tick long, and a match by value alone paired a wait before the
+    // exec with one after it.
+    let mut after: std::collections::HashMap<u64, usize> = Default::default();
     for o in &ours {
         let (tid, lat) = (u(&o["tid"]), u(&o["wait_ns"]) / 1000);
         let sod = local_second_of_day(u(&o["time_unix_ns"]));
-        let Some(r) = theirs.iter().find(|r| {
+        let from = after.get(&tid).copied().unwrap_or(0);
+        let Some((i, r)) = theirs.iter().enumerate().skip(from).find(|(_, r)| {
             r.tid == tid
                 && r.prev_tid == u(&o["prev_tid"])
                 && near(r.lat_us, lat)
@@ -264,6 +270,7 @@ fn slow_names_are_the_names_at_the_event() {
         }) else {
             continue;
         };
+        after.insert(tid, i + 1);
         matched += 1;
         assert_eq!(o["comm"], r.comm.as_str(), "COMM of {o}, runqslower: {r:?}");
         assert_eq!(
