@@ -288,7 +288,11 @@ fn test_kernel(
     for extra in arch.extra_boots {
         let mut opts = qemu::Options::checks(&format!("vmtest.steps={}", extra.steps), single);
         opts.machine = Some(extra.machine);
-        let dir = work.join(&kernel.package).join(extra.machine);
+        // qemu's option parser takes '=' and ',' in a path (`-monitor unix:...`) for its
+        // own: the directory is named after the property without them.
+        let dir = work
+            .join(&kernel.package)
+            .join(extra.machine.replace(['=', ','], "-"));
         println!("\nvm-test: [{}] booting again: {}", arch.name, extra.label);
         let boot = qemu::boot(
             arch,
