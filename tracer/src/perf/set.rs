@@ -534,13 +534,7 @@ pub fn open_per_cpu(spec: &EventSpec, cpus: &[u32]) -> Result<Vec<(u32, OwnedFd)
     if cpus.is_empty() {
         return Err(TracerError::EmptyCounterTarget("CPU"));
     }
-    let mut attr = sys::encode_attr(&spec.attr, OpenMode::ENABLED);
-    // Pinned: the switch programs read these at every switch, and a flexible counter
-    // multiplexed with the per-thread ones stops counting while it is off the PMU, which
-    // the programs cannot see (seen: slices 61% below the thread's own cycles on arm64).
-    // A pinned counter that cannot have the PMU fails its reads instead, which the
-    // programs count (`counter_read_failed`).
-    attr.set_pinned(1);
+    let attr = sys::encode_attr(&spec.attr, OpenMode::ENABLED);
     let mut out = Vec::with_capacity(cpus.len());
     for &cpu in cpus {
         let scope = Scope::Cpu(cpu);
