@@ -2,7 +2,7 @@
 //!
 //! The commands' own modules: `compile` (build, run), `suite` (test), `package` (install,
 //! uninstall, deb, the static binary), `cross` (cross-test), `bench`, `vm` (vm-test),
-//! `torture`. What they install comes from `provision`, the one place that does (and all
+//! `torture`; `docs` is the docs drift test. What they install comes from `provision`, the one place that does (and all
 //! of it for `setup`). Below them: `arch` and `toolchain` (the guest architectures and
 //! cross toolchains), `workspace`, `cmd`, `elf`, `json`.
 
@@ -11,6 +11,8 @@ mod bench;
 mod cmd;
 mod compile;
 mod cross;
+#[cfg(test)]
+mod docs;
 mod elf;
 mod json;
 mod package;
