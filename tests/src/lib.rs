@@ -7,7 +7,9 @@ use std::{
 
 use serde_json::Value;
 
+pub mod contrib;
 pub mod kernel;
+pub mod prometheus;
 
 /// A clock in ns (`CLOCK_MONOTONIC`: the tracer's window; `CLOCK_THREAD_CPUTIME_ID`: the
 /// calling thread's own CPU time), for the workloads that record their truth.

@@ -48,7 +48,7 @@ enum Task {
     /// qemu-user-static, qemu-system-x86/ppc/arm, musl-tools, g++, libbpf-tools, bpftrace,
     /// linux-perf, bpftool, libxml2-utils, tmux, chromium, prometheus, curl, openssl,
     /// dpkg-dev, binutils, man-db, lintian, python3-venv. PyPI: perfetto, in
-    /// target/perfetto-venv. Downloaded into target/vm-cache, never installed: the kernels
+    /// target/perfetto-venv, and kubernetes-validate, in target/k8s-venv. Downloaded into target/vm-cache, never installed: the kernels
     /// of tests/vm/kernels, busybox-static and libbpf-tools for each guest architecture.
     Setup,
     /// Build the eBPF object (always optimized) and the tracer binary

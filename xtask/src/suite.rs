@@ -58,7 +58,7 @@ pub fn test(unit_only: bool) -> Result<()> {
         failed.push("unit tests");
     }
     if !unit_only {
-        let perfetto_python = provision::e2e()?;
+        let tools = provision::e2e()?;
         // The install test installs the package with dpkg and reads its pages with man: the
         // package is built (and checked by lintian) once here, and the tests get its path.
         let deb = match package::prepare_e2e() {
@@ -89,7 +89,9 @@ pub fn test(unit_only: bool) -> Result<()> {
             e2e.env("TRACER_DEB", deb);
         }
         // The record* and slow* tests decode their traces with Perfetto's protos.
-        e2e.env("TRACER_PERFETTO_PYTHON", perfetto_python);
+        e2e.env("TRACER_PERFETTO_PYTHON", &tools.perfetto_python);
+        // tests/tests/contrib.rs checks contrib/kubernetes/daemonset.yaml with it.
+        e2e.env("TRACER_KUBERNETES_VALIDATE", &tools.kubernetes_validate);
         if !cmd::status(&mut e2e)?.success() {
             failed.push("end-to-end tests");
         }

@@ -8,7 +8,7 @@
 //! | [`build`]       | nightly's rust-src, bpf-linker built against the nightly's LLVM   | rustup, crates.io |
 //! | [`static_binary`] | the `<arch>-unknown-linux-musl` target, musl-tools              | rustup, apt |
 //! | [`lints`]       | rustfmt, clippy; g++ for libFuzzer (the fuzz crate is linted and its seeds run as tests) | rustup, apt |
-//! | [`e2e`]         | libbpf-tools, libxml2-utils, tmux, chromium, prometheus, curl, openssl, python3-venv; Perfetto's protos | apt, PyPI |
+//! | [`e2e`]         | libbpf-tools, libxml2-utils, tmux, chromium, prometheus, curl, openssl, python3-venv; Perfetto's protos, kubernetes-validate | apt, PyPI |
 //! | [`deb`]         | dpkg-dev, binutils, man-db (tests/tests/install.rs), lintian (`--lintian`) | apt      |
 //! | [`torture`]     | Perfetto's protos                                                 | PyPI     |
 //! | [`bench`]       | libbpf-tools, bpftrace, linux-perf, bpftool                       | apt      |
@@ -53,9 +53,17 @@ pub fn lints() -> Result<()> {
     Apt::new().install_missing(&[("c++", "g++")])
 }
 
-/// What the end-to-end tests run beside the tracer; returns the python with Perfetto's
-/// protos (`TRACER_PERFETTO_PYTHON`).
-pub fn e2e() -> Result<PathBuf> {
+/// The programs [`e2e`] installed that the tests are told about.
+pub struct E2e {
+    /// The python with Perfetto's protos (`TRACER_PERFETTO_PYTHON`).
+    pub perfetto_python: PathBuf,
+    /// kubernetes-validate (`TRACER_KUBERNETES_VALIDATE`).
+    pub kubernetes_validate: PathBuf,
+}
+
+/// What the end-to-end tests (and tests/tests/contrib.rs's checks of contrib/) run
+/// beside the tracer.
+pub fn e2e() -> Result<E2e> {
     let mut apt = Apt::new();
     // The offcpu test compares with libbpf-tools' offcputime and checks its SVG with xmllint.
     let missing: Vec<&str> = [("offcputime", "libbpf-tools"), ("xmllint", "libxml2-utils")]
@@ -69,22 +77,28 @@ pub fn e2e() -> Result<PathBuf> {
         "tracer top's terminal test and the heatmap's browser test",
         &["tmux", "chromium"],
     )?;
-    // tracer serve's consumers: a Prometheus server and promtool, curl for TLS and
-    // basic auth, openssl for the test's certificate.
+    // tracer serve's consumers: a Prometheus server and promtool (also for contrib/'s
+    // rules and dashboard), curl for TLS and basic auth, openssl for the test's certificate.
     apt.ensure(
         "tracer serve's Prometheus, promtool and TLS tests",
         &["prometheus", "curl", "openssl"],
     )?;
     // The record* and slow* tests: Perfetto's protos (a venv under target/) and
     // libbpf-tools' runqslower (tracer slow is checked against it).
-    let python = python::perfetto(&crate::target_dir()?, &mut apt)?;
+    let target = crate::target_dir()?;
+    let perfetto_python = python::perfetto(&target, &mut apt)?;
+    // contrib/kubernetes/daemonset.yaml against the Kubernetes API schemas.
+    let kubernetes_validate = python::kubernetes_validate(&target, &mut apt)?;
     let runqslower = ["/usr/sbin/runqslower", "/usr/bin/runqslower"]
         .iter()
         .any(|p| Path::new(p).exists());
     if !runqslower {
         apt.install(&["libbpf-tools"])?;
     }
-    Ok(python)
+    Ok(E2e {
+        perfetto_python,
+        kubernetes_validate,
+    })
 }
 
 /// Building the Debian package (dpkg-shlibdeps, strip), and what checks it: man-db for
