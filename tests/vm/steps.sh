@@ -123,7 +123,7 @@ pmu_counters() {
 # pmu_levels: cycles and its exception-level modifiers over a workload that spends time
 # in user space and in the kernel (1 ms sleeps), and an event qemu's PMU lacks.
 pmu_levels() {
-    tracer run --json -e cycles,cycles:u,cycles:k,cycles:h,cycles:G,cycles:H,instructions -- \
+    tracer run --json -e cycles,cycles:u,cycles:k,cycles:h,cycles:G,cycles:H,instructions,branch-misses -- \
         $W busy-sleep --threads 1 --work-ms 2 --sleep-ms 1 --duration-ms 1500
 }
 

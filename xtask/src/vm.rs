@@ -390,6 +390,8 @@ fn test_kernel_main(
     let offers = checks::Offers::from_config(&kernel.config);
     let label = format!("{} {} ({})", arch.name, kernel.package, kernel.version);
     println!("\nvm-test: booting {label}: {}", offers.describe());
+    // Counting time in instructions runs every vCPU on one host thread.
+    let single = single || qemu::icount_shift().is_some();
     if !single && arch.name == X86_64.name && qemu::version(arch.qemu).is_some_and(|v| v < (8, 1)) {
         println!(
             "vm-test: [{}] {} is older than 8.1: a guest may die of a stale int3 while \

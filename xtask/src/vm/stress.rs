@@ -269,6 +269,8 @@ fn boot_once(
         nice: 10,
         single_thread_tcg: single,
         machine: None,
+        // The stress boots look for emulator races, which need one host thread per vCPU.
+        icount: None,
         silence: Some(Duration::from_secs(
             std::env::var("VMTEST_SILENCE")
                 .ok()

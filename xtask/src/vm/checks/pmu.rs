@@ -95,26 +95,41 @@ fn user_kernel(doc: &Json, c: &mut Check) {
             100.0 * (u + k - all) / all.max(1.0)
         )
     });
+    // qemu's PMU implements no branch events: said to be unsupported, with a reason.
+    let unsupported = |e: &Json| {
+        e["supported"].as_bool() == Some(false)
+            && e["value"].is_null()
+            && e["reason"].as_str().is_some_and(|r| !r.is_empty())
+    };
+    let misses = counter(doc, "branch-misses");
+    c.expect(misses.is_some_and(unsupported), || {
+        format!(
+            "branch-misses (not implemented by qemu's PMU) is not reported unsupported with a reason: {}",
+            misses.map_or("absent".to_string(), Json::to_string)
+        )
+    });
+    // Instructions count only when qemu counts time in instructions (-icount, the
+    // checks' boots); either way never a silent zero.
     let insn = counter(doc, "instructions");
-    c.expect(
-        insn.is_some_and(|i| {
-            i["supported"].as_bool() == Some(false)
-                && i["value"].is_null()
-                && i["reason"].as_str().is_some_and(|r| !r.is_empty())
-        }),
-        || {
-            format!(
-                "instructions (not implemented by qemu's PMU without -icount) is not reported unsupported with a reason: {}",
-                insn.map_or("absent".to_string(), Json::to_string)
-            )
-        },
-    );
+    let counted = insn.is_some_and(|i| i["supported"].as_bool() == Some(true))
+        && value(doc, "instructions").is_some_and(|v| v > 0.0);
+    c.expect(counted || insn.is_some_and(unsupported), || {
+        format!(
+            "instructions is neither counted nor reported unsupported with a reason: {}",
+            insn.map_or("absent".to_string(), Json::to_string)
+        )
+    });
     c.note(format!(
-        "cycles {all:.0} = user {:.1}% + kernel {:.1}% ({:+.2}%); instructions: {}",
+        "cycles {all:.0} = user {:.1}% + kernel {:.1}% ({:+.2}%); instructions: {}; branch-misses: {}",
         100.0 * u / all.max(1.0),
         100.0 * k / all.max(1.0),
         100.0 * (u + k - all) / all.max(1.0),
-        insn.and_then(|i| i["reason"].as_str()).unwrap_or("?")
+        if counted {
+            format!("{:.0}", value(doc, "instructions").unwrap_or(0.0))
+        } else {
+            insn.and_then(|i| i["reason"].as_str()).unwrap_or("?").to_string()
+        },
+        misses.and_then(|i| i["reason"].as_str()).unwrap_or("?")
     ));
 }
 
@@ -314,6 +329,8 @@ mod tests {
         .map(|(e, v)| format!(r#"{{"event":"{e}","value":{v},"supported":true,"reason":null}}"#))
         .chain([
             r#"{"event":"instructions","value":null,"supported":false,"reason":"ENOENT"}"#
+                .to_string(),
+            r#"{"event":"branch-misses","value":null,"supported":false,"reason":"ENOENT"}"#
                 .to_string(),
         ])
         .collect::<Vec<_>>()
