@@ -197,6 +197,8 @@ fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mut ThreadSta
         }
         return p;
     }
+    // By reference: the entry by value would be copied onto the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     if THREADS.insert(t.tid, &*s, BPF_NOEXIST as u64).is_err() {
         // Either full, or another CPU created it in between: look again.
         let p = THREADS.get_ptr_mut(t.tid);
@@ -403,10 +405,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // The slice as a flag and a plain number: an `Option` here leaves its payload
     // undefined on the `None` path, and LLVM may then read a register the verifier
     // deems uninitialized ("R5 !read_ok").
-    let running = match prev.running_slice() {
-        Some(r) => r,
-        None => u64::MAX,
-    };
+    let running = prev.running_slice().unwrap_or(u64::MAX);
     let unseen_in = if start == 0 && running != slice::UNKNOWN {
         now.saturating_sub(running)
     } else {
@@ -779,6 +778,8 @@ fn hand_over(t: &Task, old: u32, new: u32, mark: u32) {
     s.restart();
     s.serial = next_serial();
     s.flags |= mark;
+    // By reference: the entry by value would be copied onto the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     if THREADS.insert(new, &*s, 0).is_err() {
         count_drop(drop::THREADS_FULL);
     }

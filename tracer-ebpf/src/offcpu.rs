@@ -97,27 +97,25 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
         Leave::Preempted => STATE_PREEMPTED,
         Leave::Dead => 0,
     };
-    if state & oc.states != 0 && prev.tid != 0 {
-        if account::member(&prev) {
-            let start = OffStart {
-                ts_ns: now,
-                tgid: prev.tgid,
-                user_stack: if oc.user_stacks != 0 {
-                    stack_id(&ctx, true)
-                } else {
-                    STACK_NOT_TAKEN
-                },
-                kernel_stack: if oc.kernel_stacks != 0 {
-                    stack_id(&ctx, false)
-                } else {
-                    STACK_NOT_TAKEN
-                },
-                state,
-                comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-            };
-            if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
-                add_drop(offdrop::START_FULL, 1);
-            }
+    if state & oc.states != 0 && prev.tid != 0 && account::member(&prev) {
+        let start = OffStart {
+            ts_ns: now,
+            tgid: prev.tgid,
+            user_stack: if oc.user_stacks != 0 {
+                stack_id(&ctx, true)
+            } else {
+                STACK_NOT_TAKEN
+            },
+            kernel_stack: if oc.kernel_stacks != 0 {
+                stack_id(&ctx, false)
+            } else {
+                STACK_NOT_TAKEN
+            },
+            state,
+            comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+        };
+        if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
+            add_drop(offdrop::START_FULL, 1);
         }
     }
 

@@ -37,6 +37,9 @@ pub fn test(unit_only: bool) -> Result<()> {
     if !lint_clippy(&target, &with_artifacts)? {
         failed.push("clippy");
     }
+    if !lint_clippy_ebpf(&target)? {
+        failed.push("clippy (tracer-ebpf)");
+    }
 
     // tracer-ebpf only builds for the BPF target; tracer-tests is the end-to-end suite.
     // Tests that need root or a kernel feature are `#[ignore = "needs root"]`, so a plain
@@ -132,5 +135,27 @@ fn lint_clippy(target: &Path, with_artifacts: &dyn Fn(&mut Command)) -> Result<b
         "warnings",
     ]);
     with_artifacts(&mut clippy);
+    Ok(cmd::status(&mut clippy)?.success())
+}
+
+/// Clippy over the eBPF crate, with the nightly and the target that build it.
+fn lint_clippy_ebpf(target: &Path) -> Result<bool> {
+    let mut clippy = cargo(Some("nightly"), "clippy", target);
+    clippy
+        .current_dir(workspace_root().join("tracer-ebpf"))
+        .args([
+            "--package",
+            "tracer-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
     Ok(cmd::status(&mut clippy)?.success())
 }

@@ -50,6 +50,7 @@ pub fn static_binary(target: &str) -> Result<()> {
 pub fn lints() -> Result<()> {
     rust::component("rustfmt")?;
     rust::component("clippy")?;
+    rust::nightly_component("clippy")?;
     Apt::new().install_missing(&[("c++", "g++")])
 }
 

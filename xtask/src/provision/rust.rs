@@ -125,21 +125,36 @@ fn ensure_rust_src() -> Result<()> {
 /// workspace when it lacks it, so the lint gates of `cargo xtask test` run on a machine
 /// with only rustup's toolchains.
 pub fn component(name: &str) -> Result<()> {
-    let installed = cmd::output(rustup().current_dir(crate::workspace_root()).args([
-        "component",
-        "list",
-        "--installed",
-    ]))?;
+    component_of(None, name)
+}
+
+/// The same for the nightly toolchain (clippy over the eBPF crate).
+pub fn nightly_component(name: &str) -> Result<()> {
+    component_of(Some("nightly"), name)
+}
+
+fn component_of(toolchain: Option<&str>, name: &str) -> Result<()> {
+    let with_toolchain = |c: &mut Command| {
+        if let Some(t) = toolchain {
+            c.args(["--toolchain", t]);
+        }
+    };
+    let mut list = rustup();
+    list.current_dir(crate::workspace_root())
+        .args(["component", "list", "--installed"]);
+    with_toolchain(&mut list);
+    let installed = cmd::output(&mut list)?;
     if installed.lines().any(|l| l.starts_with(name)) {
         return Ok(());
     }
-    println!("setup: {name} is missing: installing it");
-    cmd::run(
-        rustup()
-            .current_dir(crate::workspace_root())
-            .args(["component", "add", name]),
-    )
-    .with_context(|| format!("could not add {name}: check network access to rustup's server"))
+    let which = toolchain.unwrap_or("the workspace's toolchain");
+    println!("setup: {name} is missing from {which}: installing it");
+    let mut add = rustup();
+    add.current_dir(crate::workspace_root())
+        .args(["component", "add", name]);
+    with_toolchain(&mut add);
+    cmd::run(&mut add)
+        .with_context(|| format!("could not add {name}: check network access to rustup's server"))
 }
 
 fn cargo_home() -> Result<PathBuf> {
