@@ -182,8 +182,13 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
     // Two scrapes before the workload, so its first sample is near its start.
     std::thread::sleep(Duration::from_secs(2));
     let truth_file = dir.join("truth");
-    let mut w = workload(
-        &[
+    // `tracer run` on the same process for its whole life, as serve sees it: the latency
+    // reference, from the same waits (a `-p` run would start after the process and time
+    // another stretch of it, whose median on a loaded machine can be another mode).
+    let run = Command::new(tracer_bin())
+        .args(["run", "--json", "-d", "20s", "--"])
+        .arg(env!("CARGO_BIN_EXE_tracer-workload"))
+        .args([
             "busy-sleep",
             "--threads",
             "2",
@@ -192,14 +197,10 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
             "--sleep-ms",
             "2",
             "--duration-ms",
-            "6000",
-        ],
-        &truth_file,
-    );
-    let pid = w.id();
-    // `tracer run` on the same process for the same time: the latency reference.
-    let run = Command::new(tracer_bin())
-        .args(["run", "-p", &pid.to_string(), "--json", "-d", "5s"])
+            "5000",
+            "--out",
+        ])
+        .arg(&truth_file)
         .output()
         .unwrap();
     assert!(
@@ -207,7 +208,12 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    w.wait().unwrap();
+    let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let pid = doc["threads"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["comm"] == "tracer-workload"))
+        .and_then(|t| t["pid"].as_u64())
+        .unwrap_or_else(|| panic!("the workload in tracer run's report: {doc}"));
     // Three more scrapes after it ended.
     std::thread::sleep(Duration::from_secs(3));
 
@@ -249,7 +255,6 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
             "histogram_quantile(0.5, max_over_time(tracer_process_runq_latency_seconds_bucket{sel}[2m]))"
         ))
         .expect("a run-queue median");
-    let doc: Value = serde_json::from_slice(&run.stdout).unwrap();
     if let Some(p50) = run_p50_ns(&doc) {
         eprintln!("serve: run-queue p50 {q50:e} s from Prometheus, {p50} ns from tracer run");
         let ratio = q50 * 1e9 / p50;
