@@ -186,6 +186,13 @@ pub(super) fn build_entities(
     }
     for (k, ls) in &plain {
         let find = |e: &str| ls.iter().find(|l| ev(l) == e).copied();
+        // A parent's record of its child's zombie (`exit`) raises the truth's upper end
+        // to the child's final schedstat: its exit path runs after its own last record.
+        // Alone (a child whose records are an exec history) it adds nothing.
+        let zombie = find("exit");
+        if zombie.is_some() && ls.len() == 1 {
+            continue;
+        }
         let Some(fin) = find("end") else {
             problems.push(format!(
                 "TID {} (PID {}): no final record: {}",
@@ -227,6 +234,12 @@ pub(super) fn build_entities(
                 hi = lo;
                 e_ns = t(lv);
                 life.1 = t(lv);
+            }
+        }
+        if let (Some(z), None, None) = (zombie, find("block"), find("leave")) {
+            let tail = Stat::of(z).minus(f);
+            if tail.run >= 0.0 && tail.wait >= 0.0 && tail.slices >= 0.0 {
+                hi = hi.plus(tail);
             }
         }
         let comm = l_name(fin);

@@ -11,7 +11,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::truth::{birth_ns, now_ns, record, record_with, set_word, wait_word, FIN, GO};
+use crate::truth::{
+    birth_ns, now_ns, record, record_with, record_zombie, set_word, wait_word, FIN, GO,
+};
 use crate::work::{set_affinity, solo, spin_ns, Rng};
 
 /// Names the `--names` scenario gives: the main thread (the process's name) and the
@@ -233,6 +235,7 @@ pub(crate) fn short(out: &str, n: u64, seed: u64, ms: u64, s: &mut Started) {
         for _ in 0..n {
             if alive.len() >= 2 {
                 if let Some(mut c) = alive.pop_front() {
+                    record_zombie(&out, c.id());
                     let _ = c.wait();
                 }
             }
@@ -247,6 +250,7 @@ pub(crate) fn short(out: &str, n: u64, seed: u64, ms: u64, s: &mut Started) {
             std::thread::sleep(Duration::from_millis(rng.range(1, gap)));
         }
         for mut c in alive {
+            record_zombie(&out, c.id());
             let _ = c.wait();
         }
         record(&out, "end", "spawner", "", born);
@@ -266,11 +270,12 @@ pub(crate) fn named(out: &str, until: u64, seed: u64, s: &mut Started) {
 }
 
 /// Waits for the fork(2)ed processes.
-pub(crate) fn reap(s: &mut Started) {
+pub(crate) fn reap(out: &str, s: &mut Started) {
     for h in s.threads.drain(..) {
         let _ = h.join();
     }
     for p in s.forked.drain(..) {
+        record_zombie(out, p as u32);
         // SAFETY: reaps our own child.
         unsafe { libc::waitpid(p, std::ptr::null_mut(), 0) };
     }

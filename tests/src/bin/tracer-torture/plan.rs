@@ -12,7 +12,7 @@ use std::{
 use tracer_tests::gettid;
 
 use crate::edges::{self, Started};
-use crate::truth::{birth_ns, emit, now_ns, pid, record, record_with, set_word, GO};
+use crate::truth::{birth_ns, emit, now_ns, pid, record, record_with, record_zombie, set_word, GO};
 use crate::work::{futex_wait, futex_wake, move_to, solo, spin_ns, Rng};
 use crate::{arg, num};
 
@@ -362,12 +362,13 @@ pub(crate) fn run(args: &[String], out: &str) {
     }
     let _ = resident.join();
     for mut p in procs.into_iter().chain(joiners) {
+        record_zombie(out, p.id());
         let _ = p.wait();
     }
     if parts.sleepers {
         edges::finish(out, start, &mut started);
     }
-    edges::reap(&mut started);
+    edges::reap(out, &mut started);
     record_with(out, "end", "main", "", start, &main_name);
     emit(out, "{\"ev\":\"done\"}");
 }

@@ -35,6 +35,43 @@ pub(crate) fn schedstat() -> [u64; 3] {
     ]
 }
 
+/// Waits for child `pid` to end without reaping it, and records its final schedstat (a
+/// zombie's is final: its exit path, which follows its own last record, ran). The
+/// harness takes it as the upper end of the child's truth.
+pub(crate) fn record_zombie(out: &str, pid: u32) {
+    // SAFETY: plain waitid on our own child; siginfo is written by the kernel.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let ok = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
+        )
+    } == 0;
+    if !ok {
+        return;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+    let v: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 3 {
+        return;
+    }
+    emit(
+        out,
+        &format!(
+            "{{\"ev\":\"exit\",\"role\":\"zombie\",\"grp\":\"\",\"tid\":{pid},\"pid\":{pid},\"run_ns\":{},\"wait_ns\":{},\"slices\":{},\"cpu_ns\":0,\"t_ns\":{},\"born_ns\":0}}",
+            v[0],
+            v[1],
+            v[2],
+            now_ns()
+        ),
+    );
+}
+
 /// The truth file: a shared mapping every process of the workload appends to, so a
 /// record costs no system call and cannot block (an O_APPEND write to a file can sleep on
 /// the inode lock, adding slices and waits the record no longer shows). The first 8 bytes
