@@ -12,8 +12,8 @@
 //! lookup and the filter lookup only.
 use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
 use aya_ebpf::helpers::{
-    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-    bpf_perf_event_read_value,
+    bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid,
+    bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_perf_event_read_value,
 };
 use tracer_common::{
     drop, filter,
@@ -690,11 +690,16 @@ pub fn add_runtime(pid: u32, runtime: u64) {
 /// (`sched_wakeup_new`), so its time in the window starts now too. Returns the time
 /// stamped (0: not traced), for the trace's wakeup event: read back from the entry it
 /// could already be the switch-in's 0 when another CPU ran the thread meanwhile.
+/// A wakeup of the thread running here stamps nothing (0, see
+/// `slice::wakeup_starts_wait`).
 #[inline(always)]
 pub fn wakeup(p: Task, new: bool) -> u64 {
     let Some(tgid) = traced(&p) else {
         return 0;
     };
+    if !new && !slice::wakeup_starts_wait(p.tid, bpf_get_current_pid_tgid() as u32) {
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
         // SAFETY: map value or task storage.
