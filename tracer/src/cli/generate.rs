@@ -95,16 +95,46 @@ pub fn man_pages(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut written = Vec::new();
     for (name, page) in pages {
         let path = dir.join(format!("{name}.1"));
-        let mut text = Vec::new();
-        clap_mangen::Man::new(page)
-            .render(&mut text)
-            .with_context(|| format!("cannot render {name}.1"))?;
+        let text = render(&name, page).with_context(|| format!("cannot render {name}.1"))?;
         fs::File::create(&path)
             .and_then(|mut f| f.write_all(&text))
             .with_context(|| format!("cannot write {}", path.display()))?;
         written.push(path);
     }
     Ok(written)
+}
+
+/// One page: clap_mangen's sections from the definitions, then the written ones
+/// (`cli/man`), then the version. clap's `after_help` (the DURATION syntax) goes under
+/// NOTES rather than clap_mangen's "EXTRA".
+fn render(name: &str, cmd: clap::Command) -> std::io::Result<Vec<u8>> {
+    let short = name.strip_prefix("tracer-").unwrap_or(name);
+    let notes = cmd.get_after_help().map(|h| h.to_string());
+    let man = clap_mangen::Man::new(cmd.clone());
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(&mut out)?;
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(&mut out)?;
+    }
+    let mut extra = clap_mangen::roff::Roff::new();
+    if let Some(notes) = notes {
+        extra.control("SH", ["NOTES"]);
+        for para in notes.split("\n\n") {
+            extra
+                .control("PP", [])
+                .text([clap_mangen::roff::roman(para)]);
+        }
+    }
+    extra.extend([crate::cli::man::sections(short)]);
+    extra.to_writer(&mut out)?;
+    man.render_version_section(&mut out)?;
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -501,6 +501,7 @@ impl From<CheckArgs> for crate::cmd::check::CheckConfig {
 /// Parses the command line, runs it and returns the exit code. Errors are printed with
 /// their context chain; never a panic for bad input.
 pub mod generate;
+pub mod man;
 pub mod record;
 
 pub fn main() -> i32 {

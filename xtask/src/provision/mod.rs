@@ -7,7 +7,7 @@
 //! |-----------------|-------------------------------------------------------------------|----------|
 //! | [`build`]       | nightly's rust-src, bpf-linker built against the nightly's LLVM   | rustup, crates.io |
 //! | [`static_binary`] | the `<arch>-unknown-linux-musl` target, musl-tools              | rustup, apt |
-//! | [`lints`]       | rustfmt, clippy; g++ for libFuzzer (the fuzz crate is linted and its seeds run as tests) | rustup, apt |
+//! | [`lints`]       | rustfmt, clippy; g++ for libFuzzer (the fuzz crate is linted and its seeds run as tests); groff (the unit tests render the man pages with `groff -ww`) | rustup, apt |
 //! | [`e2e`]         | libbpf-tools, libxml2-utils, tmux, chromium, prometheus, curl, openssl, python3-venv; Perfetto's protos, kubernetes-validate | apt, PyPI |
 //! | [`deb`]         | dpkg-dev, binutils, man-db (tests/tests/install.rs), lintian (`--lintian`) | apt      |
 //! | [`torture`]     | Perfetto's protos                                                 | PyPI     |
@@ -45,13 +45,15 @@ pub fn static_binary(target: &str) -> Result<()> {
     Apt::new().ensure("a C compiler for musl (ring)", &["musl-tools"])
 }
 
-/// The lint gates of `cargo xtask test` (rustfmt, clippy), and a C++ compiler for
-/// libFuzzer, which the fuzz crate (tracer/fuzz, a workspace member) links.
+/// The lint gates of `cargo xtask test` (rustfmt, clippy), a C++ compiler for
+/// libFuzzer, which the fuzz crate (tracer/fuzz, a workspace member) links, and groff,
+/// with which the unit tests render every man page and fail on any warning
+/// (tracer/src/cli/man/tests.rs).
 pub fn lints() -> Result<()> {
     rust::component("rustfmt")?;
     rust::component("clippy")?;
     rust::nightly_component("clippy")?;
-    Apt::new().install_missing(&[("c++", "g++")])
+    Apt::new().install_missing(&[("c++", "g++"), ("groff", "groff-base")])
 }
 
 /// The programs [`e2e`] installed that the tests are told about.

@@ -13,6 +13,7 @@ use crate::model::{
 use crate::output::heatmap::{self, Column, ROWS};
 use crate::output::report::Report;
 
+pub mod keys;
 pub mod render;
 pub mod term;
 
@@ -493,6 +494,11 @@ impl Top {
             }
             return Action::Redraw;
         }
+        // Other Ctrl chords did what their letter does (Ctrl-E wrote an SVG); the keys
+        // are the plain ones the key table lists.
+        if ctrl {
+            return Action::None;
+        }
         let lines = self.lines();
         let cur = self.cursor(&lines);
         let keys: Vec<Key> = lines.iter().map(|l| l.key).collect();
@@ -603,7 +609,7 @@ mod tests {
         }
     }
 
-    fn sample(interval: u64) -> Sample {
+    pub(super) fn sample(interval: u64) -> Sample {
         let proc_ = |pid, comm: &str, threads: Vec<ThreadView>| ProcView {
             pid,
             comm: comm.into(),

@@ -9,7 +9,8 @@ use ratatui::{
     Frame,
 };
 
-use super::{Col, Figures, Key, Line, Top};
+// The footer comes from the key table the man page renders too.
+use super::{keys::FOOTER, Col, Figures, Key, Line, Top};
 use crate::model::{hist::human_ns, snapshot::HistKind};
 use crate::output::heatmap::{self, ROWS};
 
@@ -23,10 +24,6 @@ const DETAIL_H: u16 = 10;
 const HEAT_LABEL: u16 = 8;
 /// Density characters of heatmap cells, light to dark (ASCII: any terminal, any font).
 const SHADES: &[u8] = b" .:-=+*#%@";
-
-/// The keys, as the footer lists them.
-pub const FOOTER: &str =
-    "q quit jk move enter expand <> sort r rev / filter f freeze d pane h hist e svg";
 
 /// Lines the table gets in an area of `height` (what PageUp/PageDown move by).
 pub fn table_height(top: &Top, area: Rect) -> usize {
@@ -446,9 +443,9 @@ fn draw_footer(f: &mut Frame, top: &Top, area: Rect) {
     } else if let Some(s) = &top.status {
         s.clone()
     } else if !top.filter.is_empty() {
-        format!("filter \"{}\" (esc clears)  {FOOTER}", top.filter)
+        format!("filter \"{}\" (esc clears)  {}", top.filter, *FOOTER)
     } else {
-        FOOTER.to_string()
+        FOOTER.clone()
     };
     f.render_widget(
         Paragraph::new(text).style(Style::default().add_modifier(Modifier::REVERSED)),
