@@ -15,6 +15,8 @@ pub struct Cross {
     pub deb_arch: &'static str,
     /// The user-mode emulator from `qemu-user-static`.
     pub qemu_user: &'static str,
+    /// The dynamic loader in the sysroot's lib directory.
+    pub loader: &'static str,
 }
 
 pub const PPC64LE: Cross = Cross {
@@ -22,6 +24,7 @@ pub const PPC64LE: Cross = Cross {
     gnu: "powerpc64le-linux-gnu",
     deb_arch: "ppc64el",
     qemu_user: "qemu-ppc64le-static",
+    loader: "ld64.so.2",
 };
 
 pub const AARCH64: Cross = Cross {
@@ -29,6 +32,7 @@ pub const AARCH64: Cross = Cross {
     gnu: "aarch64-linux-gnu",
     deb_arch: "arm64",
     qemu_user: "qemu-aarch64-static",
+    loader: "ld-linux-aarch64.so.1",
 };
 
 impl Cross {
@@ -50,9 +54,19 @@ impl Cross {
         format!("{}/lib", self.sysroot())
     }
 
-    /// The cargo runner for tests run under qemu-user with the target's sysroot.
+    /// The cargo runner for tests run under qemu-user: the sysroot's loader runs the test
+    /// binary with the sysroot's libraries. Not qemu's `-L SYSROOT`: that maps every
+    /// absolute path the guest opens into the sysroot where it exists there, `/` included,
+    /// so a test that walks a path from `/` (the protected-files output rules) walked the
+    /// sysroot and found no /tmp.
     pub fn runner(&self) -> String {
-        format!("{} -L {}", self.qemu_user, self.sysroot())
+        format!(
+            "{} {}/{} --library-path {}",
+            self.qemu_user,
+            self.lib_dir(),
+            self.loader,
+            self.lib_dir()
+        )
     }
 
     /// Points cargo (and the `cc` crate) at this toolchain for `--target rust_target`.
@@ -75,7 +89,8 @@ mod tests {
     fn the_runner_is_qemu_user_with_the_sysroot() {
         assert_eq!(
             AARCH64.runner(),
-            "qemu-aarch64-static -L /usr/aarch64-linux-gnu"
+            "qemu-aarch64-static /usr/aarch64-linux-gnu/lib/ld-linux-aarch64.so.1 \
+             --library-path /usr/aarch64-linux-gnu/lib"
         );
     }
 }
