@@ -397,6 +397,32 @@ pub fn boot(
 mod tests {
     use super::*;
 
+    /// The checks' boots count time in instructions on one thread; x86_64 boots on one CPU
+    /// then (its init onlines the other); the stress boots keep the host's clock.
+    #[test]
+    fn the_checks_boots_count_time_in_instructions() {
+        let p = std::path::Path::new("/x");
+        let mut opts = Options::checks("", false);
+        opts.icount = Some(ICOUNT_SHIFT);
+        let c = command(&crate::arch::X86_64, p, p, p, p, &opts);
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into()).collect();
+        let has = |a: &str| args.iter().any(|x| x.contains(a));
+        assert!(
+            has("tcg,thread=single") && has("shift=3,sleep=off"),
+            "{args:?}"
+        );
+        assert!(has("maxcpus=1 vmtest.online"), "{args:?}");
+        let c = command(&crate::arch::AARCH64, p, p, p, p, &opts);
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into()).collect();
+        assert!(!args.iter().any(|x| x.contains("maxcpus")), "{args:?}");
+        opts.icount = None;
+        let c = command(&crate::arch::X86_64, p, p, p, p, &opts);
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into()).collect();
+        assert!(!args
+            .iter()
+            .any(|x| x.contains("icount") || x.contains("maxcpus")));
+    }
+
     #[test]
     fn reads_qemus_version() {
         let v = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright";
