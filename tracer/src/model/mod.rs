@@ -6,6 +6,7 @@ pub mod events;
 pub mod hist;
 pub mod options;
 pub mod report;
+pub mod scheduler;
 pub mod series;
 pub mod snapshot;
 pub mod stacks;
