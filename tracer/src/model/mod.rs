@@ -2,6 +2,7 @@
 //! aggregates, histograms, the typed report. No clap, no aya, no I/O.
 pub mod boundaries;
 pub mod cross_check;
+pub mod diff;
 pub mod events;
 pub mod hist;
 pub mod options;
