@@ -1,7 +1,7 @@
 //! The scheduler in use, read once when a run starts for its header: what the kernel
 //! exposes (BTF, debugfs `sched/features`, `/sys/kernel/sched_ext`), decided by
-//! [`crate::model::scheduler::decide`]. debugfs is mounted for the read when it is not
-//! (as perf does) and unmounted again.
+//! [`crate::model::scheduler::decide`]. debugfs is read where it is mounted, never
+//! mounted for it.
 use std::path::{Path, PathBuf};
 
 use crate::{
@@ -68,8 +68,7 @@ fn debugfs_mounts(root: &Root) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The text of debugfs `sched/features`, mounting debugfs on the live system when it is
-/// not mounted.
+/// The text of debugfs `sched/features` where debugfs is mounted.
 fn features(root: &Root) -> Result<String, String> {
     let mut dirs = debugfs_mounts(root);
     dirs.push(PathBuf::from(DEBUGFS));
@@ -86,34 +85,11 @@ fn features(root: &Root) -> Result<String, String> {
                 .to_string(),
         );
     }
-    if !root.is_live() {
-        return Err(format!(
-            "no debugfs sched/features under {}",
-            root.path("/").display()
-        ));
-    }
-    let flags = rustix::mount::MountFlags::NOSUID
-        | rustix::mount::MountFlags::NODEV
-        | rustix::mount::MountFlags::NOEXEC;
-    if let Err(e) = rustix::mount::mount("debugfs", DEBUGFS, "debugfs", flags, None) {
-        return Err(format!(
-            "debugfs is not mounted and mounting it on {DEBUGFS} failed ({}; lockdown or no \
-             CAP_SYS_ADMIN?)",
-            std::io::Error::from(e)
-        ));
-    }
-    let r = features_in(root, Path::new(DEBUGFS)).unwrap_or_else(|| {
-        Err(
-            "debugfs has no sched/features (a kernel before 6.15 built without \
-             CONFIG_SCHED_DEBUG?)"
-                .to_string(),
-        )
-    });
-    // Left as found. Detached: a reader that opened it meanwhile keeps its files.
-    if let Err(e) = rustix::mount::unmount(DEBUGFS, rustix::mount::UnmountFlags::DETACH) {
-        log::warn!("unmounting the debugfs mounted to read sched/features: {e}");
-    }
-    r
+    // Not mounted: left so. A run does not mount filesystems on the machine it measures
+    // for one line of its header (perf mounts debugfs for tracing, which needs it).
+    Err(format!(
+        "debugfs is not mounted (mount it on {DEBUGFS} to see sched/features)"
+    ))
 }
 
 /// `/sys/kernel/sched_ext`, None without it (a kernel without sched_ext).
