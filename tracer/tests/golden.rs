@@ -10,6 +10,7 @@ use tracer::{
         hist::Unit,
         options::{RunqSource, SortKey},
         report::{Command, Refusal, ReportKind, RunHeader},
+        scheduler::Scheduler,
         snapshot::{HistSet, Snapshot, ThreadRecord, FOLDED_GEN},
     },
     output::{
@@ -207,6 +208,14 @@ fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> 
                 mode: "fentry".into(),
                 reason: "attach: EPERM".into(),
             }],
+            scheduler: Scheduler {
+                class: Some("EEVDF".into()),
+                ext: None,
+                ext_state: with_counters.then(|| "disabled".into()),
+                ext_switch_all: None,
+                delay_dequeue: Some(true),
+                source: "BTF sched_entity, sched/features".into(),
+            },
             system_wide: !with_counters,
             max_threads: if with_counters { 65536 } else { 0 },
             slice_events: if with_counters {
@@ -380,13 +389,17 @@ fn hostile_names_are_escaped_in_the_run_report() {
             hist_scope: scope::THREAD,
         }
     });
-    // The same report with the hostile threads' rows and per-thread histograms.
+    // The same report with the hostile threads' rows and per-thread histograms, under a
+    // sched_ext scheduler whose name is hostile too (a BPF program names it).
+    let mut run = r.run.clone();
+    run.scheduler.ext = Some("scx\x1b]2;OWNED\x07".into());
+    run.scheduler.ext_switch_all = Some(true);
     let hostile = Report::build(ReportInput {
         kind: ReportKind::Total,
         time_unix_ns: 1_764_519_725_123_456_789,
         local_time: "16:22:05".into(),
         duration_ns: 50 * MS,
-        run: r.run.clone(),
+        run,
         snapshot: hostile_snapshot(),
         cpus_utilized_task_clock: None,
         thread_counters: BTreeMap::new(),
@@ -408,6 +421,10 @@ fn hostile_names_are_escaped_in_the_run_report() {
     assert_inert("run text", &text);
     assert!(text.contains("\\x1b]2;OWNED\\x07"), "{text}");
     assert!(text.contains("w\\xff\\xfe\\xc3"), "{text}");
+    assert!(
+        text.contains("sched_ext scx\\x1b]2;OWNED\\x07 for every"),
+        "{text}"
+    );
     check("hostile_run", &text, false);
     // JSON keeps the real characters, escaped its own way (C1 and bidi controls too,
     // which serde_json leaves raw); not UTF-8 as \xNN.

@@ -98,6 +98,7 @@ fn report_of(i: u64, threads: &[(u32, u32, &[u8], u64)]) -> Report {
             probe_attach: "tp_btf".into(),
             runq_source: RunqSource::ThreadEntry,
             probe_refused: vec![],
+            scheduler: Default::default(),
             system_wide: true,
             max_threads: 0,
             slice_events: vec![],

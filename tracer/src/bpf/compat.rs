@@ -106,3 +106,35 @@ pub fn fentry_attachable(attach_detach: impl FnOnce() -> anyhow::Result<()>) -> 
 /// `account_event()`), so perf-sched mode keeps a dummy per-task event open.
 pub const PERF_SCHED_OUT: &str = "__perf_event_task_sched_out";
 pub const PERF_SCHED_IN: &str = "__perf_event_task_sched_in";
+
+/// The fair class is EEVDF since v6.6 (commit 147f3efaa241 "sched/fair: Implement an
+/// EEVDF-like scheduling policy"), which gave `sched_entity` its `deadline` and `vlag`;
+/// CFS before. EEVDF's features (`PLACE_LAG`, from commit 86bfbb7ce4f6 "sched/fair: Add
+/// lag based placement" in the same series) tell it without BTF.
+pub fn fair_class_is_eevdf(btf: &KernelBtf) -> bool {
+    btf.has_member("sched_entity", "deadline") && btf.has_member("sched_entity", "vlag")
+}
+
+/// Delayed dequeue came in v6.12 (commit 152e11f6df29 "sched/fair: Implement delayed
+/// dequeue", scheduler feature DELAY_DEQUEUE, on by default): a fair task that blocks
+/// with negative lag stays on the run queue (`sched_entity::sched_delayed`) until it is
+/// picked or woken. Without the field the kernel cannot delay a dequeue, whatever
+/// debugfs says.
+pub fn can_delay_dequeue(btf: &KernelBtf) -> bool {
+    btf.has_member("sched_entity", "sched_delayed")
+}
+
+/// The scheduler features (`NO_` before those off) are in debugfs `sched/features`
+/// since v5.13 (commit 8a99b6833c88 "sched: Move SCHED_DEBUG sysctl to debugfs"),
+/// `sched_features` before; only with CONFIG_SCHED_DEBUG until v6.15 (commit
+/// dd5bdaf2b72d "sched/debug: Make CONFIG_SCHED_DEBUG functionality unconditional").
+pub const SCHED_FEATURES: [&str; 2] = [
+    "/sys/kernel/debug/sched/features",
+    "/sys/kernel/debug/sched_features",
+];
+
+/// sched_ext (v6.12, commit f0e1a0643a59 "sched_ext: Implement BPF extensible scheduler
+/// class") says its state in `state` (prepping, enabling, enabled, disabling, disabled),
+/// whether it runs every fair task in `switch_all`, and the loaded scheduler's name in
+/// `root/ops` while one is loaded.
+pub const SCHED_EXT_DIR: &str = "/sys/kernel/sched_ext";

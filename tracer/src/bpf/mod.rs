@@ -6,4 +6,5 @@ pub mod compat;
 pub mod config;
 pub mod loader;
 pub mod record;
+pub mod scheduler;
 pub mod stacks;

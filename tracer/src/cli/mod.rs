@@ -57,6 +57,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Off-CPU stacks: where threads blocked or were preempted, and for how long.
     Offcpu(OffcpuArgs),
+    /// Compare two `tracer run --json` reports by process and thread name, largest change first.
+    Diff(DiffArgs),
     /// Export scheduling metrics for Prometheus, continuously (on /metrics: Prometheus text format, OpenMetrics when the scraper asks for it).
     Serve(ServeArgs),
     /// Benchmark floor: attach an empty sched_switch program (for `cargo xtask bench`).
@@ -383,6 +385,29 @@ pub struct CheckArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+pub struct DiffArgs {
+    /// The earlier report (`tracer run --json > A.json`; with `-i`, its last line, the total).
+    #[arg(value_name = "A.json")]
+    pub a: PathBuf,
+    /// The later report, compared with A: changes are B - A.
+    #[arg(value_name = "B.json")]
+    pub b: PathBuf,
+    /// One JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl From<DiffArgs> for crate::cmd::diff::DiffConfig {
+    fn from(a: DiffArgs) -> Self {
+        Self {
+            a: a.a,
+            b: a.b,
+            json: a.json,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
 #[command(after_help = DURATION_HELP)]
 pub struct OffcpuArgs {
     #[command(flatten)]
@@ -519,6 +544,7 @@ pub fn main() -> i32 {
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
         Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),
+        Command::Diff(args) => crate::cmd::diff::run(&args.into()),
         Command::Serve(args) => match crate::cmd::serve::ServeConfig::try_from(args) {
             Ok(c) => crate::cmd::serve::run(c, root),
             Err(e) => Err(anyhow::anyhow!(e)),

@@ -1,5 +1,6 @@
 //! The commands: each takes a typed configuration from `cli` and returns an exit code.
 pub mod check;
+pub mod diff;
 pub mod dtl;
 pub mod floor;
 pub mod offcpu;

@@ -2,10 +2,12 @@
 //! aggregates, histograms, the typed report. No clap, no aya, no I/O.
 pub mod boundaries;
 pub mod cross_check;
+pub mod diff;
 pub mod events;
 pub mod hist;
 pub mod options;
 pub mod report;
+pub mod scheduler;
 pub mod series;
 pub mod snapshot;
 pub mod stacks;

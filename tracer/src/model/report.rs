@@ -70,6 +70,8 @@ pub struct RunHeader {
     pub runq_source: RunqSource,
     /// Better probe modes that were refused, with why.
     pub probe_refused: Vec<Refusal>,
+    /// The scheduler class in use when the run started, and delayed dequeue.
+    pub scheduler: crate::model::scheduler::Scheduler,
     /// No target: the traced set is every thread (idle excluded).
     #[serde(skip)]
     pub system_wide: bool,
@@ -296,9 +298,16 @@ impl Serialize for Command {
     }
 }
 
+/// The layout of the JSON report: raised when a field changes meaning or shape, so a
+/// reader (`tracer diff`) can refuse a report it would misread. 1: the first numbered
+/// layout (reports without `schema` are from before).
+pub const SCHEMA: u32 = 1;
+
 /// Everything one report shows. `S`: the sections typed on upper floors.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report<S> {
+    /// [`SCHEMA`].
+    pub schema: u32,
     #[serde(flatten)]
     pub kind: ReportKind,
     /// Wall-clock time at the end of the report's window (ns since the Unix epoch).
@@ -476,6 +485,7 @@ impl<S> Report<S> {
             })
             .collect();
         Report {
+            schema: SCHEMA,
             kind: i.kind,
             time_unix_ns: i.time_unix_ns,
             local_time: i.local_time,

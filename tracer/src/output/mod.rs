@@ -2,6 +2,7 @@
 //! counter text, the DTL and hypervisor views, off-CPU stacks (text, JSON, folded, flame
 //! graph), the exporter's OpenMetrics, and standard output that never panics.
 pub mod counters;
+pub mod diff;
 pub mod dtl;
 pub mod flamegraph;
 pub mod folded;

@@ -119,6 +119,7 @@ mod tests {
                 probe_attach: "tp_btf".into(),
                 runq_source: RunqSource::RunDelay,
                 probe_refused: vec![],
+                scheduler: Default::default(),
                 system_wide: false,
                 max_threads: 65536,
                 slice_events: vec![],

@@ -53,6 +53,11 @@ pub fn format_text(r: &Report) -> String {
     for x in &r.run.probe_refused {
         out += &format!("  (probe {} refused: {})\n", x.mode, x.reason);
     }
+    // sched_ext names come from the BPF scheduler that was loaded: escaped.
+    out += &format!(
+        "  scheduler: {}\n",
+        words::escape(r.run.scheduler.describe())
+    );
     if r.per_cpu.iter().any(|c| c.on_cpu_ns > 0) {
         let cpus: Vec<String> = r
             .per_cpu

@@ -2,6 +2,7 @@
 //! launching the traced command, privileges, clocks, binary output files and the parsers
 //! of user input.
 pub mod birth;
+pub mod bounded;
 pub mod btf;
 pub mod cgroups;
 pub mod clock;

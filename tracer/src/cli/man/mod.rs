@@ -35,6 +35,7 @@ pub fn sections(name: &str) -> Roff {
         "check" => include_str!("check.txt"),
         "offcpu" => include_str!("offcpu.txt"),
         "serve" => include_str!("serve.txt"),
+        "diff" => include_str!("diff.txt"),
         _ => "",
     };
     render(name, text)
@@ -163,6 +164,10 @@ fn exit_status(r: &mut Roff, page: &str) {
         "serve" => rows.push((
             "0",
             "Stopped by SIGINT, SIGTERM or SIGHUP, after detaching its programs.".into(),
+        )),
+        "diff" => rows.push((
+            "0",
+            "Both reports were read and compared, and the comparison was written.".into(),
         )),
         "dtl" => rows.push((
             "0",

@@ -24,6 +24,7 @@ const TEXTS: &[(&str, &str)] = &[
     ("check", include_str!("check.txt")),
     ("offcpu", include_str!("offcpu.txt")),
     ("serve", include_str!("serve.txt")),
+    ("diff", include_str!("diff.txt")),
 ];
 
 /// The pages, rendered into a directory of their own.

@@ -186,6 +186,7 @@ pub(super) fn setup(
                 reason: why.clone(),
             })
             .collect(),
+        scheduler: crate::bpf::scheduler::detect(root, &mut notices),
         system_wide: plan.filter == filter::ALL,
         // Task-local storage has no capacity to run out of.
         max_threads: if runq == RunqSource::TaskStorage {
