@@ -191,9 +191,9 @@ mod tests {
         assert_eq!(s.ext_switch_all, Some(true));
         assert_eq!(s.delay_dequeue, None);
         assert_eq!(s.source, "kernel release, /sys/kernel/sched_ext");
-        // A fixture is never mounted on: it says where it looked.
+        // Nothing is mounted for it: it says debugfs is not mounted.
         assert!(
-            notices[0].contains("no debugfs sched/features under"),
+            notices[0].contains("debugfs is not mounted"),
             "{notices:?}"
         );
         assert!(notices[1].contains("\"lavd\""), "{notices:?}");
