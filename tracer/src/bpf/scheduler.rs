@@ -192,10 +192,7 @@ mod tests {
         assert_eq!(s.delay_dequeue, None);
         assert_eq!(s.source, "kernel release, /sys/kernel/sched_ext");
         // Nothing is mounted for it: it says debugfs is not mounted.
-        assert!(
-            notices[0].contains("debugfs is not mounted"),
-            "{notices:?}"
-        );
+        assert!(notices[0].contains("debugfs is not mounted"), "{notices:?}");
         assert!(notices[1].contains("\"lavd\""), "{notices:?}");
     }
 }
