@@ -28,24 +28,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        // SIGTERM first: the exporter detaches its programs on the way out.
-        // SAFETY: kill(2) on our own child's PID.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// Stopped with SIGTERM first (the exporter detaches its programs on the way out).
+use tracer_tests::prometheus::Stopped as Killed;
 
 fn curl(args: &[&str]) -> (u32, String) {
     let out = Command::new("curl")

@@ -34,23 +34,8 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// Stopped with SIGTERM first (the exporter detaches its programs on the way out).
+use tracer_tests::prometheus::Stopped as Killed;
 
 /// (HTTP code, body, seconds taken).
 fn curl(args: &[&str]) -> (u32, String, f64) {
