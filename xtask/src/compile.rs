@@ -43,6 +43,25 @@ pub fn build(release: bool) -> Result<Built> {
     Ok(Built { bin, ebpf_obj })
 }
 
+/// `cargo +nightly SUBCOMMAND` over the eBPF crate for the BPF target, as it is built
+/// (build, clippy), without the host's RUSTFLAGS.
+pub fn ebpf_cargo(subcommand: &str, target: &Path) -> Command {
+    let mut c = cargo(Some("nightly"), subcommand, target);
+    c.current_dir(workspace_root().join("tracer-ebpf"))
+        .args([
+            "--package",
+            "tracer-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+        ])
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    c
+}
+
 /// Builds the eBPF programs with nightly, `-Z build-std=core` and bpf-linker. The object
 /// is little-endian BPF (bpfel) whatever the host; always optimized, since the verifier
 /// rejects unoptimized code.
@@ -57,24 +76,11 @@ pub fn build_ebpf(tools: &provision::Tools, target: &Path) -> Result<PathBuf> {
     let path =
         env::join_paths(std::iter::once(linker_dir.to_path_buf()).chain(env::split_paths(&path)))
             .context("the bpf-linker directory cannot go on PATH: its path contains ':'")?;
-    let mut ebpf = cargo(Some("nightly"), "build", target);
-    ebpf.current_dir(workspace_root().join("tracer-ebpf"))
-        .args([
-            "--package",
-            "tracer-ebpf",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-        ])
-        .args(["-Z", "build-std=core"])
-        .env("PATH", path)
-        .env(
-            "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
-            "-C debuginfo=2 -C link-arg=--btf",
-        )
-        // These would override the target-specific flags above.
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    let mut ebpf = ebpf_cargo("build", target);
+    ebpf.env("PATH", path).env(
+        "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
+        "-C debuginfo=2 -C link-arg=--btf",
+    );
     cmd::run(&mut ebpf)
         .context("building the eBPF programs failed: fix the errors above and re-run")?;
 

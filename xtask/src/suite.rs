@@ -140,22 +140,7 @@ fn lint_clippy(target: &Path, with_artifacts: &dyn Fn(&mut Command)) -> Result<b
 
 /// Clippy over the eBPF crate, with the nightly and the target that build it.
 fn lint_clippy_ebpf(target: &Path) -> Result<bool> {
-    let mut clippy = cargo(Some("nightly"), "clippy", target);
-    clippy
-        .current_dir(workspace_root().join("tracer-ebpf"))
-        .args([
-            "--package",
-            "tracer-ebpf",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--",
-            "-D",
-            "warnings",
-        ])
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    let mut clippy = crate::compile::ebpf_cargo("clippy", target);
+    clippy.args(["--", "-D", "warnings"]);
     Ok(cmd::status(&mut clippy)?.success())
 }
