@@ -3,16 +3,16 @@ use serde_json::Value;
 
 use crate::{model::words, output::report::Report};
 
-/// The report as one JSON document. Goes through a [`Value`], whose object keys are
-/// sorted: a report prints in one stable key order whatever the field order of its
-/// types (as it always has).
+/// The report as one JSON document (for tests and tools that want a tree).
 pub fn to_json(r: &Report) -> serde_json::Result<Value> {
     serde_json::to_value(r)
 }
 
-/// The report as one line (JSON Lines in interval mode).
+/// The report as one line (JSON Lines in interval mode), keys in the types' field order.
+/// Written straight from the typed report: a tree of [`Value`]s first cost ~15x the
+/// line's size (20 MiB for a document of 5,000 threads), the tracer's peak memory.
 pub fn to_line(r: &Report) -> serde_json::Result<String> {
-    Ok(terminal_safe(to_json(r)?.to_string()))
+    Ok(terminal_safe(serde_json::to_string(r)?))
 }
 
 /// JSON text with the characters [`words::escape`] would escape that serde_json leaves

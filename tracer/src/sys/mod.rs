@@ -7,6 +7,7 @@ pub mod btf;
 pub mod cgroups;
 pub mod clock;
 pub mod files;
+pub mod heap;
 pub mod launch;
 pub mod outfile;
 pub mod parse;

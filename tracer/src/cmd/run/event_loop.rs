@@ -216,6 +216,9 @@ impl Work<()> for Intervals<'_> {
         // A failed hypervisor read keeps the last good one as the base.
         let hyp = now.hyp.clone().or(self.prev.hyp.take());
         self.prev = Mark { hyp, ..now };
+        drop(r);
+        // A report of thousands of threads is freed here; its pages go back.
+        crate::sys::heap::give_back();
         if self.args.count.is_some_and(|n| self.intervals >= n) {
             return Ok(Some(End::Count));
         }

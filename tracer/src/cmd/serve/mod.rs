@@ -441,15 +441,8 @@ impl State {
         drop(x);
         self.prev = snap;
         self.last_read = Instant::now();
-        // What a read allocates and frees (snapshots of every process's histograms) is
-        // scattered through the heap: give the free pages back, so the resident size is
-        // what is live (the churn test checks that it stays flat) rather than the
-        // largest read's high-water mark. Cheap once a read (a walk of glibc's bins).
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only releases free memory; it has no preconditions.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        // The churn test checks that the resident size stays flat.
+        crate::sys::heap::give_back();
         Ok(())
     }
 

@@ -102,6 +102,8 @@ impl Prepared {
         if let Err(e) = privileges::after_attach(keep) {
             notices.push(format!("could not lock privileges after attaching: {e}"));
         }
+        // Loading parsed the kernel's BTF and the object (~20 MiB, now free).
+        crate::sys::heap::give_back();
         match self.held {
             Some(h) => Ok(Some(h.release(argv)?)),
             None => Ok(None),
