@@ -71,7 +71,8 @@ fn system_wide_text_shows_twenty_threads_and_counts_the_rest() {
     assert!(more.contains("--top 0 shows all"), "{more}");
     let all = stdout(&run_tracer(&["run", "-d", "500ms", "--top", "0"]));
     assert!(rows(&all).len() > 20, "{all}");
-    assert!(!all.contains("not shown"));
+    // Other sections may leave rows out (CPUs without steal); no thread is.
+    assert!(!all.contains("more thread"), "{all}");
     let _ = many.kill();
     let _ = many.wait();
 }

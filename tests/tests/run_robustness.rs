@@ -234,13 +234,18 @@ fn command_runs_as_the_sudo_user_unless_as_root() {
 #[ignore = "needs root"]
 fn capabilities_are_dropped_once_attached() {
     require_root();
+    // The first interval's report is printed by the event loop, which starts after the
+    // privileges are locked: once it is out, they must be gone (holding programs alone
+    // says only that loading began).
     let mut child = Command::new(tracer_bin())
-        .args(["run", "-d", "20s"])
-        .stdout(Stdio::null())
+        .args(["run", "-d", "20s", "-i", "100ms"])
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let _ = wait_held(child.id());
-    std::thread::sleep(Duration::from_millis(300));
+    let mut first = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut out, &mut first).unwrap();
+    assert!(!first.is_empty(), "the tracer printed nothing");
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let _ = child.kill();
     let _ = child.wait();
