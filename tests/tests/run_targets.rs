@@ -237,6 +237,113 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     }
 }
 
+/// Cgroup directories a test made (deepest first on drop), leaving alone what existed.
+struct Dirs(Vec<std::path::PathBuf>);
+
+impl Dirs {
+    fn make(&mut self, dir: &std::path::Path) {
+        for d in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !d.exists() {
+                std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+                self.0.push(d.to_path_buf());
+            }
+        }
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// `--pod` and `--container` find the workload's cgroup in the kubelet's and docker's
+/// layouts (made here in the cgroup v2 tree: no runtime runs on this machine) by UID, by
+/// id prefix, and refuse in one line what matches none or two.
+#[test]
+#[ignore = "needs root"]
+fn pods_and_containers_are_found_by_uid_or_id_prefix() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let base = std::path::PathBuf::from(
+        mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+            })
+            .expect("a cgroup2 mount"),
+    );
+    let me = format!("{:08x}", std::process::id());
+    let uid = format!("{me}-1111-2222-3333-444455556666");
+    let (id_a, id_b) = (
+        format!("{me}{}", "a".repeat(56)),
+        format!("{me}{}", "b".repeat(56)),
+    );
+    let pod = base.join(format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        uid.replace('-', "_")
+    ));
+    let in_pod = pod.join(format!("cri-containerd-{id_a}.scope"));
+    let docker = base.join(format!("tracer-test-{me}.slice/docker-{id_b}.scope"));
+    let mut dirs = Dirs(Vec::new());
+    dirs.make(&in_pod);
+    dirs.make(&docker);
+    let a = Background::start(WORKLOAD);
+    let b = Background::start(WORKLOAD);
+    std::fs::write(in_pod.join("cgroup.procs"), a.pid().to_string()).unwrap();
+    std::fs::write(docker.join("cgroup.procs"), b.pid().to_string()).unwrap();
+    let pids_of = |args: &[&str]| -> std::collections::BTreeSet<u64> {
+        let mut all = vec!["run", "--json", "-d", "500ms"];
+        all.extend_from_slice(args);
+        let out = run_tracer(&all);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = final_report(&out);
+        doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["pid"].as_u64())
+            .collect()
+    };
+    let only = |p: u32| std::collections::BTreeSet::from([p as u64]);
+    assert_eq!(pids_of(&["--container", &id_a[..12]]), only(a.pid()));
+    assert_eq!(
+        pids_of(&["--container", &id_b.to_uppercase()]),
+        only(b.pid())
+    );
+    assert_eq!(pids_of(&["--pod", &uid]), only(a.pid()));
+    for (args, says) in [
+        (vec!["--container", &me[..]], "matches 2 workloads"),
+        (
+            vec!["--container", "ffff0000ffff"],
+            "no such workload's cgroup",
+        ),
+        (vec!["--pod", "no-such-pod"], "no such workload's cgroup"),
+        (
+            vec!["--cgroup-node-only"],
+            "needs --cgroup, --pod or --container",
+        ),
+    ] {
+        let mut all = vec!["run", "-d", "1s"];
+        all.extend_from_slice(&args);
+        let out = run_tracer(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    drop((a, b));
+}
+
 #[test]
 #[ignore = "needs root"]
 fn bad_targets_fail_fast_with_a_clear_error() {
