@@ -344,6 +344,137 @@ fn pods_and_containers_are_found_by_uid_or_id_prefix() {
     drop((a, b));
 }
 
+/// The kernel's bandwidth figures of a cgroup: v1 `cpu` or v2 `cpu.stat`, (nr_periods,
+/// nr_throttled, throttled ns).
+fn cpu_stat(file: &std::path::Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(file).unwrap();
+    let get = |k: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let ns = get("throttled_time").or_else(|| get("throttled_usec").map(|us| us * 1000));
+    (
+        get("nr_periods").unwrap(),
+        get("nr_throttled").unwrap(),
+        ns.unwrap(),
+    )
+}
+
+/// A `--cgroup` run under a 10% CPU quota reports the window's throttled periods and
+/// time, and its CPU pressure, within what the kernel's own cpu.stat says over the
+/// tracer's whole run (the window is inside it).
+#[test]
+#[ignore = "needs root"]
+fn a_cgroup_run_reports_its_quota_throttling_and_pressure() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mount_of = |fs: &str, opt: Option<&str>| {
+        mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&fs) && opt.is_none_or(|o| f[3].split(',').any(|x| x == o)))
+                .then(|| std::path::PathBuf::from(f[1]))
+        })
+    };
+    let v2 = mount_of("cgroup2", None).expect("a cgroup2 mount");
+    let name = format!("tracer-quota-{}", std::process::id());
+    let mut dirs = Dirs(Vec::new());
+    let dir = v2.join(&name);
+    dirs.make(&dir);
+    // The quota: the v1 cpu controller's same path on hybrid machines, else v2's cpu.max.
+    let stat = match mount_of("cgroup", Some("cpu")) {
+        Some(v1) => {
+            let q = v1.join(&name);
+            dirs.make(&q);
+            std::fs::write(q.join("cpu.cfs_quota_us"), "10000").unwrap();
+            q
+        }
+        None => {
+            std::fs::write(v2.join("cgroup.subtree_control"), "+cpu").unwrap();
+            std::fs::write(dir.join("cpu.max"), "10000 100000").unwrap();
+            dir.clone()
+        }
+    };
+    let spin = Command::new(WORKLOAD)
+        .args([
+            "spin",
+            "--threads",
+            "1",
+            "--duration-ms",
+            "30000",
+            "--out",
+            "/dev/null",
+        ])
+        .spawn()
+        .unwrap();
+    let pid = spin.id().to_string();
+    std::fs::write(dir.join("cgroup.procs"), &pid).unwrap();
+    if stat != dir {
+        std::fs::write(stat.join("cgroup.procs"), &pid).unwrap();
+    }
+    let _kill = Killed(spin);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let before = cpu_stat(&stat.join("cpu.stat"));
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "--cgroup",
+        dir.to_str().unwrap(),
+        "-d",
+        "2s",
+    ]);
+    let after = cpu_stat(&stat.join("cpu.stat"));
+    let span_ns = t.elapsed().as_nanos() as u64;
+    let doc = final_report(&out);
+    let c = &doc["cgroup_cpu"];
+    let n = |k: &str| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("cgroup_cpu.{k}: {doc}"))
+    };
+    let outside = span_ns.saturating_sub(doc["duration_ns"].as_u64().unwrap());
+    let (periods, throttled) = (after.0 - before.0, after.1 - before.1);
+    // Periods of 100 ms: those outside the window, and one at each edge.
+    let slack = outside / 100_000_000 + 2;
+    assert!(
+        n("periods") <= periods && n("periods") + slack >= periods,
+        "periods {} vs the kernel's {periods} (slack {slack}): {c}",
+        n("periods")
+    );
+    assert!(
+        n("throttled_periods") <= throttled && n("throttled_periods") + slack >= throttled,
+        "throttled periods {} vs {throttled}: {c}",
+        n("throttled_periods")
+    );
+    assert!(
+        n("throttled_periods") >= 10,
+        "a 10% quota throttles a spinner: {c}"
+    );
+    let tns = after.2 - before.2;
+    assert!(
+        n("throttled_ns") <= tns && n("throttled_ns") + outside + 200_000_000 >= tns,
+        "throttled {} ns vs {tns}: {c}",
+        n("throttled_ns")
+    );
+    // PSI: a spinner held back by its quota waits, some of the time at least.
+    if !c["pressure_some_ns"].is_null() {
+        assert!(
+            n("pressure_some_ns") > 0 && n("pressure_some_ns") <= span_ns,
+            "{c}"
+        );
+    }
+    assert!(c["cgroup"].as_str().unwrap().ends_with(&name), "{c}");
+}
+
+/// Kills and reaps the child on drop (before the cgroup dirs are removed).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn bad_targets_fail_fast_with_a_clear_error() {
