@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use tracer_common::{
     drop,
-    hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ, N_BUCKETS},
+    hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
     scope, ExitRecord, ThreadStats,
 };
 
@@ -203,12 +203,7 @@ impl HistSet {
             (&mut self.runq, &earlier.runq),
             (&mut self.off_cpu, &earlier.off_cpu),
         ] {
-            for b in 0..N_BUCKETS {
-                let (now, then) = (h.bucket(b), e.bucket(b));
-                if then > now {
-                    h.add_bucket(b, then - now);
-                }
-            }
+            h.raise_to(e);
         }
     }
 

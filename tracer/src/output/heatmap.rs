@@ -8,7 +8,9 @@
 //! JavaScript runtime; a string of rects is smaller than either and easy to test.
 use std::{fmt::Write as _, path::Path};
 
-use tracer_common::hist::{bucket_lower, N_BUCKETS};
+use tracer_common::hist::bucket_lower;
+#[cfg(test)]
+use tracer_common::hist::N_BUCKETS;
 
 use crate::error::TracerError;
 use crate::model::{
@@ -48,11 +50,9 @@ pub fn row_low_ns(r: usize) -> u64 {
 /// One interval's counts per row.
 pub fn rows_of(h: &Histogram) -> [u64; ROWS] {
     let mut out = [0u64; ROWS];
-    for (i, &c) in h.counts.iter().take(N_BUCKETS).enumerate() {
-        if c > 0 {
-            let r = row_of_bucket(i);
-            out[r] = out[r].saturating_add(c);
-        }
+    for (i, c) in h.nonzero() {
+        let r = row_of_bucket(i);
+        out[r] = out[r].saturating_add(c);
     }
     out
 }
