@@ -1,72 +1,77 @@
-//! Embeds the eBPF object into the tracer as `$OUT_DIR/tracer.bpf.o`.
+//! Embeds the eBPF objects into the tracer as `$OUT_DIR/tracer-{sched,offcpu,floor}`,
+//! one per program family (see `bpf::object`).
 //!
-//! The object is built by `cargo xtask build` (nightly, build-std, bpf-linker), never
-//! from here. It comes from `TRACER_EBPF_OBJ` when set (xtask sets it), else from the
-//! default build output in the workspace's target directory. Without one, an empty file
-//! is embedded so the crate still builds (e.g. cross-compiled unit tests); the loader
-//! reports the empty object as an error at run time.
+//! The objects are built by `cargo xtask build` (nightly, build-std, bpf-linker), never
+//! from here. They come from the directory `TRACER_EBPF_DIR` when set (xtask sets it),
+//! else from the default build output in the workspace's target directory. Without
+//! them, empty files are embedded so the crate still builds (e.g. cross-compiled unit
+//! tests); the loader reports an empty object as an error at run time.
 //!
 //! It also sets what `tracer --version` prints, so a bug report names exactly what ran:
 //! `TRACER_GIT_COMMIT` (git's HEAD at build time; the variable itself when set, e.g. by a
 //! build from a tarball; else "unknown") and `TRACER_BPF_SHA256` (the first 12 hex digits
-//! of the embedded object's SHA-256, what `sha256sum` prints for the file).
+//! of the SHA-256 of the embedded objects one after the other, what `cat tracer-sched
+//! tracer-offcpu tracer-floor | sha256sum` prints).
 
 use std::{env, fs, path::PathBuf, process::Command};
 
 use sha2::{Digest, Sha256};
 
-fn main() {
-    println!("cargo:rerun-if-env-changed=TRACER_EBPF_OBJ");
-    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
-    let out =
-        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("tracer.bpf.o");
+/// The objects, in the order they are hashed.
+const OBJECTS: [&str; 3] = ["tracer-sched", "tracer-offcpu", "tracer-floor"];
 
-    let object = match env::var_os("TRACER_EBPF_OBJ") {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            if !path.is_file() {
-                panic!(
-                    "TRACER_EBPF_OBJ={} is not a file: build the eBPF object with `cargo xtask build`, \
-                     or unset TRACER_EBPF_OBJ",
-                    path.display()
-                );
+fn main() {
+    println!("cargo:rerun-if-env-changed=TRACER_EBPF_DIR");
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+
+    let dir = match env::var_os("TRACER_EBPF_DIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            for name in OBJECTS {
+                if !dir.join(name).is_file() {
+                    panic!(
+                        "TRACER_EBPF_DIR={} has no {name}: build the eBPF objects with `cargo xtask build`, \
+                         or unset TRACER_EBPF_DIR",
+                        dir.display()
+                    );
+                }
             }
-            Some(path)
+            dir
         }
-        None => {
-            let default = default_object();
-            // Also watched while missing, so a later `cargo xtask build` is picked up.
-            println!("cargo:rerun-if-changed={}", default.display());
-            default.is_file().then_some(default)
-        }
+        None => default_dir(),
     };
 
-    match object {
-        Some(path) => {
-            println!("cargo:rerun-if-changed={}", path.display());
-            fs::copy(&path, &out).unwrap_or_else(|e| {
-                panic!("cannot copy {} to {}: {e}", path.display(), out.display())
+    let mut hash = Sha256::new();
+    let mut missing = Vec::new();
+    for name in OBJECTS {
+        let path = dir.join(name);
+        // Also watched while missing, so a later `cargo xtask build` is picked up.
+        println!("cargo:rerun-if-changed={}", path.display());
+        let dst = out.join(name);
+        if path.is_file() {
+            fs::copy(&path, &dst).unwrap_or_else(|e| {
+                panic!("cannot copy {} to {}: {e}", path.display(), dst.display())
             });
+        } else {
+            missing.push(name);
+            fs::write(&dst, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", dst.display()));
         }
-        None => {
-            println!(
-                "cargo:warning=the eBPF object is missing ({} not found), so this tracer cannot \
-                 load its programs: build with `cargo xtask build`",
-                default_object().display()
-            );
-            fs::write(&out, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
-        }
+        hash.update(
+            fs::read(&dst).unwrap_or_else(|e| panic!("cannot read {}: {e}", dst.display())),
+        );
     }
-
-    let embedded = fs::read(&out).unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
-    let bpf = if embedded.is_empty() {
-        "none".to_string()
-    } else {
-        let hex: String = Sha256::digest(&embedded)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+    let bpf = if missing.is_empty() {
+        let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
         hex[..12].to_string()
+    } else {
+        println!(
+            "cargo:warning=eBPF objects missing in {} ({}), so this tracer cannot load its \
+             programs: build with `cargo xtask build`",
+            dir.display(),
+            missing.join(", ")
+        );
+        "none".to_string()
     };
     println!("cargo:rustc-env=TRACER_BPF_SHA256={bpf}");
     println!("cargo:rustc-env=TRACER_GIT_COMMIT={}", git_commit());
@@ -115,11 +120,11 @@ fn git_commit() -> String {
     }
 }
 
-/// Where `cargo xtask build` leaves the object. BPF objects do not depend on the CPU
+/// Where `cargo xtask build` leaves the objects. BPF objects do not depend on the CPU
 /// architecture, only on byte order: the kernel loads bpfel objects on little-endian
 /// machines (x86_64, aarch64, powerpc64le) and needs bpfeb on big-endian ones
 /// (powerpc64, s390x), so pick by the target's endianness.
-fn default_object() -> PathBuf {
+fn default_dir() -> PathBuf {
     let bpf_target = match env::var("CARGO_CFG_TARGET_ENDIAN").as_deref() {
         Ok("big") => "bpfeb-unknown-none",
         _ => "bpfel-unknown-none",
@@ -135,5 +140,5 @@ fn default_object() -> PathBuf {
                 .expect("tracer lives inside the workspace")
                 .join("target")
         });
-    target_dir.join(bpf_target).join("release/tracer")
+    target_dir.join(bpf_target).join("release")
 }

@@ -8,21 +8,20 @@ use std::path::Path;
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     programs::{BtfTracePoint, FEntry, Iter, KProbe, RawTracePoint, TracePoint},
-    Btf, Ebpf, EbpfLoader,
+    Btf, Ebpf,
 };
 use tracer_common::{Config, Window};
 
 use crate::{
-    bpf::{compat, config},
-    error::TracerError,
+    bpf::{
+        compat, config,
+        object::{new_loader, Family},
+    },
     model::options::{ProbeMode, RunqFrom, RunqSource},
     sys::btf::KernelBtf,
     sys::clock::monotonic_ns,
     sys::root::Root,
 };
-
-/// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
 
 /// Where the kernel describes its own types.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -156,23 +155,6 @@ fn programs_of(
     v
 }
 
-/// The embedded object, or a clear error when this binary was built without it.
-pub fn object() -> Result<&'static [u8], TracerError> {
-    if OBJECT.is_empty() {
-        Err(TracerError::NoEbpfObject)
-    } else {
-        Ok(OBJECT)
-    }
-}
-
-/// A loader for the object. aya 0.14 has no user-space type for task-local storage
-/// (`RUNNABLE`, which only the programs use) and refuses it unless told to allow it.
-pub fn new_loader<'a>() -> EbpfLoader<'a> {
-    let mut l = EbpfLoader::new();
-    l.allow_unsupported_maps();
-    l
-}
-
 impl Tracer {
     /// Loads the programs for `opts.probe` (trying modes in order for `auto`), attaches
     /// the ones that keep the traced set (fork, exec), lets `seed` fill the set (from
@@ -302,7 +284,7 @@ impl Tracer {
                         65536
                     },
                 )
-                .load(object()?)
+                .load(Family::Sched.object()?)
                 .context("loading the eBPF object")?
         };
         log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());

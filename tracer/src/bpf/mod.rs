@@ -5,6 +5,7 @@ pub mod collect;
 pub mod compat;
 pub mod config;
 pub mod loader;
+pub mod object;
 pub mod record;
 pub mod scheduler;
 pub mod stacks;

@@ -15,7 +15,7 @@ use tracer_common::{
 };
 
 use crate::{
-    bpf::{compat, loader},
+    bpf::{compat, loader, object},
     sys::{btf::KernelBtf, root::Root},
 };
 
@@ -81,14 +81,14 @@ impl OffcpuTracer {
             cg.configure(&mut cfg);
         }
         let with_fork = opts.filter != tracer_common::filter::ALL;
-        let mut ebpf = loader::new_loader()
+        let mut ebpf = object::new_loader()
             .override_global("CONFIG", &cfg, true)
             .override_global("OFFCPU_CONFIG", &opts.cfg, true)
             .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
-            .load(loader::object()?)
+            .load(object::Family::Offcpu.object()?)
             .context("loading the eBPF object")?;
         let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
         let progs = programs(with_fork);

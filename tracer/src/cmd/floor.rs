@@ -2,7 +2,7 @@
 use anyhow::{anyhow, Context as _, Result};
 use aya::{programs::BtfTracePoint, Btf};
 
-use crate::bpf::loader::{new_loader, object};
+use crate::bpf::object::{new_loader, Family};
 use crate::cmd::session::{
     ends::{self, End, Ends, Inbox, Wake, Work},
     signals,
@@ -14,8 +14,8 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::sys::privileges::check()?;
     let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
     let mut ebpf = new_loader()
-        .load(object()?)
-        .context("loading the eBPF object")?;
+        .load(Family::Floor.object()?)
+        .context("loading the floor's eBPF object")?;
     let p: &mut BtfTracePoint = ebpf
         .program_mut("floor_switch")
         .ok_or_else(|| anyhow!("floor_switch missing"))?
