@@ -231,7 +231,7 @@ impl Tracer {
                         65536
                     },
                 )
-                .load(Family::Sched.object()?)
+                .load(Family::Sched.object())
                 .context("loading the eBPF object")?
         };
         log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());

@@ -1,7 +1,6 @@
-//! The eBPF objects, one per program family, embedded by build.rs. Each holds only its
-//! family's programs and maps, so loading one creates no map of another command.
-
-use crate::error::TracerError;
+//! The eBPF objects, one per program family, embedded by build.rs (which fails rather
+//! than embed an empty one). Each holds only its family's programs and maps, so loading
+//! one creates no map of another command.
 
 /// A program family: the object a command loads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,17 +28,12 @@ impl Family {
         }
     }
 
-    /// The embedded object, or a clear error when this binary was built without it.
-    pub fn object(self) -> Result<&'static [u8], TracerError> {
-        let o = match self {
+    /// The embedded object.
+    pub fn object(self) -> &'static [u8] {
+        match self {
             Family::Sched => SCHED,
             Family::Offcpu => OFFCPU,
             Family::Floor => FLOOR,
-        };
-        if o.is_empty() {
-            Err(TracerError::NoEbpfObject)
-        } else {
-            Ok(o)
         }
     }
 }

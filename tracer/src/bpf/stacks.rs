@@ -79,7 +79,7 @@ impl OffcpuTracer {
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
-            .load(object::Family::Offcpu.object()?)
+            .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
         let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
         let progs = table::offcpu_programs(with_fork);

@@ -17,7 +17,7 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::sys::privileges::check()?;
     let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
     let mut ebpf = new_loader()
-        .load(Family::Floor.object()?)
+        .load(Family::Floor.object())
         .context("loading the floor's eBPF object")?;
     table::FLOOR.load(&mut ebpf, Some(&btf))?;
     table::FLOOR.attach(&mut ebpf)?;

@@ -68,7 +68,6 @@ pub(crate) fn prepare(
         targets::descendants(root, &t.pids)
     };
     privileges::check()?;
-    crate::bpf::object::Family::Sched.object()?;
     let held = if t.command.is_empty() {
         None
     } else {
