@@ -254,7 +254,12 @@ impl Tracer {
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), &needs)?
         } else {
-            let progs = table::programs(mode, Attach::Fentry, &needs);
+            let mode = match mode {
+                ProbeMode::TpBtf => table::Mode::TpBtf,
+                ProbeMode::RawTp => table::Mode::RawTp,
+                _ => table::Mode::Tracepoint,
+            };
+            let progs = table::programs(mode, &needs);
             attach::load_all(&mut ebpf, &progs, kernel_btf.as_ref())?;
             progs
         };
@@ -366,7 +371,7 @@ fn perf_sched_programs(ebpf: &mut Ebpf, btf: Option<&Btf>, needs: &Needs) -> Res
             Attach::Kprobe
         }
     };
-    let progs = table::programs(ProbeMode::PerfSched, hooks, needs);
+    let progs = table::programs(table::Mode::PerfSched(hooks), needs);
     // The hooks (first) are loaded; the rest are tp_btf programs.
     attach::load_all(ebpf, &progs[2..], Some(btf))?;
     Ok(progs)

@@ -1,8 +1,6 @@
 //! The program table: which programs of which object a command loads, how each attaches
 //! and where, as typed data. Loading, attaching and detaching are generic over it
 //! (`bpf::loader`); nothing is chosen by renaming strings.
-use crate::model::options::ProbeMode;
-
 use super::compat;
 
 /// How a program attaches (its ELF section's kind).
@@ -95,36 +93,45 @@ pub struct Needs {
     pub iter: bool,
 }
 
-/// The scheduling family's programs in `mode`, whose switch (or perf hooks) attach
-/// by `hooks` in perf-sched mode (fentry, else kprobe). The wakeup programs only time
-/// run-queue waits when the scheduler's own `run_delay` cannot be read.
-pub fn programs(mode: ProbeMode, hooks: Attach, needs: &Needs) -> Vec<Prog> {
+/// A probe mode as the table sees it: perf-sched with the way its hooks attach (fentry,
+/// else kprobe: the loader tries fentry first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    TpBtf,
+    RawTp,
+    Tracepoint,
+    PerfSched(Attach),
+}
+
+/// The scheduling family's programs in `mode`. The wakeup programs only time run-queue
+/// waits when the scheduler's own `run_delay` cannot be read.
+pub fn programs(mode: Mode, needs: &Needs) -> Vec<Prog> {
     use Attach::*;
     let mut v = Vec::new();
     match mode {
-        ProbeMode::TpBtf => v.push(if needs.record {
+        Mode::TpBtf => v.push(if needs.record {
             prog("sched_switch_rec_btf", TpBtf, "sched_switch")
         } else {
             prog("sched_switch_btf", TpBtf, "sched_switch")
         }),
-        ProbeMode::RawTp => v.push(if needs.record {
+        Mode::RawTp => v.push(if needs.record {
             prog("sched_switch_rec_raw", RawTp, "sched_switch")
         } else {
             prog("sched_switch_raw", RawTp, "sched_switch")
         }),
-        ProbeMode::Tracepoint => v.push(prog("sched_switch_tp", Tracepoint, "sched/sched_switch")),
-        ProbeMode::PerfSched | ProbeMode::Auto => v.extend(perf_hooks(hooks)),
+        Mode::Tracepoint => v.push(prog("sched_switch_tp", Tracepoint, "sched/sched_switch")),
+        Mode::PerfSched(hooks) => v.extend(perf_hooks(hooks)),
     }
     // Waits come from run_delay without the wakeup program; a new thread's wakeup still
     // starts its time in the window (and is rare enough to cost nothing).
     let (wakeup, wakeup_new, exec, fork) = match mode {
-        ProbeMode::RawTp => (
+        Mode::RawTp => (
             prog("sched_wakeup_raw", RawTp, "sched_wakeup"),
             prog("sched_wakeup_new_raw", RawTp, "sched_wakeup_new"),
             keeps_set("sched_exec_raw", RawTp, "sched_process_exec"),
             keeps_set("sched_fork_raw", RawTp, "sched_process_fork"),
         ),
-        ProbeMode::Tracepoint => (
+        Mode::Tracepoint => (
             prog("sched_wakeup_tp", Tracepoint, "sched/sched_wakeup"),
             prog("sched_wakeup_new_tp", Tracepoint, "sched/sched_wakeup_new"),
             keeps_set("sched_exec_tp", Tracepoint, "sched/sched_process_exec"),
@@ -188,16 +195,16 @@ pub fn perf_hooks(attach: Attach) -> [Prog; 2] {
 /// The programs only `tracer record` attaches: a task's creation, exit, comm change and
 /// migration (exec rides on the exec program every mode has). `tracer run` and `tracer
 /// slow` never attach them, so they cost nothing there. Needs task pointers.
-fn record_tasks(mode: ProbeMode) -> Vec<Prog> {
+fn record_tasks(mode: Mode) -> Vec<Prog> {
     use Attach::*;
     match mode {
-        ProbeMode::TpBtf => vec![
+        Mode::TpBtf => vec![
             prog("rec_newtask_btf", TpBtf, "task_newtask"),
             prog("rec_exit_btf", TpBtf, "sched_process_exit"),
             prog("rec_rename_btf", TpBtf, "task_rename"),
             prog("rec_migrate_btf", TpBtf, "sched_migrate_task"),
         ],
-        ProbeMode::RawTp => vec![
+        Mode::RawTp => vec![
             prog("rec_newtask_raw", RawTp, "task_newtask"),
             prog("rec_exit_raw", RawTp, "sched_process_exit"),
             prog("rec_rename_raw", RawTp, "task_rename"),
@@ -247,7 +254,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            names(&programs(ProbeMode::TpBtf, Attach::Fentry, &needs)),
+            names(&programs(Mode::TpBtf, &needs)),
             [
                 "sched_switch_btf",
                 "sched_wakeup_btf",
@@ -266,7 +273,7 @@ mod tests {
             record_tasks: true,
             ..Default::default()
         };
-        let v = programs(ProbeMode::RawTp, Attach::Fentry, &needs);
+        let v = programs(Mode::RawTp, &needs);
         assert_eq!(v[0].name, "sched_switch_rec_raw");
         assert!(v.iter().all(|p| p.attach == Attach::RawTp));
         assert!(names(&v).contains(&"rec_migrate_raw"));
@@ -281,7 +288,7 @@ mod tests {
             ..Default::default()
         };
         for hooks in [Attach::Fentry, Attach::Kprobe] {
-            let v = programs(ProbeMode::PerfSched, hooks, &needs);
+            let v = programs(Mode::PerfSched(hooks), &needs);
             assert_eq!(v[0].attach, hooks);
             assert_eq!(v[1].attach, hooks);
             assert!(v[2..]
@@ -293,7 +300,7 @@ mod tests {
 
     #[test]
     fn schedstat_waits_drop_the_wakeup_program_but_not_wakeup_new() {
-        let v = programs(ProbeMode::Tracepoint, Attach::Fentry, &Needs::default());
+        let v = programs(Mode::Tracepoint, &Needs::default());
         assert_eq!(
             names(&v),
             ["sched_switch_tp", "sched_wakeup_new_tp", "sched_exec_tp"]
