@@ -193,6 +193,11 @@ fn hostile_names_do_not_reach_the_terminal() {
         ("run", format!("{bin} run -p {pid} -d 1s -L"), 30),
         ("slow", format!("{bin} slow -p {pid} -d 2s --min 1us"), 30),
         (
+            "slow --json",
+            format!("{bin} slow -p {pid} -d 1s --min 1us --json"),
+            30,
+        ),
+        (
             "slow --off-cpu",
             format!("{bin} slow -p {pid} -d 1s --min 1us --off-cpu"),
             30,
@@ -221,7 +226,9 @@ fn hostile_names_do_not_reach_the_terminal() {
         );
         assert_untouched(&p, &title, what);
         assert!(
-            screen.contains("\\x1b]2;OWNED\\x07") || screen.contains("\\x1b]2:OWNED\\x07"),
+            screen.contains("\\x1b]2;OWNED\\x07")
+                || screen.contains("\\x1b]2:OWNED\\x07")
+                || screen.contains("\\u001b]2;OWNED\\u0007"),
             "{what} shows the name escaped:\n{screen}"
         );
         // The spoofed row and the bidi override come out as text on their line.

@@ -237,6 +237,244 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     }
 }
 
+/// Cgroup directories a test made (deepest first on drop), leaving alone what existed.
+struct Dirs(Vec<std::path::PathBuf>);
+
+impl Dirs {
+    fn make(&mut self, dir: &std::path::Path) {
+        for d in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
+            if !d.exists() {
+                std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+                self.0.push(d.to_path_buf());
+            }
+        }
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// `--pod` and `--container` find the workload's cgroup in the kubelet's and docker's
+/// layouts (made here in the cgroup v2 tree: no runtime runs on this machine) by UID, by
+/// id prefix, and refuse in one line what matches none or two.
+#[test]
+#[ignore = "needs root"]
+fn pods_and_containers_are_found_by_uid_or_id_prefix() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let base = std::path::PathBuf::from(
+        mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+            })
+            .expect("a cgroup2 mount"),
+    );
+    let me = format!("{:08x}", std::process::id());
+    let uid = format!("{me}-1111-2222-3333-444455556666");
+    let (id_a, id_b) = (
+        format!("{me}{}", "a".repeat(56)),
+        format!("{me}{}", "b".repeat(56)),
+    );
+    let pod = base.join(format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        uid.replace('-', "_")
+    ));
+    let in_pod = pod.join(format!("cri-containerd-{id_a}.scope"));
+    let docker = base.join(format!("tracer-test-{me}.slice/docker-{id_b}.scope"));
+    let mut dirs = Dirs(Vec::new());
+    dirs.make(&in_pod);
+    dirs.make(&docker);
+    let a = Background::start(WORKLOAD);
+    let b = Background::start(WORKLOAD);
+    std::fs::write(in_pod.join("cgroup.procs"), a.pid().to_string()).unwrap();
+    std::fs::write(docker.join("cgroup.procs"), b.pid().to_string()).unwrap();
+    let pids_of = |args: &[&str]| -> std::collections::BTreeSet<u64> {
+        let mut all = vec!["run", "--json", "-d", "500ms"];
+        all.extend_from_slice(args);
+        let out = run_tracer(&all);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = final_report(&out);
+        doc["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["pid"].as_u64())
+            .collect()
+    };
+    let only = |p: u32| std::collections::BTreeSet::from([p as u64]);
+    assert_eq!(pids_of(&["--container", &id_a[..12]]), only(a.pid()));
+    assert_eq!(
+        pids_of(&["--container", &id_b.to_uppercase()]),
+        only(b.pid())
+    );
+    assert_eq!(pids_of(&["--pod", &uid]), only(a.pid()));
+    for (args, says) in [
+        (vec!["--container", &me[..]], "matches 2 workloads"),
+        (
+            vec!["--container", "ffff0000ffff"],
+            "no such workload's cgroup",
+        ),
+        (vec!["--pod", "no-such-pod"], "no such workload's cgroup"),
+        (
+            vec!["--cgroup-node-only"],
+            "needs --cgroup, --pod or --container",
+        ),
+    ] {
+        let mut all = vec!["run", "-d", "1s"];
+        all.extend_from_slice(&args);
+        let out = run_tracer(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
+    drop((a, b));
+}
+
+/// The kernel's bandwidth figures of a cgroup: v1 `cpu` or v2 `cpu.stat`, (nr_periods,
+/// nr_throttled, throttled ns).
+fn cpu_stat(file: &std::path::Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(file).unwrap();
+    let get = |k: &str| -> Option<u64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok())
+    };
+    let ns = get("throttled_time").or_else(|| get("throttled_usec").map(|us| us * 1000));
+    (
+        get("nr_periods").unwrap(),
+        get("nr_throttled").unwrap(),
+        ns.unwrap(),
+    )
+}
+
+/// A `--cgroup` run under a 10% CPU quota reports the window's throttled periods and
+/// time, and its CPU pressure, within what the kernel's own cpu.stat says over the
+/// tracer's whole run (the window is inside it).
+#[test]
+#[ignore = "needs root"]
+fn a_cgroup_run_reports_its_quota_throttling_and_pressure() {
+    require_root();
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let mount_of = |fs: &str, opt: Option<&str>| {
+        mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&fs) && opt.is_none_or(|o| f[3].split(',').any(|x| x == o)))
+                .then(|| std::path::PathBuf::from(f[1]))
+        })
+    };
+    let v2 = mount_of("cgroup2", None).expect("a cgroup2 mount");
+    let name = format!("tracer-quota-{}", std::process::id());
+    let mut dirs = Dirs(Vec::new());
+    let dir = v2.join(&name);
+    dirs.make(&dir);
+    // The quota: the v1 cpu controller's same path on hybrid machines, else v2's cpu.max.
+    let stat = match mount_of("cgroup", Some("cpu")) {
+        Some(v1) => {
+            let q = v1.join(&name);
+            dirs.make(&q);
+            std::fs::write(q.join("cpu.cfs_quota_us"), "10000").unwrap();
+            q
+        }
+        None => {
+            std::fs::write(v2.join("cgroup.subtree_control"), "+cpu").unwrap();
+            std::fs::write(dir.join("cpu.max"), "10000 100000").unwrap();
+            dir.clone()
+        }
+    };
+    let spin = Command::new(WORKLOAD)
+        .args([
+            "spin",
+            "--threads",
+            "1",
+            "--duration-ms",
+            "30000",
+            "--out",
+            "/dev/null",
+        ])
+        .spawn()
+        .unwrap();
+    let pid = spin.id().to_string();
+    std::fs::write(dir.join("cgroup.procs"), &pid).unwrap();
+    if stat != dir {
+        std::fs::write(stat.join("cgroup.procs"), &pid).unwrap();
+    }
+    let _kill = Killed(spin);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    let before = cpu_stat(&stat.join("cpu.stat"));
+    let out = run_tracer(&[
+        "run",
+        "--json",
+        "--cgroup",
+        dir.to_str().unwrap(),
+        "-d",
+        "2s",
+    ]);
+    let after = cpu_stat(&stat.join("cpu.stat"));
+    let span_ns = t.elapsed().as_nanos() as u64;
+    let doc = final_report(&out);
+    let c = &doc["cgroup_cpu"];
+    let n = |k: &str| {
+        c[k].as_u64()
+            .unwrap_or_else(|| panic!("cgroup_cpu.{k}: {doc}"))
+    };
+    let outside = span_ns.saturating_sub(doc["duration_ns"].as_u64().unwrap());
+    let (periods, throttled) = (after.0 - before.0, after.1 - before.1);
+    // Periods of 100 ms: those outside the window, and one at each edge.
+    let slack = outside / 100_000_000 + 2;
+    assert!(
+        n("periods") <= periods && n("periods") + slack >= periods,
+        "periods {} vs the kernel's {periods} (slack {slack}): {c}",
+        n("periods")
+    );
+    assert!(
+        n("throttled_periods") <= throttled && n("throttled_periods") + slack >= throttled,
+        "throttled periods {} vs {throttled}: {c}",
+        n("throttled_periods")
+    );
+    assert!(
+        n("throttled_periods") >= 10,
+        "a 10% quota throttles a spinner: {c}"
+    );
+    let tns = after.2 - before.2;
+    assert!(
+        n("throttled_ns") <= tns && n("throttled_ns") + outside + 200_000_000 >= tns,
+        "throttled {} ns vs {tns}: {c}",
+        n("throttled_ns")
+    );
+    // PSI: a spinner held back by its quota waits, some of the time at least.
+    if !c["pressure_some_ns"].is_null() {
+        assert!(
+            n("pressure_some_ns") > 0 && n("pressure_some_ns") <= span_ns,
+            "{c}"
+        );
+    }
+    assert!(c["cgroup"].as_str().unwrap().ends_with(&name), "{c}");
+}
+
+/// Kills and reaps the child on drop (before the cgroup dirs are removed).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn bad_targets_fail_fast_with_a_clear_error() {

@@ -176,9 +176,22 @@ fn threads_exiting_at_the_close_keep_their_time() {
                 .map(|r| ns(r, "on_cpu_ns"))
                 .sum();
             let tc = doc["counters"]["counters"][0]["raw"].as_f64().unwrap();
+            // On failure, what the next look needs: who ended the run, how long the
+            // counter was enabled against the window, and each thread's share.
+            let rows: Vec<String> = doc["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| format!("{}/{} {} {}", r["pid"], r["tid"], r["comm"], r["on_cpu_ns"]))
+                .collect();
             assert!(
                 tracer_truth::TASK_CLOCK_AT_THE_CLOSE.holds(bpf as f64, tc),
-                "--probe {mode}: BPF on-CPU {bpf} ns vs task-clock {tc} ns"
+                "--probe {mode}: BPF on-CPU {bpf} ns vs task-clock {tc} ns (exit {code:?}, \
+                 window {} ns, task-clock enabled {} ns, drops {}; threads: {})",
+                doc["duration_ns"],
+                doc["counters"]["counters"][0]["enabled_ns"],
+                doc["drops"],
+                rows.join(", ")
             );
         }
     }

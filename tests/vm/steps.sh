@@ -163,18 +163,108 @@ truth() {
     done </tmp/workload-pids
 }
 
-# traced MODE [ENV...]: tracer run --probe MODE on the workload above; then the ground
-# truth, and the stopped workloads killed. (-d is only a safety net: the window closes
-# when the traced command exits.)
+# The kernel stamps a switch with a stale clock when a wakeup asked for it (6.1 core.c
+# check_preempt_curr(), 6.6+ wakeup_preempt(): rq_clock_skip_update(), "we're going to
+# schedule"): the run queue's clock as it was last updated, not the switch's time.
+# Debian's kernels preempt at return to user or a cond_resched(), so a thread busy in
+# the kernel (exec, page faults) runs on, milliseconds under emulation, and schedstat
+# moves that time from its on-CPU to its wait and from the next thread's wait to its
+# on-CPU; the tracer stamps the switch when it happens. The host allows each thread
+# that much, read from ftrace over the same run: at a switch from a task (not the idle
+# task, whose clock is updated on leaving idle) on a CPU where a wakeup on that CPU
+# found need_resched set (the N or n in the flags field) since the last switch, the
+# time since the clock's last update that the trace shows: a wakeup targeting the CPU
+# (it locks that run queue and updates the clock), the tick (tick_sched_timer), the
+# previous switch. Both threads of the switch get it. Updates the trace does not show
+# only make the real skip shorter.
+# Output: "TID NS" per thread with an allowance.
+clock_skips() {
+    awk '{
+        cpu = -1; ev = ""
+        for (i = 1; i <= NF; i++) {
+            if (cpu < 0 && $i ~ /^\[[0-9]+\]$/) {
+                cpu = substr($i, 2, length($i) - 2) + 0
+                flags = $(i + 1)
+                continue
+            }
+            if (cpu >= 0 && $i ~ /^[0-9]+\.[0-9]+:$/) {
+                ts = substr($i, 1, length($i) - 1) + 0
+                ev = $(i + 1)
+                first = i + 2
+                break
+            }
+        }
+        if (ev == "sched_wakeup:" || ev == "sched_wakeup_new:") {
+            tc = -1
+            for (i = first; i <= NF; i++)
+                if ($i ~ /^target_cpu=/) tc = substr($i, 12) + 0
+            if (tc >= 0) upd[tc] = ts
+            if (tc == cpu && substr(flags, 2, 1) ~ /[Nn]/) asked[cpu] = 1
+        } else if (ev == "hrtimer_expire_entry:") {
+            if ($0 ~ /function=tick_sched_timer/) upd[cpu] = ts
+        } else if (ev == "sched_switch:") {
+            for (i = first; i <= NF; i++) {
+                if ($i ~ /^prev_pid=/) prev = substr($i, 10)
+                if ($i ~ /^next_pid=/) nxt = substr($i, 10)
+            }
+            if (asked[cpu] && prev != 0 && (cpu in upd)) {
+                skip[prev] += ts - upd[cpu]
+                skip[nxt] += ts - upd[cpu]
+            }
+            asked[cpu] = 0
+            upd[cpu] = ts
+        }
+    }
+    END {
+        for (t in skip)
+            if (skip[t] > 0) printf "%s %d\n", t, skip[t] * 1e9 + 0.5
+    }' "$1"
+}
+
+# ftrace_sched on|off FILE: ftrace's switch, wakeup and timer-expiry events into its ring
+# (8 MiB a CPU), then the ring into FILE and its per-CPU overrun counts into FILE.overrun.
+ftrace_sched() {
+    T=/sys/kernel/tracing
+    if [ "$1" = on ]; then
+        [ -d $T/events ] || mount -t tracefs nodev $T || return 1
+        echo 0 >$T/tracing_on
+        echo >$T/trace
+        echo 8192 >$T/buffer_size_kb
+        for e in sched/sched_switch sched/sched_wakeup sched/sched_wakeup_new timer/hrtimer_expire_entry; do
+            echo 1 >$T/events/$e/enable
+        done
+        echo 1 >$T/tracing_on
+    else
+        echo 0 >$T/tracing_on
+        cat $T/trace >"$2"
+        grep -H overrun $T/per_cpu/cpu*/stats >"$2.overrun"
+        for e in sched/sched_switch sched/sched_wakeup sched/sched_wakeup_new timer/hrtimer_expire_entry; do
+            echo 0 >$T/events/$e/enable
+        done
+        echo >$T/trace
+    fi
+}
+
+# traced MODE [ENV...]: tracer run --probe MODE on the workload above, with ftrace's
+# switches beside it; then the ground truth, the clock-skip allowances, and the stopped
+# workloads killed. (-d is only a safety net: the window closes when the traced command
+# exits.)
 traced() {
     mode=$1
     shift
     rm -f /tmp/workload-pids
+    ftrace_sched on || echo "ftrace unavailable" >"$P/clock-skips-missing"
     env "$@" tracer run --json --probe "$mode" -d 20s -- sh /vmtest/steps.sh workload "$P"
     rc=$?
+    [ -e "$P/clock-skips-missing" ] || ftrace_sched off /tmp/sched.trace
     if [ -e /tmp/workload-pids ]; then
         truth >"$P/truth"
         while read -r kind pid; do kill -9 "$pid"; done </tmp/workload-pids
+    fi
+    if [ ! -e "$P/clock-skips-missing" ]; then
+        clock_skips /tmp/sched.trace >"$P/clock-skips"
+        cp /tmp/sched.trace.overrun "$P/ftrace-overrun"
+        rm -f /tmp/sched.trace
     fi
     return $rc
 }

@@ -145,9 +145,17 @@ pub struct TargetArgs {
     /// say which you mean).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["pids", "tids"])]
     pub cgroup: Option<PathBuf>,
+    /// Trace this Kubernetes pod (its UID, or its name or NAMESPACE/NAME as the kubelet's
+    /// /var/log/pods says): its cgroup and everything below, as --cgroup.
+    #[arg(long, value_name = "UID|NAME", conflicts_with_all = ["pids", "tids", "cgroup", "container"])]
+    pub pod: Option<String>,
+    /// Trace this container (its id or a prefix of 4+ hex digits, as docker ps and crictl
+    /// ps show it, or its name under the kubelet's /var/log/containers), as --cgroup.
+    #[arg(long, value_name = "ID|NAME", conflicts_with_all = ["pids", "tids", "cgroup"])]
+    pub container: Option<String>,
     /// With --cgroup: only tasks directly in PATH, not in the cgroups below it (perf's
     /// cgroup counters, -e, always count the cgroups below too).
-    #[arg(long, requires = "cgroup")]
+    #[arg(long)]
     pub cgroup_node_only: bool,
     /// Run COMMAND as root even when started through sudo.
     #[arg(long)]
@@ -164,6 +172,11 @@ impl From<TargetArgs> for crate::model::targets::Targets {
             tids: a.tids,
             cgroup: a.cgroup,
             cgroup_node_only: a.cgroup_node_only,
+            workload: match (a.pod, a.container) {
+                (Some(p), _) => Some(crate::model::workload::WorkloadQuery::Pod(p)),
+                (None, Some(c)) => Some(crate::model::workload::WorkloadQuery::Container(c)),
+                (None, None) => None,
+            },
             as_root: a.as_root,
             command: a.command,
         }
@@ -537,14 +550,30 @@ pub fn main() -> i32 {
         .init();
     let cli = Cli::parse();
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
+    use crate::cmd::resolve_workload as resolve;
     let result = match cli.command {
-        Command::Run(args) => crate::cmd::run::run(args.into(), root),
-        Command::Record(args) => crate::cmd::record::run(args.into(), root),
-        Command::Slow(args) => crate::cmd::slow::run(args.into(), root),
-        Command::Top(args) => crate::cmd::top::run(args.into(), root),
+        Command::Run(args) => {
+            let mut c: crate::cmd::run::RunConfig = args.into();
+            resolve(&mut c.targets, &root).and_then(|()| crate::cmd::run::run(c, root))
+        }
+        Command::Record(args) => {
+            let mut c: crate::cmd::record::RecordConfig = args.into();
+            resolve(&mut c.run.targets, &root).and_then(|()| crate::cmd::record::run(c, root))
+        }
+        Command::Slow(args) => {
+            let mut c: crate::cmd::slow::SlowConfig = args.into();
+            resolve(&mut c.run.targets, &root).and_then(|()| crate::cmd::slow::run(c, root))
+        }
+        Command::Top(args) => {
+            let mut c: crate::cmd::top::TopConfig = args.into();
+            resolve(&mut c.targets, &root).and_then(|()| crate::cmd::top::run(c, root))
+        }
         Command::Dtl(args) => crate::cmd::dtl::run(&args.into(), &root),
         Command::Check(args) => crate::cmd::check::run(&args.into(), &root),
-        Command::Offcpu(args) => crate::cmd::offcpu::run(args.into(), root),
+        Command::Offcpu(args) => {
+            let mut c: crate::cmd::offcpu::OffcpuOptions = args.into();
+            resolve(&mut c.targets, &root).and_then(|()| crate::cmd::offcpu::run(c, root))
+        }
         Command::Diff(args) => crate::cmd::diff::run(&args.into()),
         Command::Serve(args) => match crate::cmd::serve::ServeConfig::try_from(args) {
             Ok(c) => crate::cmd::serve::run(c, root),

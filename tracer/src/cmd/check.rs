@@ -280,7 +280,9 @@ pub fn format_text(r: &CheckReport) -> String {
 pub fn run(args: &CheckConfig, root: &Root) -> Result<i32> {
     let r = gather(root);
     if args.json {
-        crate::output::stdout::emit(&serde_json::to_string_pretty(&r)?)?;
+        crate::output::stdout::emit(&crate::output::json::terminal_safe(
+            serde_json::to_string_pretty(&r)?,
+        ))?;
     } else {
         crate::output::stdout::emit_raw(&format_text(&r))?;
     }

@@ -35,9 +35,9 @@ pub fn run(args: &DtlConfig, root: &Root) -> anyhow::Result<i32> {
     }
     let report = collect_blocking(args, root)?;
     if args.json {
-        crate::output::stdout::emit(
-            &serde_json::to_string_pretty(&report).context("encoding the JSON report")?,
-        )?;
+        crate::output::stdout::emit(&crate::output::json::terminal_safe(
+            serde_json::to_string_pretty(&report).context("encoding the JSON report")?,
+        ))?;
     } else {
         crate::output::stdout::emit_raw(&format_text(&report))?;
     }

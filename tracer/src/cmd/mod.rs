@@ -10,4 +10,5 @@ pub mod serve;
 mod session;
 pub mod slow;
 mod targets;
+pub(crate) use targets::resolve_workload;
 pub mod top;

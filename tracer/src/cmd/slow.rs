@@ -118,7 +118,7 @@ impl Extension for SlowLines {
                         if let Ok(Event::Slow(s)) = decode(&item) {
                             let unix = (s.ts_mono as i128 + offset).max(0) as u64;
                             if json {
-                                out.push_str(&slow::json_line(&s, unix).to_string());
+                                out.push_str(&slow::json_text(&s, unix));
                             } else {
                                 out.push_str(&slow::text_line(&s, unix));
                             }

@@ -81,6 +81,63 @@ pub(crate) fn descendants(root: &Root, pids: &[u32]) -> BTreeSet<u32> {
     out
 }
 
+/// Where the kubelet's log directories name pods and containers (as `serve
+/// --kubelet-logs` reads them).
+const KUBELET_LOGS: &str = "/var/log";
+
+/// `--pod`/`--container`: the workload's own cgroup v2 directory becomes the `--cgroup`
+/// target (its sub-cgroups included). One line when none or more than one matches.
+pub(crate) fn resolve_workload(t: &mut Targets, root: &Root) -> Result<()> {
+    if t.cgroup_node_only && t.cgroup.is_none() && t.workload.is_none() {
+        return Err(anyhow::anyhow!(
+            "--cgroup-node-only needs --cgroup, --pod or --container"
+        ));
+    }
+    let Some(q) = &t.workload else {
+        return Ok(());
+    };
+    let mount = procfs::cgroup2_mount(root).ok_or_else(|| {
+        anyhow::anyhow!("{}: no cgroup v2 hierarchy is mounted here", q.describe())
+    })?;
+    let names = crate::cmd::serve::read_kube_names(Path::new(KUBELET_LOGS));
+    let mut found: Vec<PathBuf> = cgroup_dirs(&mount, false)
+        .into_iter()
+        .filter(|dir| {
+            use std::os::unix::ffi::OsStrExt as _;
+            let rel = dir.strip_prefix(&mount).unwrap_or(dir);
+            q.is(rel.as_os_str().as_bytes(), &names)
+        })
+        .collect();
+    found.sort();
+    match found.len() {
+        1 => {
+            t.cgroup = found.pop();
+            Ok(())
+        }
+        0 => Err(anyhow::anyhow!(
+            "{}: no such workload's cgroup under {} (ids as docker ps or crictl ps show them, \
+             at least {} hex digits; names from the kubelet's {KUBELET_LOGS}/pods and /containers)",
+            q.describe(),
+            mount.display(),
+            crate::model::workload::MIN_ID_PREFIX
+        )),
+        n => Err(anyhow::anyhow!(
+            "{} matches {n} workloads: {}{}: give more of the id",
+            q.describe(),
+            found
+                .iter()
+                .take(3)
+                .map(|p| {
+                    use std::os::unix::ffi::OsStrExt as _;
+                    crate::model::words::escape(p.as_os_str().as_bytes())
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            if n > 3 { ", ..." } else { "" }
+        )),
+    }
+}
+
 /// The cgroup directories whose tasks are traced: `dir`, and unless `node_only` every
 /// directory below it (cgroupfs has no symlinks to follow).
 fn cgroup_dirs(dir: &Path, node_only: bool) -> Vec<PathBuf> {

@@ -1,6 +1,7 @@
 //! The data every layer shares, as plain types: options, snapshots of the kernel's
 //! aggregates, histograms, the typed report. No clap, no aya, no I/O.
 pub mod boundaries;
+pub mod cgroup_cpu;
 pub mod cross_check;
 pub mod diff;
 pub mod events;

@@ -15,6 +15,8 @@ pub struct Targets {
     /// cgroup below it (as perf's cgroup events count).
     pub cgroup: Option<PathBuf>,
     pub cgroup_node_only: bool,
+    /// `--pod`/`--container`: resolved into `cgroup` before the session starts.
+    pub workload: Option<crate::model::workload::WorkloadQuery>,
     /// Run `command` as root even when started through sudo.
     pub as_root: bool,
     /// A command started held, traced with everything it spawns.
@@ -39,7 +41,11 @@ impl Targets {
             } else {
                 " and the cgroups below"
             };
-            return format!("cgroup {}{below}", cg.display());
+            let asked = match &self.workload {
+                Some(q) => format!("{}: ", q.describe().trim_start_matches("--")),
+                None => String::new(),
+            };
+            return format!("{asked}cgroup {}{below}", cg.display());
         }
         let mut parts: Vec<String> = self.pids.iter().map(|p| format!("PID {p}")).collect();
         parts.extend(self.tids.iter().map(|t| format!("TID {t}")));
@@ -79,5 +85,13 @@ mod tests {
             ..c
         };
         assert!(n.describe().ends_with("(only it, not the cgroups below)"));
+        let p = Targets {
+            workload: Some(crate::model::workload::WorkloadQuery::Pod("cart".into())),
+            ..n
+        };
+        assert_eq!(
+            p.describe(),
+            "pod cart: cgroup /sys/fs/cgroup/a (only it, not the cgroups below)"
+        );
     }
 }

@@ -252,9 +252,119 @@ pub fn labels(
     out
 }
 
+/// What `--pod` or `--container` asks for: an id (a pod UID, with dashes or the systemd
+/// driver's underscores; a container id or a prefix of it, as docker and crictl take
+/// them) or a name the kubelet's log directories say (`pod`, `namespace/pod`,
+/// `container`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkloadQuery {
+    Pod(String),
+    Container(String),
+}
+
+/// The shortest container id prefix taken: shorter ones match by accident.
+pub const MIN_ID_PREFIX: usize = 4;
+
+impl WorkloadQuery {
+    /// `--pod X` / `--container X`, for messages.
+    pub fn describe(&self) -> String {
+        match self {
+            WorkloadQuery::Pod(q) => format!("--pod {q}"),
+            WorkloadQuery::Container(q) => format!("--container {q}"),
+        }
+    }
+
+    /// Whether the cgroup at `path` (from the cgroup v2 root) is the asked workload's own
+    /// cgroup: the pod's (holding its containers), or the container's (not its runtime
+    /// monitor's, not a sub-cgroup inside it).
+    pub fn is(&self, path: &[u8], names: &Names) -> bool {
+        let w = identify(path, 0);
+        if w.path != cgroup_prefix(path, usize::MAX) {
+            return false;
+        }
+        match self {
+            WorkloadQuery::Pod(q) => {
+                let Some(uid) = w.pod_uid.as_deref().filter(|_| w.container_id.is_none()) else {
+                    return false;
+                };
+                let q = q.to_ascii_lowercase();
+                q.replace('_', "-") == uid
+                    || names.pods.get(uid).is_some_and(|(ns, pod)| {
+                        q == pod.to_ascii_lowercase()
+                            || q == format!("{ns}/{pod}").to_ascii_lowercase()
+                    })
+            }
+            WorkloadQuery::Container(q) => {
+                let Some(id) = w.container_id.as_deref().filter(|_| !w.conmon) else {
+                    return false;
+                };
+                let q = q.to_ascii_lowercase();
+                (q.len() >= MIN_ID_PREFIX
+                    && q.bytes().all(|b| b.is_ascii_hexdigit())
+                    && id.starts_with(&q))
+                    || names.containers.get(id).is_some_and(|n| *n == q)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_and_containers_are_found_by_id_prefix_uid_or_name() {
+        let u = UID.replace('-', "_");
+        let pod =
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice");
+        let ctr = format!("{pod}/cri-containerd-{ID}.scope");
+        let mut names = Names::default();
+        let none = Names::default();
+        names
+            .pods
+            .insert(UID.into(), ("shop".into(), "cart-7d9".into()));
+        names.containers.insert(ID.into(), "redis".into());
+        let pod_q = |q: &str| WorkloadQuery::Pod(q.into());
+        let ctr_q = |q: &str| WorkloadQuery::Container(q.into());
+        for q in [UID.to_string(), u.clone(), UID.to_uppercase()] {
+            assert!(pod_q(&q).is(pod.as_bytes(), &none), "{q}");
+        }
+        for q in ["cart-7d9", "shop/cart-7d9"] {
+            assert!(pod_q(q).is(pod.as_bytes(), &names), "{q}");
+            assert!(
+                !pod_q(q).is(pod.as_bytes(), &none),
+                "{q} without the kubelet's names"
+            );
+        }
+        // The pod's own cgroup, not its containers' or their sub-cgroups.
+        assert!(!pod_q(UID).is(ctr.as_bytes(), &none));
+        assert!(
+            !pod_q(&UID[..8]).is(pod.as_bytes(), &none),
+            "UIDs are whole"
+        );
+        for q in [&ID[..4], &ID[..12], ID, &ID.to_uppercase()] {
+            assert!(ctr_q(q).is(ctr.as_bytes(), &none), "{q}");
+        }
+        assert!(ctr_q("redis").is(ctr.as_bytes(), &names));
+        assert!(
+            !ctr_q(&ID[..3]).is(ctr.as_bytes(), &none),
+            "too short a prefix"
+        );
+        assert!(
+            !ctr_q(&ID[1..9]).is(ctr.as_bytes(), &none),
+            "a prefix, not a substring"
+        );
+        assert!(!ctr_q(ID).is(format!("{ctr}/sub").as_bytes(), &none));
+        assert!(!ctr_q(ID).is(pod.as_bytes(), &none));
+        let conmon = format!("/machine.slice/libpod-conmon-{ID}.scope");
+        assert!(
+            !ctr_q(ID).is(conmon.as_bytes(), &none),
+            "the monitor is not the container"
+        );
+        let docker = format!("/system.slice/docker-{ID}.scope");
+        assert!(ctr_q(&ID[..12]).is(docker.as_bytes(), &none));
+        assert!(!ctr_q(ID).is(b"/system.slice/ssh.service", &none));
+    }
 
     const ID: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
     const UID: &str = "3f1c9a2e-7b4d-4e8a-9c1f-2a3b4c5d6e7f";

@@ -19,6 +19,9 @@ pub struct Sections {
     /// `tracer record`: what went into the trace and what was lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<RecordSummary>,
+    /// A `--cgroup` target's quota throttling and CPU pressure over the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_cpu: Option<crate::model::cgroup_cpu::CgroupCpuReport>,
 }
 
 /// The trace `tracer record` wrote: events, bytes, and losses per CPU.

@@ -58,6 +58,13 @@ pub fn text_line(s: &Slow, unix_ns: u64) -> String {
     )
 }
 
+/// One JSON Lines record as printed: names with C1 or bidi controls escaped as
+/// `\uXXXX` (serde_json leaves them raw, and they reach terminals through `jq`-less
+/// pipes as they are).
+pub fn json_text(s: &Slow, unix_ns: u64) -> String {
+    crate::output::json::terminal_safe(json_line(s, unix_ns).to_string())
+}
+
 /// One JSON object (a JSON Lines record).
 pub fn json_line(s: &Slow, unix_ns: u64) -> serde_json::Value {
     serde_json::json!({
@@ -106,5 +113,17 @@ mod tests {
         assert_eq!(j["how"], "preempted");
         assert_eq!(j["prev_comm"], "hog");
         assert_eq!(j["time_unix_ns"], 9);
+        let evil = Slow {
+            comm: "evil\u{202e}gpj\u{9b}".into(),
+            ..s
+        };
+        let line = json_text(&evil, 9);
+        assert!(line.contains("evil\\u202egpj\\u009b"), "{line}");
+        assert!(
+            !line.chars().any(crate::model::words::needs_escape),
+            "{line}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["comm"], "evil\u{202e}gpj\u{9b}");
     }
 }

@@ -122,6 +122,7 @@ pub fn format_text(r: &Report) -> String {
             .as_ref()
             .map(crate::output::hypervisor::format_text),
         r.sections.record.as_ref().map(|s| s.text()),
+        r.sections.cgroup_cpu.as_ref().map(|c| c.text()),
     ];
     for text in sections.iter().flatten().filter(|t| !t.is_empty()) {
         out += "\n";

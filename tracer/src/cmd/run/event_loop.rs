@@ -67,6 +67,7 @@ fn read_interval(s: &mut Session, args: &RunConfig, root: &Root, prev: &Mark) ->
         snap,
         counters,
         hyp,
+        cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.0.read()),
     })
 }
 
@@ -87,6 +88,7 @@ fn read_final(
         }
         None => None,
     };
+    let cgroup_cpu = s.cgroup_cpu.as_ref().map(|c| c.0.read());
     // A thread reaped just now makes its final switch a moment later: let it.
     std::thread::sleep(Duration::from_millis(5));
     let attached = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
@@ -108,6 +110,7 @@ fn read_final(
         snap,
         counters,
         hyp,
+        cgroup_cpu,
     })
 }
 

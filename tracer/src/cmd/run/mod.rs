@@ -18,6 +18,7 @@ use crate::{
     sys::root::Root,
 };
 
+mod cgroup_cpu;
 mod event_loop;
 pub mod hook;
 mod report;

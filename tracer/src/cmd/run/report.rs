@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::{hist_scope, session::Session, RunConfig};
+use crate::model::cgroup_cpu::{self, CgroupCpuRead};
 use crate::{
     model::cross_check::{self, CrossCheck},
     model::report::{Command, ReportKind, ReportOptions},
@@ -23,6 +24,8 @@ pub(super) struct Mark {
     pub counters: Option<CounterSnapshot>,
     /// The last hypervisor read that succeeded.
     pub hyp: Option<hypervisor::Snapshot>,
+    /// The `--cgroup` target's CPU figures.
+    pub cgroup_cpu: Option<CgroupCpuRead>,
 }
 
 impl Mark {
@@ -35,6 +38,7 @@ impl Mark {
             },
             counters: None,
             hyp: s.hyp_before.clone(),
+            cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.1),
         }
     }
 }
@@ -73,6 +77,10 @@ pub(super) fn window_report(
         &snapshot,
         duration_ns,
     );
+    let cgroup_cpu = match (&s.cgroup_cpu, &from.cgroup_cpu, &to.cgroup_cpu) {
+        (Some((src, _)), Some(a), Some(b)) => Some(cgroup_cpu::delta(src.name.clone(), a, b)),
+        _ => None,
+    };
     build_report(
         s,
         root,
@@ -82,6 +90,7 @@ pub(super) fn window_report(
             duration_ns,
             counters: counter_delta(to.counters.as_ref(), from.counters.as_ref()),
             hypervisor,
+            cgroup_cpu,
             command,
             options: report_options(args),
         },
@@ -109,6 +118,7 @@ struct Window {
     duration_ns: u64,
     counters: Option<CounterSnapshot>,
     hypervisor: Option<hypervisor::HypervisorReport>,
+    cgroup_cpu: Option<cgroup_cpu::CgroupCpuReport>,
     command: Option<Command>,
     options: ReportOptions,
 }
@@ -137,6 +147,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         counters: None,
         hypervisor: w.hypervisor,
         record: None,
+        cgroup_cpu: w.cgroup_cpu,
     };
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);

@@ -7,6 +7,7 @@ use aya::Ebpf;
 use tracer_common::{filter, MAX_SLICE_COUNTERS};
 
 use super::{hist_scope, RunConfig};
+use crate::model::cgroup_cpu::CgroupCpuRead;
 use crate::{
     bpf::collect::{Collector, IdleThreads},
     bpf::loader::{LoadOptions, Tracer},
@@ -91,6 +92,8 @@ pub(super) struct Session {
     /// What every report repeats: the probe, where waits come from, the traced set.
     pub header: RunHeader,
     pub hyp_before: Option<hypervisor::Snapshot>,
+    /// A `--cgroup` target's CPU figures, and their read at the window's open.
+    pub cgroup_cpu: Option<(super::cgroup_cpu::CgroupCpuSource, CgroupCpuRead)>,
     pub notices: Vec<String>,
     /// CLOCK_MONOTONIC when the window opened.
     pub t0: u64,
@@ -173,6 +176,15 @@ pub(super) fn setup(
             None
         }
     };
+    let cgroup_cpu = args
+        .targets
+        .cgroup
+        .as_deref()
+        .and_then(|dir| super::cgroup_cpu::CgroupCpuSource::new(root, dir))
+        .map(|c| {
+            let first = c.read();
+            (c, first)
+        });
     let header = RunHeader {
         target: args.targets.describe(),
         probe: tracer.mode.name().to_string(),
@@ -204,6 +216,7 @@ pub(super) fn setup(
         _slice_fds: slice,
         header,
         hyp_before,
+        cgroup_cpu,
         notices,
         t0,
     })

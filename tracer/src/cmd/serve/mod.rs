@@ -6,6 +6,7 @@
 //! bounded, idle ones expire.
 mod auth;
 mod cgroups;
+pub(crate) use cgroups::read_kube_names;
 mod conns;
 mod http;
 

@@ -117,6 +117,58 @@ mod tests {
         assert!(!check_mode(&missing, Mode::TpBtf, &o).pass);
     }
 
+    /// The kernel's stale switch clock (steps.sh `clock_skips`) is allowed for the thread
+    /// it touched, that much and no more, and said.
+    #[test]
+    fn a_clock_skip_from_ftrace_is_allowed_for_its_thread_only() {
+        let th = |on: u64, rq: u64| {
+            format!(
+                "{{\"tid\":11,\"pid\":10,\"on_cpu_ns\":{on},\"runq_wait_ns\":{rq},\"slices\":4,\
+                 \"voluntary_switches\":3,\"runq_waits\":2,\"involuntary_switches\":1}}"
+            )
+        };
+        // schedstat moved 3 ms of the thread's on-CPU into its wait.
+        let truth =
+            "{\"tid\":11,\"pid\":10,\"run_ns\":100000000,\"wait_ns\":50000000,\"slices\":4}";
+        let ours = th(103_000_000, 47_000_000);
+        let o = Offers::from_config(X86);
+        let skips = |s: &str| format!("@@vmtest part clock-skips\n{s}\n\n");
+        let v = check_mode(
+            &protocol::parse(&run_step("run-tp-btf", &ours, truth, "")),
+            Mode::TpBtf,
+            &o,
+        );
+        assert!(!v.pass, "no allowance without the trace: {v:?}");
+        let allowed = run_step("run-tp-btf", &ours, truth, &skips("11 3100000\n12 9000000"));
+        let v = check_mode(&protocol::parse(&allowed), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        assert!(
+            v.summary
+                .contains("clock-skip allowance up to 3.10 ms (tid 11)"),
+            "{}",
+            v.summary
+        );
+        let other = run_step("run-tp-btf", &ours, truth, &skips("12 9000000"));
+        assert!(!check_mode(&protocol::parse(&other), Mode::TpBtf, &o).pass);
+        let beyond = run_step(
+            "run-tp-btf",
+            &th(106_000_000, 44_000_000),
+            truth,
+            &skips("11 3100000"),
+        );
+        let v = check_mode(&protocol::parse(&beyond), Mode::TpBtf, &o);
+        assert!(!v.pass);
+        assert!(
+            v.problems
+                .iter()
+                .any(|p| p.contains("a clock skip of 3.100 ms")),
+            "{:?}",
+            v.problems
+        );
+        let garbled = run_step("run-tp-btf", &ours, truth, &skips("11 3100000\neleven"));
+        assert!(!check_mode(&protocol::parse(&garbled), Mode::TpBtf, &o).pass);
+    }
+
     #[test]
     fn tp_btf_keeps_its_entries_in_task_storage_from_6_4_on() {
         assert_eq!(kernel_version("6.12.117+deb12-amd64"), Some((6, 12)));
