@@ -1,75 +1,118 @@
-//! Embeds the eBPF object into the tracer as `$OUT_DIR/tracer.bpf.o`.
+//! Embeds the eBPF objects into the tracer as `$OUT_DIR/tracer-{sched,offcpu,floor}`,
+//! one per program family (see `bpf::object`).
 //!
-//! The object is built by `cargo xtask build` (nightly, build-std, bpf-linker), never
-//! from here. It comes from `TRACER_EBPF_OBJ` when set (xtask sets it), else from the
-//! default build output in the workspace's target directory. Without one, an empty file
-//! is embedded so the crate still builds (e.g. cross-compiled unit tests); the loader
-//! reports the empty object as an error at run time.
+//! From the directory `TRACER_EBPF_DIR` when set: `cargo xtask build` builds the objects
+//! with the bpf-linker it provisions and sets it, as do every xtask command and test
+//! that builds the tracer. Otherwise (a plain `cargo build`) they are built here, the
+//! way aya-template does it: `aya-build` runs `cargo +nightly build -Z build-std=core`
+//! for the BPF target in a target directory of its own under `OUT_DIR`, once per family
+//! (each object is built with its own feature: see `tracer-ebpf/src/lib.rs`). That needs
+//! the nightly toolchain with rust-src and bpf-linker on PATH; without them the build
+//! fails here, naming `cargo xtask build`, instead of embedding an empty object.
 //!
 //! It also sets what `tracer --version` prints, so a bug report names exactly what ran:
 //! `TRACER_GIT_COMMIT` (git's HEAD at build time; the variable itself when set, e.g. by a
 //! build from a tarball; else "unknown") and `TRACER_BPF_SHA256` (the first 12 hex digits
-//! of the embedded object's SHA-256, what `sha256sum` prints for the file).
+//! of the SHA-256 of the embedded objects one after the other, what `cat tracer-sched
+//! tracer-offcpu tracer-floor | sha256sum` prints).
 
-use std::{env, fs, path::PathBuf, process::Command};
+use std::{
+    env, fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use sha2::{Digest, Sha256};
 
+/// The program families (`tracer-ebpf`'s features; its bins are `tracer-FAMILY`), in the
+/// order the objects are hashed.
+const FAMILIES: [&str; 3] = ["sched", "offcpu", "floor"];
+
 fn main() {
-    println!("cargo:rerun-if-env-changed=TRACER_EBPF_OBJ");
-    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
-    let out =
-        PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("tracer.bpf.o");
+    println!("cargo:rerun-if-env-changed=TRACER_EBPF_DIR");
+    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
 
-    let object = match env::var_os("TRACER_EBPF_OBJ") {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            if !path.is_file() {
-                panic!(
-                    "TRACER_EBPF_OBJ={} is not a file: build the eBPF object with `cargo xtask build`, \
-                     or unset TRACER_EBPF_OBJ",
-                    path.display()
-                );
-            }
-            Some(path)
-        }
-        None => {
-            let default = default_object();
-            // Also watched while missing, so a later `cargo xtask build` is picked up.
-            println!("cargo:rerun-if-changed={}", default.display());
-            default.is_file().then_some(default)
-        }
-    };
-
-    match object {
-        Some(path) => {
-            println!("cargo:rerun-if-changed={}", path.display());
-            fs::copy(&path, &out).unwrap_or_else(|e| {
-                panic!("cannot copy {} to {}: {e}", path.display(), out.display())
-            });
-        }
-        None => {
-            println!(
-                "cargo:warning=the eBPF object is missing ({} not found), so this tracer cannot \
-                 load its programs: build with `cargo xtask build`",
-                default_object().display()
-            );
-            fs::write(&out, b"").unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));
-        }
+    // Never an object left by an earlier build (e.g. with `AYA_BUILD_SKIP=1`).
+    for family in FAMILIES {
+        let _ = fs::remove_file(out.join(format!("tracer-{family}")));
+    }
+    match env::var_os("TRACER_EBPF_DIR") {
+        Some(dir) => copy_objects(Path::new(&dir), &out),
+        None => build_objects(),
     }
 
-    let embedded = fs::read(&out).unwrap_or_else(|e| panic!("cannot read {}: {e}", out.display()));
-    let bpf = if embedded.is_empty() {
-        "none".to_string()
-    } else {
-        let hex: String = Sha256::digest(&embedded)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        hex[..12].to_string()
-    };
-    println!("cargo:rustc-env=TRACER_BPF_SHA256={bpf}");
+    let mut hash = Sha256::new();
+    for family in FAMILIES {
+        let path = out.join(format!("tracer-{family}"));
+        let object = fs::read(&path).unwrap_or_else(|e| {
+            fail(&format!(
+                "the eBPF object {} is missing ({e})",
+                path.display()
+            ))
+        });
+        if object.is_empty() {
+            fail(&format!("the eBPF object {} is empty", path.display()));
+        }
+        hash.update(&object);
+    }
+    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=TRACER_BPF_SHA256={}", &hex[..12]);
     println!("cargo:rustc-env=TRACER_GIT_COMMIT={}", git_commit());
+}
+
+/// Stops the build with one line that says what to do.
+fn fail(why: &str) -> ! {
+    eprintln!("error: {why}: build the tracer with `cargo xtask build`");
+    std::process::exit(1);
+}
+
+/// The objects `cargo xtask build` left in `dir`.
+fn copy_objects(dir: &Path, out: &Path) {
+    for family in FAMILIES {
+        let name = format!("tracer-{family}");
+        let path = dir.join(&name);
+        println!("cargo:rerun-if-changed={}", path.display());
+        if !path.is_file() {
+            fail(&format!("TRACER_EBPF_DIR={} has no {name}", dir.display()));
+        }
+        fs::copy(&path, out.join(&name))
+            .unwrap_or_else(|e| fail(&format!("cannot copy {}: {e}", path.display())));
+    }
+}
+
+/// Builds the objects with aya-build (aya-template's way), one family at a time.
+fn build_objects() {
+    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let workspace = manifest
+        .parent()
+        .expect("tracer lives inside the workspace");
+    let ebpf = workspace.join("tracer-ebpf");
+    // aya-build watches the eBPF crate; its shared types live in tracer-common.
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("tracer-common").display()
+    );
+    let root_dir = ebpf.to_str().unwrap_or_else(|| {
+        fail(&format!(
+            "the eBPF crate's path {} is not UTF-8",
+            ebpf.display()
+        ))
+    });
+    let features: Vec<[&str; 1]> = FAMILIES.iter().map(|f| [*f]).collect();
+    let packages = features.iter().map(|f| aya_build::Package {
+        name: "tracer-ebpf",
+        root_dir,
+        features: f,
+        ..Default::default()
+    });
+    if let Err(e) = aya_build::build_ebpf(packages, aya_build::Toolchain::Nightly) {
+        // aya-build's own messages are above (as cargo warnings).
+        let why = format!("{e:#}");
+        let why = why.lines().next().unwrap_or_default();
+        fail(&format!(
+            "building the eBPF objects needs nightly with rust-src and bpf-linker on PATH ({why})"
+        ));
+    }
 }
 
 /// HEAD's commit (12 hex digits, `-dirty` when tracked files differ from it), or
@@ -113,27 +156,4 @@ fn git_commit() -> String {
     } else {
         commit
     }
-}
-
-/// Where `cargo xtask build` leaves the object. BPF objects do not depend on the CPU
-/// architecture, only on byte order: the kernel loads bpfel objects on little-endian
-/// machines (x86_64, aarch64, powerpc64le) and needs bpfeb on big-endian ones
-/// (powerpc64, s390x), so pick by the target's endianness.
-fn default_object() -> PathBuf {
-    let bpf_target = match env::var("CARGO_CFG_TARGET_ENDIAN").as_deref() {
-        Ok("big") => "bpfeb-unknown-none",
-        _ => "bpfel-unknown-none",
-    };
-    let target_dir = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let manifest = PathBuf::from(
-                env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"),
-            );
-            manifest
-                .parent()
-                .expect("tracer lives inside the workspace")
-                .join("target")
-        });
-    target_dir.join(bpf_target).join("release/tracer")
 }

@@ -7,7 +7,7 @@
 # (v1 cpu at /sys/fs/cgroup/cpu, v2 at /sys/fs/cgroup/unified). WAIT=seconds of load.
 set -eu
 B=${TRACER_BIN_DIR:-target/debug}
-OBJ=${TRACER_EBPF_OBJ:-target/bpfel-unknown-none/release/tracer}
+OBJ=${TRACER_EBPF_DIR:-target/bpfel-unknown-none/release}
 D=/tmp/shot; rm -rf $D; mkdir -p $D/logs/pods $D/logs/containers $D/prom
 UID1=3f1e8a52-7c1d-4e8b-9a61-2b5f0c4d9e10; CID=$(printf 'a%.0s' {1..8})1b2c3d4e5f60718293a4b5c6d7e8f9012345678901234567890abcdef1234
 REL="kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod${UID1//-/_}.slice/cri-containerd-$CID.scope"
@@ -24,7 +24,7 @@ scrape_configs:
     honor_labels: true
     static_configs: [{targets: ['127.0.0.1:9871']}]
 Y
-TRACER_EBPF_OBJ=$OBJ $B/tracer serve --listen 127.0.0.1:9871 --kubelet-logs $D/logs > $D/serve.log 2>&1 &
+TRACER_EBPF_DIR=$OBJ $B/tracer serve --listen 127.0.0.1:9871 --kubelet-logs $D/logs > $D/serve.log 2>&1 &
 SERVE=$!
 prometheus --config.file=$D/prom.yml --storage.tsdb.path=$D/prom --web.listen-address=127.0.0.1:9099 > $D/prom.log 2>&1 &
 PROM=$!

@@ -210,37 +210,47 @@ pub fn thread(doc: &Value, tid: u64) -> Option<&Value> {
         .find(|t| t["tid"].as_u64() == Some(tid))
 }
 
-/// The eBPF object the tracer embeds: `TRACER_EBPF_OBJ` (set by `cargo xtask test`), else
-/// the workspace's build of it.
-pub fn ebpf_object() -> PathBuf {
-    if let Some(p) = std::env::var_os("TRACER_EBPF_OBJ") {
+/// The directory of the eBPF objects the tracer embeds (one per program family):
+/// `TRACER_EBPF_DIR` (set by `cargo xtask test`), else the workspace's build of them.
+pub fn ebpf_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRACER_EBPF_DIR") {
         return PathBuf::from(p);
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bpfel-unknown-none/release/tracer")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/bpfel-unknown-none/release")
 }
 
-/// Names of every program in the tracer's eBPF object, as the kernel shows them (cut to
-/// 15 characters, BPF_OBJ_NAME_LEN less the NUL). Read from the object itself, so a program
-/// added there is looked for without a list to keep up to date.
+/// The eBPF objects, by file name (`tracer-ebpf`'s bins).
+pub const EBPF_OBJECTS: [&str; 3] = ["tracer-sched", "tracer-offcpu", "tracer-floor"];
+
+/// Names of every program in the tracer's eBPF objects, as the kernel shows them (cut to
+/// 15 characters, BPF_OBJ_NAME_LEN less the NUL). Read from the objects themselves, so a
+/// program added there is looked for without a list to keep up to date.
 pub fn our_programs() -> &'static std::collections::BTreeSet<String> {
     static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
         std::sync::OnceLock::new();
     NAMES.get_or_init(|| {
-        let path = ebpf_object();
-        let data = std::fs::read(&path).unwrap_or_else(|e| {
-            panic!(
-                "cannot read the eBPF object {} ({e}): build it with `cargo xtask build`",
+        let mut names = std::collections::BTreeSet::new();
+        for file in EBPF_OBJECTS {
+            let path = ebpf_dir().join(file);
+            let data = std::fs::read(&path).unwrap_or_else(|e| {
+                panic!(
+                    "cannot read the eBPF object {} ({e}): build it with `cargo xtask build`",
+                    path.display()
+                )
+            });
+            let obj = aya_obj::Object::parse(&data)
+                .unwrap_or_else(|e| panic!("{} is not a BPF object: {e}", path.display()));
+            assert!(
+                !obj.programs.is_empty(),
+                "{} holds no programs",
                 path.display()
-            )
-        });
-        let obj = aya_obj::Object::parse(&data)
-            .unwrap_or_else(|e| panic!("{} is not a BPF object: {e}", path.display()));
-        let names: std::collections::BTreeSet<String> = obj
-            .programs
-            .keys()
-            .map(|n| n.chars().take(15).collect())
-            .collect();
-        assert!(!names.is_empty(), "{} holds no programs", path.display());
+            );
+            names.extend(
+                obj.programs
+                    .keys()
+                    .map(|n| n.chars().take(15).collect::<String>()),
+            );
+        }
         names
     })
 }

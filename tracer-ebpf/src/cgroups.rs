@@ -4,7 +4,7 @@
 //! only its id (`ThreadStats::cgroup_id`).
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel_str_bytes,
-    macros::{map, tracepoint},
+    macros::map,
     maps::{PerCpuArray, RingBuf},
     programs::TracePointContext,
     EbpfContext as _,
@@ -34,15 +34,16 @@ fn fields() -> &'static MkdirFields {
     unsafe { core::ptr::read_volatile(&&CGROUP_MKDIR_FIELDS) }
 }
 
-#[tracepoint(category = "cgroup", name = "cgroup_mkdir")]
-pub fn cgroup_mkdir_tp(ctx: TracePointContext) -> u32 {
+/// `cgroup_mkdir(root, id, level, path)`.
+#[inline(always)]
+pub fn mkdir(ctx: &TracePointContext) {
     let f = fields();
     let Some(mut e) = CGROUP_EVENTS.reserve::<MkdirEvent>(0) else {
         if let Some(p) = CGROUP_EVENTS_LOST.get_ptr_mut(0) {
             // SAFETY: per-CPU slot.
             unsafe { *p += 1 };
         }
-        return 0;
+        return;
     };
     let p = e.as_mut_ptr();
     // SAFETY: offsets from the format file (read_at checks them against the record);
@@ -60,5 +61,4 @@ pub fn cgroup_mkdir_tp(ctx: TracePointContext) -> u32 {
         }
     }
     e.submit(0);
-    0
 }

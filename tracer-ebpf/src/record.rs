@@ -23,8 +23,9 @@ use tracer_common::{
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
 
 use crate::{
-    account, config,
+    account,
     maps::{CPU_STATE, WINDOW},
+    task::config,
     Task,
 };
 

@@ -66,8 +66,6 @@ pub enum TracerError {
     UnknownEvent(String),
     #[error("cgroup {path}: {why}")]
     Cgroup { path: PathBuf, why: String },
-    #[error("the eBPF object is not embedded in this build; build with `cargo xtask build`")]
-    NoEbpfObject,
     #[error("not a pseries partition: {0} not found")]
     NotPseries(PathBuf),
     #[error("{path}: busy (EBUSY): another Dispatch Trace Log consumer is active; {hint}")]

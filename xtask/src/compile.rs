@@ -1,5 +1,5 @@
-//! `cargo xtask build` and `cargo xtask run`: the eBPF object (nightly, build-std,
-//! bpf-linker) and the tracer binary that embeds it.
+//! `cargo xtask build` and `cargo xtask run`: the eBPF objects (nightly, build-std,
+//! bpf-linker), one per program family, and the tracer binary that embeds them.
 
 use std::{
     env,
@@ -14,18 +14,24 @@ use crate::{cargo, cmd, provision, target_dir, workspace_root};
 
 pub struct Built {
     pub bin: PathBuf,
-    pub ebpf_obj: PathBuf,
+    /// The directory of the eBPF objects (`TRACER_EBPF_DIR`).
+    pub ebpf_dir: PathBuf,
 }
+
+/// The eBPF program families (`tracer-ebpf`'s features and bins `tracer-FAMILY`): each
+/// object is built with its own feature alone, since a map the library declares is in
+/// every object built with it.
+pub const EBPF_FAMILIES: [&str; 3] = ["sched", "offcpu", "floor"];
 
 pub fn build(release: bool) -> Result<Built> {
     let tools = provision::build()?;
     let target = target_dir()?;
-    let ebpf_obj = build_ebpf(&tools, &target)?;
+    let ebpf_dir = build_ebpf(&tools, &target)?;
 
     let mut tracer = cargo(None, "build", &target);
     tracer
         .args(["--package", "tracer"])
-        .env("TRACER_EBPF_OBJ", &ebpf_obj);
+        .env("TRACER_EBPF_DIR", &ebpf_dir);
     if release {
         tracer.arg("--release");
     }
@@ -40,12 +46,12 @@ pub fn build(release: bool) -> Result<Built> {
         bin.display()
     );
     println!("xtask: built {}", bin.display());
-    Ok(Built { bin, ebpf_obj })
+    Ok(Built { bin, ebpf_dir })
 }
 
-/// `cargo +nightly SUBCOMMAND` over the eBPF crate for the BPF target, as it is built
-/// (build, clippy), without the host's RUSTFLAGS.
-pub fn ebpf_cargo(subcommand: &str, target: &Path) -> Command {
+/// `cargo +nightly SUBCOMMAND` over the eBPF crate's `family` (one of [`EBPF_FAMILIES`])
+/// for the BPF target, as it is built (build, clippy), without the host's RUSTFLAGS.
+pub fn ebpf_cargo(subcommand: &str, target: &Path, family: &str) -> Command {
     let mut c = cargo(Some("nightly"), subcommand, target);
     c.current_dir(workspace_root().join("tracer-ebpf"))
         .args([
@@ -56,15 +62,20 @@ pub fn ebpf_cargo(subcommand: &str, target: &Path) -> Command {
             "bpfel-unknown-none",
             "-Z",
             "build-std=core",
+            "--features",
+            family,
+            "--lib",
+            "--bin",
+            &format!("tracer-{family}"),
         ])
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS");
     c
 }
 
-/// Builds the eBPF programs with nightly, `-Z build-std=core` and bpf-linker. The object
-/// is little-endian BPF (bpfel) whatever the host; always optimized, since the verifier
-/// rejects unoptimized code.
+/// Builds the eBPF objects with nightly, `-Z build-std=core` and bpf-linker, one cargo
+/// run per family; returns their directory. The objects are little-endian BPF (bpfel)
+/// whatever the host; always optimized, since the verifier rejects unoptimized code.
 pub fn build_ebpf(tools: &provision::Tools, target: &Path) -> Result<PathBuf> {
     // bpf-linker goes on PATH (rather than `-C linker`) so the build flags, and with them
     // cargo's cache, match a hand-run `PATH=... cargo +nightly build` of the same object.
@@ -76,22 +87,25 @@ pub fn build_ebpf(tools: &provision::Tools, target: &Path) -> Result<PathBuf> {
     let path =
         env::join_paths(std::iter::once(linker_dir.to_path_buf()).chain(env::split_paths(&path)))
             .context("the bpf-linker directory cannot go on PATH: its path contains ':'")?;
-    let mut ebpf = ebpf_cargo("build", target);
-    ebpf.env("PATH", path).env(
-        "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
-        "-C debuginfo=2 -C link-arg=--btf",
-    );
-    cmd::run(&mut ebpf)
-        .context("building the eBPF programs failed: fix the errors above and re-run")?;
-
-    let obj = target.join("bpfel-unknown-none/release/tracer");
-    ensure!(
-        obj.exists(),
-        "cargo reported success but built no {}",
-        obj.display()
-    );
-    println!("xtask: built eBPF object {}", obj.display());
-    Ok(obj)
+    let dir = target.join("bpfel-unknown-none/release");
+    for family in EBPF_FAMILIES {
+        let mut ebpf = ebpf_cargo("build", target, family);
+        ebpf.env("PATH", &path).env(
+            "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
+            "-C debuginfo=2 -C link-arg=--btf",
+        );
+        cmd::run(&mut ebpf).with_context(|| {
+            format!("building the eBPF programs ({family}) failed: fix the errors above and re-run")
+        })?;
+        let obj = dir.join(format!("tracer-{family}"));
+        ensure!(
+            obj.exists(),
+            "cargo reported success but built no {}",
+            obj.display()
+        );
+    }
+    println!("xtask: built eBPF objects in {}", dir.display());
+    Ok(dir)
 }
 
 /// `cargo xtask run`: builds, then runs the tracer as root (through sudo when needed).

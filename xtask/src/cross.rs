@@ -37,11 +37,15 @@ pub fn chosen(arch: CrossArch) -> Vec<&'static Cross> {
     }
 }
 
-/// Provisions each toolchain, then runs `cargo test -p tracer --lib` for its target under
-/// qemu-user.
+/// Provisions each toolchain and builds the eBPF objects, then runs `cargo test -p
+/// tracer --lib` for each target under qemu-user.
 pub fn cross_test(args: CrossTestArgs) -> Result<()> {
     let crosses = chosen(args.arch);
     crate::provision::cross_test(&crosses)?;
+    // The eBPF objects once, with the provisioned bpf-linker: the tracer's build script
+    // embeds them from TRACER_EBPF_DIR instead of building them per target.
+    let tools = crate::provision::build()?;
+    let ebpf_dir = crate::compile::build_ebpf(&tools, &crate::target_dir()?)?;
     for cross in crosses {
         let env_target = cross.rust_target.to_uppercase().replace('-', "_");
         let mut cargo = Command::new("cargo");
@@ -56,7 +60,8 @@ pub fn cross_test(args: CrossTestArgs) -> Result<()> {
                 cross.rust_target,
             ])
             .env(format!("CARGO_TARGET_{env_target}_RUNNER"), cross.runner())
-            .env("TRACER_UNDER_QEMU", "1");
+            .env("TRACER_UNDER_QEMU", "1")
+            .env("TRACER_EBPF_DIR", &ebpf_dir);
         cross.env(&mut cargo);
         crate::cmd::run(&mut cargo)
             .with_context(|| format!("the {} unit tests failed", cross.rust_target))?;

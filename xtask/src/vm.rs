@@ -126,7 +126,7 @@ fn build_bins(
     let mut out = Vec::new();
     for arch in arches {
         let mut cargo = crate::cargo(None, "build", &target);
-        cargo.env("TRACER_EBPF_OBJ", &built.ebpf_obj);
+        cargo.env("TRACER_EBPF_DIR", &built.ebpf_dir);
         let dir = match arch.cross {
             None => {
                 cargo.args(["--package", "tracer-tests", "--bin", "tracer-workload"]);

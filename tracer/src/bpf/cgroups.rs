@@ -5,15 +5,14 @@
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::TracePoint,
     Ebpf,
 };
 use tracer_common::cgroup::{MkdirEvent, MkdirFields, PATH_LEN};
 
-use crate::sys::{root::Root, tracefs};
-
-/// The program's name in the object.
-const PROGRAM: &str = "cgroup_mkdir_tp";
+use crate::{
+    bpf::table::CGROUP_MKDIR,
+    sys::{root::Root, tracefs},
+};
 
 /// The ring's size: 256 KiB hold ~480 events between two drains (serve drains it as it
 /// fills); one page when unused.
@@ -64,12 +63,11 @@ impl MkdirRing {
     /// Loads and attaches `cgroup_mkdir_tp` and takes its ring. Call before the cgroup
     /// tree is first walked: a cgroup made in between is then in one or the other.
     pub fn attach(ebpf: &mut Ebpf) -> Result<MkdirRing> {
-        let p: &mut TracePoint = ebpf
-            .program_mut(PROGRAM)
-            .ok_or_else(|| anyhow!("program {PROGRAM} missing from the eBPF object"))?
-            .try_into()?;
-        p.load().context("loading cgroup_mkdir_tp")?;
-        p.attach("cgroup", "cgroup_mkdir")
+        CGROUP_MKDIR
+            .load(ebpf, None)
+            .context("loading cgroup_mkdir_tp")?;
+        CGROUP_MKDIR
+            .attach(ebpf)
             .context("attaching to cgroup:cgroup_mkdir")?;
         let ring = RingBuf::try_from(
             ebpf.take_map("CGROUP_EVENTS")

@@ -3,26 +3,25 @@
 //! Only the programs the chosen mode needs are loaded (verification is the expensive
 //! part of start-up). `auto` tries the modes best first and keeps the reason each better
 //! one was refused, so the report can say why it runs in the mode it does.
+//! The programs come from the typed table (`bpf::table`), are loaded and attached by
+//! the one generic path (`bpf::attach`); the window is `bpf::window`.
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
-use aya::{
-    programs::{BtfTracePoint, FEntry, Iter, KProbe, RawTracePoint, TracePoint},
-    Btf, Ebpf, EbpfLoader,
-};
-use tracer_common::{Config, Window};
+use aya::{programs::FEntry, Btf, Ebpf};
+use tracer_common::Config;
 
 use crate::{
-    bpf::{compat, config},
-    error::TracerError,
+    bpf::{
+        attach, compat, config,
+        object::{new_loader, Family},
+        table::{self, Attach, Needs, Prog, Role},
+    },
     model::options::{ProbeMode, RunqFrom, RunqSource},
     sys::btf::KernelBtf,
     sys::clock::monotonic_ns,
     sys::root::Root,
 };
-
-/// The compiled eBPF object, embedded by build.rs (empty when built without `cargo xtask build`).
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer.bpf.o"));
 
 /// Where the kernel describes its own types.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -61,12 +60,6 @@ impl CgroupTarget {
     }
 }
 
-/// Programs that keep the traced set as tasks are born and exec: attached before the
-/// set is read from /proc (see [`Tracer::start`]).
-pub(crate) fn keeps_traced_set(name: &str) -> bool {
-    name.starts_with("sched_fork_") || name.starts_with("sched_exec_")
-}
-
 /// What user space decides before load.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
@@ -100,77 +93,13 @@ pub struct Tracer {
     pub attach: &'static str,
     /// Where run-queue waits come from in this mode.
     pub runq: RunqSource,
-    programs: Vec<&'static str>,
+    /// The programs loaded (from the table), until detached.
+    programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
     _sched_hook_event: Option<std::os::fd::OwnedFd>,
     /// The window's opening and close (0: open), CLOCK_MONOTONIC ns.
-    t0: u64,
-    t1: u64,
-}
-
-/// Programs of each mode: (program name, attach target). The wakeup programs only time
-/// run-queue waits when the scheduler's own `run_delay` cannot be read.
-fn programs_of(
-    mode: ProbeMode,
-    with_fork: bool,
-    with_wakeup: bool,
-) -> Vec<(&'static str, &'static str)> {
-    let mut v = match mode {
-        ProbeMode::TpBtf => vec![
-            ("sched_switch_btf", "sched_switch"),
-            ("sched_wakeup_btf", "sched_wakeup"),
-            ("sched_wakeup_new_btf", "sched_wakeup_new"),
-        ],
-        ProbeMode::RawTp => vec![
-            ("sched_switch_raw", "sched_switch"),
-            ("sched_wakeup_raw", "sched_wakeup"),
-            ("sched_wakeup_new_raw", "sched_wakeup_new"),
-        ],
-        ProbeMode::Tracepoint => vec![
-            ("sched_switch_tp", "sched_switch"),
-            ("sched_wakeup_tp", "sched_wakeup"),
-            ("sched_wakeup_new_tp", "sched_wakeup_new"),
-        ],
-        ProbeMode::PerfSched | ProbeMode::Auto => vec![],
-    };
-    if !with_wakeup {
-        // Waits come from run_delay; a new thread's wakeup still starts its time in
-        // the window (and is rare enough to cost nothing).
-        v.retain(|(name, _)| {
-            !name.starts_with("sched_wakeup") || name.starts_with("sched_wakeup_new")
-        });
-    }
-    // A non-main thread that execs takes its leader's TID: every mode follows it.
-    v.push(match mode {
-        ProbeMode::TpBtf => ("sched_exec_btf", "sched_process_exec"),
-        ProbeMode::RawTp => ("sched_exec_raw", "sched_process_exec"),
-        _ => ("sched_exec_tp", "sched_process_exec"),
-    });
-    if with_fork {
-        v.push(match mode {
-            ProbeMode::TpBtf => ("sched_fork_btf", "sched_process_fork"),
-            ProbeMode::RawTp => ("sched_fork_raw", "sched_process_fork"),
-            _ => ("sched_fork_tp", "sched_process_fork"),
-        });
-    }
-    v
-}
-
-/// The embedded object, or a clear error when this binary was built without it.
-pub fn object() -> Result<&'static [u8], TracerError> {
-    if OBJECT.is_empty() {
-        Err(TracerError::NoEbpfObject)
-    } else {
-        Ok(OBJECT)
-    }
-}
-
-/// A loader for the object. aya 0.14 has no user-space type for task-local storage
-/// (`RUNNABLE`, which only the programs use) and refuses it unless told to allow it.
-pub fn new_loader<'a>() -> EbpfLoader<'a> {
-    let mut l = EbpfLoader::new();
-    l.allow_unsupported_maps();
-    l
+    pub(super) t0: u64,
+    pub(super) t1: u64,
 }
 
 impl Tracer {
@@ -302,7 +231,7 @@ impl Tracer {
                         65536
                     },
                 )
-                .load(object()?)
+                .load(Family::Sched.object())
                 .context("loading the eBPF object")?
         };
         log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());
@@ -312,138 +241,74 @@ impl Tracer {
             }
             _ => None,
         };
+        let needs = Needs {
+            fork: with_fork,
+            wakeup: cfg.task_run_delay_off == 0,
+            stat_runtime: cfg.tp_runtime_val != 0,
+            record: opts.record.on != 0,
+            record_tasks: opts.record.on & tracer_common::record::on::SCHED != 0,
+            // Attached per snapshot; stays loaded after detach() so the final report can
+            // still read the threads.
+            iter: runq == RunqSource::TaskStorage,
+        };
         let progs = if mode == ProbeMode::PerfSched {
-            perf_sched_programs(
-                &mut ebpf,
-                kernel_btf.as_ref(),
-                with_fork,
-                cfg.task_run_delay_off == 0,
-                root,
-            )?
+            perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), &needs)?
         } else {
-            let mut progs = programs_of(mode, with_fork, cfg.task_run_delay_off == 0);
-            if cfg.tp_runtime_val != 0 {
-                progs.push(("sched_stat_runtime_tp", "sched_stat_runtime"));
-            }
-            if opts.record.on != 0 {
-                // The switch program that also streams events (see the eBPF side's
-                // `on_switch`): `tracer run` never has the verifier walk that path.
-                for p in progs.iter_mut() {
-                    p.0 = match p.0 {
-                        "sched_switch_btf" => "sched_switch_rec_btf",
-                        "sched_switch_raw" => "sched_switch_rec_raw",
-                        other => other,
-                    };
-                }
-            }
-            progs.extend(crate::bpf::record::task_programs(&opts.record, mode));
-            for (name, target) in &progs {
-                let t = std::time::Instant::now();
-                load_program(&mut ebpf, mode, name, target, kernel_btf.as_ref())
-                    .with_context(|| format!("loading {name}"))?;
-                let insns = ebpf
-                    .program(name)
-                    .and_then(|p| p.info().ok())
-                    .and_then(|i| i.verified_instruction_count());
-                log::debug!(
-                    "{name}: verified in {:?}, {} instructions processed",
-                    t.elapsed(),
-                    insns.map_or("?".to_string(), |n| n.to_string())
-                );
-            }
-            if runq == RunqSource::TaskStorage {
-                // Attached per snapshot, not here; stays loaded after detach() so the
-                // final report can still read the threads.
-                let it: &mut Iter = ebpf
-                    .program_mut("dump_threads")
-                    .ok_or_else(|| anyhow!("program dump_threads missing"))?
-                    .try_into()?;
-                it.load(
-                    "task",
-                    kernel_btf
-                        .as_ref()
-                        .ok_or_else(|| anyhow!("kernel BTF needed"))?,
-                )
-                .context("loading dump_threads (task iterator)")?;
-            }
+            let mode = match mode {
+                ProbeMode::TpBtf => table::Mode::TpBtf,
+                ProbeMode::RawTp => table::Mode::RawTp,
+                _ => table::Mode::Tracepoint,
+            };
+            let progs = table::programs(mode, &needs);
+            attach::load_all(&mut ebpf, &progs, kernel_btf.as_ref())?;
             progs
         };
         log::debug!("{}: programs verified after {:?}", mode.name(), t.elapsed());
         if let Some(cg) = &opts.cgroup {
             cg.store(&mut ebpf)?;
         }
-        let (tracking, rest): (Vec<_>, Vec<_>) =
-            progs.iter().partition(|(name, _)| keeps_traced_set(name));
-        let attach = |ebpf: &mut Ebpf, list: &[&(&'static str, &'static str)]| -> Result<()> {
-            for (name, target) in list {
-                attach_program(ebpf, name, target)
-                    .with_context(|| format!("attaching {name} to {target}"))?;
-            }
-            Ok(())
-        };
-        attach(&mut ebpf, &tracking)?;
+        let (tracking, rest): (Vec<&Prog>, Vec<&Prog>) =
+            progs.iter().partition(|p| p.role == Role::KeepsSet);
+        attach::attach_all(&mut ebpf, tracking)?;
         seed(&mut ebpf)?;
         // The window opens before the switch programs attach: every slice they see
         // begins inside it (a slice running at attach counts from here).
-        let t0 = write_window(&mut ebpf, monotonic_ns(), 0)?;
-        attach(&mut ebpf, &rest)?;
+        let t0 = crate::bpf::window::write(&mut ebpf, monotonic_ns(), 0)?;
+        attach::attach_all(&mut ebpf, rest)?;
         log::debug!("{}: attached after {:?}", mode.name(), t.elapsed());
         Ok(Tracer {
             ebpf,
             mode,
             refused: Vec::new(),
-            attach: attach_kind(mode, &progs),
+            // The switch program (or perf's hooks) comes first.
+            attach: progs[0].attach.name(),
             runq,
-            programs: progs.iter().map(|(n, _)| *n).collect(),
+            // The iterator stays loaded after detach(): the final report reads it.
+            programs: progs
+                .into_iter()
+                .filter(|p| p.attach != Attach::Iter)
+                .collect(),
             _sched_hook_event: sched_hook_event,
             t0,
             t1: 0,
         })
     }
 
-    /// When the window opened (CLOCK_MONOTONIC ns): just before the programs attached.
-    pub fn opened_at(&self) -> u64 {
-        self.t0
-    }
-
-    /// Closes the window now: the programs stay attached, so threads that die before
-    /// the final read still hand over their totals, but they cut running slices here
-    /// and count nothing after. Returns the close (CLOCK_MONOTONIC ns); idempotent.
-    pub fn close_window(&mut self) -> Result<u64> {
-        if self.t1 == 0 {
-            self.t1 = write_window(&mut self.ebpf, self.t0, monotonic_ns())?;
-        }
-        Ok(self.t1)
-    }
-
-    /// When the window closed, 0 while it is open.
-    pub fn closed_at(&self) -> u64 {
-        self.t1
-    }
-
     /// Runs of our programs the kernel skipped because one was already running on the
     /// CPU (`recursion_misses` in the programs' fdinfo, 5.12+): events lost before any
     /// of our code ran.
     pub fn recursion_misses(&self) -> u64 {
-        use std::os::fd::{AsFd as _, AsRawFd as _};
         self.programs
             .iter()
-            .filter_map(|name| {
-                let fd = match self.ebpf.program(name)? {
-                    aya::programs::Program::BtfTracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
-                    aya::programs::Program::RawTracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
-                    aya::programs::Program::TracePoint(p) => p.fd().ok()?.as_fd().as_raw_fd(),
-                    aya::programs::Program::FEntry(p) => p.fd().ok()?.as_fd().as_raw_fd(),
-                    aya::programs::Program::KProbe(p) => p.fd().ok()?.as_fd().as_raw_fd(),
-                    _ => return None,
-                };
+            .filter_map(|p| {
+                let fd = p.fd(&self.ebpf)?;
                 let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).ok()?;
                 let n = info
                     .lines()
                     .find_map(|l| l.strip_prefix("recursion_misses:"))
                     .and_then(|v| v.trim().parse::<u64>().ok())?;
                 if n > 0 {
-                    log::debug!("{name}: {n} runs the kernel skipped (recursion_misses)");
+                    log::debug!("{}: {n} runs the kernel skipped (recursion_misses)", p.name);
                 }
                 Some(n)
             })
@@ -452,123 +317,15 @@ impl Tracer {
 
     /// Detaches and unloads every program; the maps stay readable.
     pub fn detach(&mut self) {
-        // Each detach waits out an RCU grace period (classic tracepoints: ~0.2 s each
-        // under load); done side by side, they wait for about one.
-        let names = std::mem::take(&mut self.programs);
-        std::thread::scope(|scope| {
-            for (name, p) in self.ebpf.programs_mut() {
-                if !names.contains(&name) {
-                    continue;
-                }
-                scope.spawn(move || {
-                    let r = match p {
-                        aya::programs::Program::BtfTracePoint(p) => p.unload(),
-                        aya::programs::Program::RawTracePoint(p) => p.unload(),
-                        aya::programs::Program::TracePoint(p) => p.unload(),
-                        aya::programs::Program::FEntry(p) => p.unload(),
-                        aya::programs::Program::KProbe(p) => p.unload(),
-                        _ => Ok(()),
-                    };
-                    if let Err(e) = r {
-                        log::warn!("unloading {name}: {e}");
-                    }
-                });
-            }
-        });
+        let progs = std::mem::take(&mut self.programs);
+        attach::unload_all(&mut self.ebpf, &progs);
     }
-}
-
-/// Writes the `WINDOW` map; returns `close` or, when 0, `open`.
-fn write_window(ebpf: &mut Ebpf, open: u64, close: u64) -> Result<u64> {
-    let mut w: aya::maps::Array<_, Window> =
-        aya::maps::Array::try_from(ebpf.map_mut("WINDOW").context("WINDOW map missing")?)?;
-    w.set(
-        0,
-        Window {
-            open_ns: open,
-            close_ns: close,
-        },
-        0,
-    )
-    .context("writing the window")?;
-    Ok(if close != 0 { close } else { open })
-}
-
-/// The attach mechanism of the switch programs, for the report.
-fn attach_kind(mode: ProbeMode, progs: &[(&'static str, &'static str)]) -> &'static str {
-    match mode {
-        ProbeMode::TpBtf => "tp_btf",
-        ProbeMode::RawTp => "raw_tracepoint",
-        ProbeMode::Tracepoint => "tracepoint",
-        _ if progs.iter().any(|(n, _)| n.ends_with("_fentry")) => "fentry",
-        _ => "kprobe",
-    }
-}
-
-fn load_program(
-    ebpf: &mut Ebpf,
-    mode: ProbeMode,
-    name: &str,
-    target: &str,
-    btf: Option<&Btf>,
-) -> Result<()> {
-    let prog = ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow!("program {name} missing from the eBPF object"))?;
-    match mode {
-        ProbeMode::TpBtf => {
-            let p: &mut BtfTracePoint = prog.try_into()?;
-            p.load(target, btf.ok_or_else(|| anyhow!("kernel BTF needed"))?)?;
-        }
-        ProbeMode::RawTp => {
-            let p: &mut RawTracePoint = prog.try_into()?;
-            p.load()?;
-        }
-        ProbeMode::Tracepoint => {
-            let p: &mut TracePoint = prog.try_into()?;
-            p.load()?;
-        }
-        _ => return Err(anyhow!("no loader for {name} in mode {}", mode.name())),
-    }
-    Ok(())
-}
-
-fn attach_program(ebpf: &mut Ebpf, name: &str, target: &str) -> Result<()> {
-    let prog = ebpf
-        .program_mut(name)
-        .ok_or_else(|| anyhow!("program {name} missing"))?;
-    match prog {
-        aya::programs::Program::BtfTracePoint(p) => {
-            p.attach()?;
-        }
-        aya::programs::Program::RawTracePoint(p) => {
-            p.attach(target)?;
-        }
-        aya::programs::Program::TracePoint(p) => {
-            p.attach("sched", target)?;
-        }
-        aya::programs::Program::FEntry(p) => {
-            p.attach()?;
-        }
-        aya::programs::Program::KProbe(p) => {
-            p.attach(target, 0)?;
-        }
-        _ => return Err(anyhow!("unexpected program type for {name}")),
-    }
-    Ok(())
 }
 
 /// perf-sched mode: perf's switch hooks through fentry, else kprobes, plus the best
 /// wakeup tracepoints for run-queue latency.
-fn perf_sched_programs(
-    ebpf: &mut Ebpf,
-    btf: Option<&Btf>,
-    with_fork: bool,
-    with_wakeup: bool,
-    _root: &Root,
-) -> Result<Vec<(&'static str, &'static str)>> {
+fn perf_sched_programs(ebpf: &mut Ebpf, btf: Option<&Btf>, needs: &Needs) -> Result<Vec<Prog>> {
     let btf = btf.ok_or_else(|| anyhow!("kernel BTF needed"))?;
-    let mut progs: Vec<(&'static str, &'static str)> = Vec::new();
     // TRACER_PERF_SCHED_ATTACH=kprobe skips fentry, so both attach paths can be tested
     // on kernels that offer both.
     let force_kprobe = std::env::var("TRACER_PERF_SCHED_ATTACH").as_deref() == Ok("kprobe");
@@ -576,31 +333,22 @@ fn perf_sched_programs(
         if force_kprobe {
             return Err(anyhow!("skipped (TRACER_PERF_SCHED_ATTACH=kprobe)"));
         }
-        for (name, target) in [
-            ("perf_sched_out_fentry", compat::PERF_SCHED_OUT),
-            ("perf_sched_in_fentry", compat::PERF_SCHED_IN),
-        ] {
-            let p: &mut FEntry = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("program {name} missing"))?
-                .try_into()?;
-            p.load(target, btf)?;
+        let hooks = table::perf_hooks(Attach::Fentry);
+        for p in &hooks {
+            p.load(ebpf, Some(btf))?;
         }
         compat::fentry_attachable(|| {
             let p: &mut FEntry = ebpf
-                .program_mut("perf_sched_out_fentry")
-                .ok_or_else(|| anyhow!("program perf_sched_out_fentry missing"))?
+                .program_mut(hooks[0].name)
+                .ok_or_else(|| anyhow!("program {} missing", hooks[0].name))?
                 .try_into()?;
             let link = p.attach()?;
             p.detach(link)?;
             Ok(())
         })
     })();
-    match fentry {
-        Ok(()) => {
-            progs.push(("perf_sched_out_fentry", compat::PERF_SCHED_OUT));
-            progs.push(("perf_sched_in_fentry", compat::PERF_SCHED_IN));
-        }
+    let hooks = match fentry {
+        Ok(()) => Attach::Fentry,
         Err(fe) => {
             let kp = (|| -> Result<()> {
                 if !Path::new("/sys/kernel/tracing/kprobe_events").exists()
@@ -608,12 +356,8 @@ fn perf_sched_programs(
                 {
                     return Err(anyhow!("kernel has no kprobes (CONFIG_KPROBES off)"));
                 }
-                for name in ["perf_sched_out_kprobe", "perf_sched_in_kprobe"] {
-                    let p: &mut KProbe = ebpf
-                        .program_mut(name)
-                        .ok_or_else(|| anyhow!("program {name} missing"))?
-                        .try_into()?;
-                    p.load()?;
+                for p in &table::perf_hooks(Attach::Kprobe) {
+                    p.load(ebpf, None)?;
                 }
                 Ok(())
             })();
@@ -624,17 +368,12 @@ fn perf_sched_programs(
                     crate::error::one_line(&ke)
                 ));
             }
-            progs.push(("perf_sched_out_kprobe", compat::PERF_SCHED_OUT));
-            progs.push(("perf_sched_in_kprobe", compat::PERF_SCHED_IN));
+            Attach::Kprobe
         }
-    }
-    for (name, target) in programs_of(ProbeMode::TpBtf, with_fork, with_wakeup) {
-        if name.starts_with("sched_switch") {
-            continue;
-        }
-        load_program(ebpf, ProbeMode::TpBtf, name, target, Some(btf))?;
-        progs.push((name, target));
-    }
+    };
+    let progs = table::programs(table::Mode::PerfSched(hooks), needs);
+    // The hooks (first) are loaded; the rest are tp_btf programs.
+    attach::load_all(ebpf, &progs[2..], Some(btf))?;
     Ok(progs)
 }
 

@@ -1,10 +1,14 @@
 //! The kernel programs: loading and attaching them per probe mode, kernel quirks
 //! (`compat`), and reading their maps into [`crate::model::snapshot::Snapshot`]s.
+pub mod attach;
 pub mod cgroups;
 pub mod collect;
 pub mod compat;
 pub mod config;
 pub mod loader;
+pub mod object;
 pub mod record;
 pub mod scheduler;
 pub mod stacks;
+pub mod table;
+pub mod window;

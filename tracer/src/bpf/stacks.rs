@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashMap};
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::{HashMap as BpfHashMap, PerCpuArray, StackTraceMap},
-    programs::BtfTracePoint,
     Btf, Ebpf,
 };
 use tracer_common::{
@@ -15,7 +14,10 @@ use tracer_common::{
 };
 
 use crate::{
-    bpf::{compat, loader},
+    bpf::{
+        attach, compat, loader, object,
+        table::{self, Prog, Role},
+    },
     sys::{btf::KernelBtf, root::Root},
 };
 
@@ -38,18 +40,7 @@ pub struct OffcpuLoad {
 /// The off-CPU program loaded and attached, with its maps.
 pub struct OffcpuTracer {
     pub ebpf: Ebpf,
-    attached: Vec<&'static str>,
-}
-
-/// (program, tracepoint): the off-CPU program and, with a target, the programs that
-/// keep the traced set (children join it, an exec'ing thread keeps its place).
-fn programs(with_fork: bool) -> Vec<(&'static str, &'static str)> {
-    let mut v = vec![("offcpu_switch", "sched_switch")];
-    if with_fork {
-        v.push(("sched_fork_btf", "sched_process_fork"));
-        v.push(("sched_exec_btf", "sched_process_exec"));
-    }
-    v
+    attached: Vec<Prog>,
 }
 
 impl OffcpuTracer {
@@ -81,57 +72,34 @@ impl OffcpuTracer {
             cg.configure(&mut cfg);
         }
         let with_fork = opts.filter != tracer_common::filter::ALL;
-        let mut ebpf = loader::new_loader()
+        let mut ebpf = object::new_loader()
             .override_global("CONFIG", &cfg, true)
             .override_global("OFFCPU_CONFIG", &opts.cfg, true)
             .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
-            .load(loader::object()?)
+            .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
         let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
-        let progs = programs(with_fork);
-        for (name, target) in &progs {
-            let p: &mut BtfTracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("program {name} missing"))?
-                .try_into()?;
-            p.load(target, &btf)
-                .with_context(|| format!("loading {name}"))?;
-        }
+        let progs = table::offcpu_programs(with_fork);
+        attach::load_all(&mut ebpf, &progs, Some(&btf))?;
         if let Some(cg) = &opts.cgroup {
             cg.store(&mut ebpf)?;
         }
-        let mut attached = Vec::new();
-        let (tracking, rest): (Vec<_>, Vec<_>) = progs
-            .iter()
-            .partition(|(name, _)| loader::keeps_traced_set(name));
-        for (i, list) in [tracking, rest].into_iter().enumerate() {
-            if i == 1 {
-                seed(&mut ebpf)?;
-            }
-            for &(name, _) in list {
-                let p: &mut BtfTracePoint = ebpf
-                    .program_mut(name)
-                    .ok_or_else(|| anyhow!("program {name} missing"))?
-                    .try_into()?;
-                p.attach().with_context(|| format!("attaching {name}"))?;
-                attached.push(name);
-            }
-        }
+        let (tracking, rest): (Vec<&Prog>, Vec<&Prog>) =
+            progs.iter().partition(|p| p.role == Role::KeepsSet);
+        attach::attach_all(&mut ebpf, tracking)?;
+        seed(&mut ebpf)?;
+        attach::attach_all(&mut ebpf, rest)?;
+        let attached = progs;
         Ok(OffcpuTracer { ebpf, attached })
     }
 
     /// Detaches: the sums stop growing; the maps stay readable.
     pub fn detach(&mut self) {
-        for name in std::mem::take(&mut self.attached) {
-            if let Some(aya::programs::Program::BtfTracePoint(p)) = self.ebpf.program_mut(name) {
-                if let Err(e) = p.unload() {
-                    log::warn!("detaching {name}: {e}");
-                }
-            }
-        }
+        let progs = std::mem::take(&mut self.attached);
+        attach::unload_all(&mut self.ebpf, &progs);
     }
 
     /// Every (key, sum) the kernel aggregated.

@@ -3,7 +3,7 @@
 //!
 //! A subcommand of the binary rather than a library function called by xtask: xtask
 //! linking the `tracer` crate would build it (and run its build script) a second time
-//! in xtask's own profile and environment, without `TRACER_EBPF_OBJ`, so the two
+//! in xtask's own profile and environment, without `TRACER_EBPF_DIR`, so the two
 //! builds would keep invalidating each other. `cargo xtask install` already has the
 //! binary it installs; it asks that binary.
 use std::{

@@ -15,7 +15,8 @@ use crate::{
 };
 
 /// `--version`: what a bug report needs to name the build, on one line as rustc's
-/// (values from build.rs; the hash is the first 12 hex digits of `sha256sum OBJECT`).
+/// (values from build.rs; the hash is the first 12 hex digits of the SHA-256 of the eBPF
+/// objects one after the other).
 pub const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",

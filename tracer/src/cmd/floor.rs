@@ -1,8 +1,11 @@
 //! `tracer floor`: the benchmark's cost floor, an empty sched_switch program.
-use anyhow::{anyhow, Context as _, Result};
-use aya::{programs::BtfTracePoint, Btf};
+use anyhow::{Context as _, Result};
+use aya::Btf;
 
-use crate::bpf::loader::{new_loader, object};
+use crate::bpf::{
+    object::{new_loader, Family},
+    table,
+};
 use crate::cmd::session::{
     ends::{self, End, Ends, Inbox, Wake, Work},
     signals,
@@ -14,14 +17,10 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::sys::privileges::check()?;
     let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
     let mut ebpf = new_loader()
-        .load(object()?)
-        .context("loading the eBPF object")?;
-    let p: &mut BtfTracePoint = ebpf
-        .program_mut("floor_switch")
-        .ok_or_else(|| anyhow!("floor_switch missing"))?
-        .try_into()?;
-    p.load("sched_switch", &btf)?;
-    p.attach()?;
+        .load(Family::Floor.object())
+        .context("loading the floor's eBPF object")?;
+    table::FLOOR.load(&mut ebpf, Some(&btf))?;
+    table::FLOOR.attach(&mut ebpf)?;
     eprintln!("floor: attached");
     let rt = signals::runtime()?;
     rt.block_on(async {

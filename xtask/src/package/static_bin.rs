@@ -17,12 +17,12 @@ pub fn static_target() -> String {
 }
 
 /// Builds the tracer for the musl target, statically linked (musl's default for Rust:
-/// `crt-static`), with the eBPF object embedded. Adds the rustup target and musl-tools
+/// `crt-static`), with the eBPF objects embedded. Adds the rustup target and musl-tools
 /// when missing (`provision::static_binary`).
 pub fn build_static(release: bool) -> Result<PathBuf> {
     let tools = provision::build()?;
     let target_dir = crate::target_dir()?;
-    let ebpf_obj = crate::compile::build_ebpf(&tools, &target_dir)?;
+    let ebpf_dir = crate::compile::build_ebpf(&tools, &target_dir)?;
     let target = static_target();
     provision::static_binary(&target)?;
     let mut cargo = crate::cargo(None, "build", &target_dir);
@@ -39,7 +39,7 @@ pub fn build_static(release: bool) -> Result<PathBuf> {
             "--target",
             &target,
         ])
-        .env("TRACER_EBPF_OBJ", &ebpf_obj)
+        .env("TRACER_EBPF_DIR", &ebpf_dir)
         // The static binary must not pick up `-C target-feature=-crt-static` from a
         // RUSTFLAGS meant for the host.
         .env_remove("RUSTFLAGS")

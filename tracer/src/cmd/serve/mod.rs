@@ -109,7 +109,6 @@ pub fn run(cfg: ServeConfig, root: Root) -> Result<i32> {
         ));
     }
     privileges::check()?;
-    crate::bpf::loader::object()?;
     let rt = signals::runtime()?;
     rt.block_on(serve(cfg, root, web, tls))
 }

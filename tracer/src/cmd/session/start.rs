@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use anyhow::{anyhow, Result};
 
 use crate::{
-    bpf::loader,
     cmd::targets,
     error::TracerError,
     model::targets::Targets,
@@ -69,7 +68,6 @@ pub(crate) fn prepare(
         targets::descendants(root, &t.pids)
     };
     privileges::check()?;
-    loader::object()?;
     let held = if t.command.is_empty() {
         None
     } else {

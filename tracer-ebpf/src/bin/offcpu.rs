@@ -1,11 +1,16 @@
-//! `tracer offcpu`: where traced threads wait, as stacks with the time spent off-CPU.
+//! The off-CPU family (`tracer offcpu`): where traced threads wait, as stacks with the
+//! time spent off-CPU.
 //!
-//! A program of its own on sched_switch (tp_btf), loaded and attached only by `tracer
-//! offcpu`: `tracer run` does not load it, so it costs `run` nothing. At switch-out the
+//! A program of its own on sched_switch (tp_btf), in an object of its own with the
+//! traced set's fork and exec followers: `tracer run` neither loads it nor creates its
+//! maps. At switch-out the
 //! leaving thread is `current`, so `bpf_get_stackid` takes its kernel and user stacks
 //! as they are while it sleeps (or was preempted); at its switch-in the time away is
 //! added to `OFFCPU` under (process, thread, user stack, kernel stack, state), as
 //! libbpf-tools' offcputime does, with the state kept apart.
+#![no_std]
+#![no_main]
+
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
@@ -21,7 +26,11 @@ use tracer_common::{
     COMM_LEN,
 };
 
-use crate::{account, current_task_btf, leave_from_args, task_from_btf, Leave};
+use tracer_ebpf::{
+    account,
+    task::{current_task, current_task_btf, leave_from_args, task_from_btf},
+    Leave,
+};
 
 /// Settings of this program; user space overwrites them in `.rodata` before load.
 #[no_mangle]
@@ -168,3 +177,29 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     }
     0
 }
+
+// The traced set's followers, as the scheduling family's (same names), without its
+// accounting: only `TRACKED` follows a fork or an exec here.
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
+    account::fork(current_task(), task_from_btf(ctx.arg(1), true));
+    0
+}
+
+/// `sched_process_exec(p, old_pid, bprm)`: a non-main thread that execs takes the
+/// leader's TID (`de_thread()`); its place in the traced set follows it.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
+    let new = task_from_btf(ctx.arg(0), true).tid;
+    let old: u64 = ctx.arg(1);
+    let old = old as u32;
+    if new != old && new != 0 && old != 0 {
+        account::follow_exec(old, new);
+    }
+    0
+}
+
+#[link_section = "license"]
+#[no_mangle]
+static LICENSE: [u8; 4] = *b"GPL\0";

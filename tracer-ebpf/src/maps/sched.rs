@@ -1,13 +1,12 @@
-//! The maps shared with user space. Sizes are defaults; user space may resize the hash
+//! The scheduling family's maps. Sizes are defaults; user space may resize the hash
 //! maps before load (`--max-threads`).
 use aya_ebpf::{
     macros::map,
-    maps::{Array, CgroupArray, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
 use tracer_common::{
-    drop,
     hist::{HistKey, N_BUCKETS, N_KINDS},
-    CpuState, ThreadStats, Tracked, Window,
+    CpuState, ThreadStats, Window,
 };
 
 /// The window (see `tracer_common::Window`): its opening is the start of slices already
@@ -22,15 +21,6 @@ pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0
 /// Per-thread accumulators, keyed by TID; an entry lives while its thread does.
 #[map]
 pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
-
-/// The traced set (TID -> TGID) when a target is given; children join it at fork.
-#[map]
-pub static TRACKED: HashMap<u32, Tracked> = HashMap::with_max_entries(65536, 0);
-
-/// `--cgroup DIR` (unless node only): DIR's fd at index 0, for
-/// `bpf_current_task_under_cgroup` (the task is in DIR or below it).
-#[map]
-pub static CGROUP_TARGET: CgroupArray = CgroupArray::with_max_entries(1, 0);
 
 /// Final totals of threads that died, so their `THREADS` entries can go at once.
 #[map]
@@ -47,10 +37,6 @@ pub static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(N_KINDS * N_BU
 #[map]
 pub static HIST_SCOPED: PerCpuHashMap<HistKey, u64> = PerCpuHashMap::with_max_entries(65536, 0);
 
-/// Events that could not be recorded, by `tracer_common::drop` index.
-#[map]
-pub static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(drop::COUNT, 0);
-
 /// Per-CPU perf counters read at every switch of a traced thread (slice deltas).
 #[map]
 pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
@@ -64,18 +50,6 @@ pub static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 
 /// Per-CPU count of entries made, for `ThreadStats::serial`.
 #[map]
 pub static SERIAL: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-/// The benchmark floor: switches counted by the empty program (`floor_switch`).
-#[map]
-pub static FLOOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
-#[inline(always)]
-pub fn count_drop(idx: u32) {
-    if let Some(p) = DROPS.get_ptr_mut(idx) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *p += 1 };
-    }
-}
 
 /// A BTF-defined map of type `BPF_MAP_TYPE_TASK_STORAGE` (29): a value hanging off each
 /// `task_struct`, found by pointer rather than hashed by TID. The kernel needs its key
@@ -93,6 +67,12 @@ pub struct TaskStorage<T> {
 
 // SAFETY: the fields are placeholders the loader reads from BTF; never dereferenced.
 unsafe impl<T> Sync for TaskStorage<T> {}
+
+impl<T> Default for TaskStorage<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl<T> TaskStorage<T> {
     pub const fn new() -> Self {

@@ -1,0 +1,274 @@
+//! Per-thread entries (task-local storage or the `THREADS` hash), their histograms and
+//! counters, and the totals a thread hands over when it dies.
+use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
+use aya_ebpf::helpers::{
+    bpf_get_current_comm, bpf_get_smp_processor_id, bpf_perf_event_read_value,
+};
+use tracer_common::{
+    drop, filter,
+    hist::{bucket_index, msb, HistKey, N_BUCKETS, SUB},
+    scope, ExitRecord, ThreadStats,
+};
+
+use crate::{
+    maps::{
+        count_drop, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL, SLICE_COUNTER0, SLICE_COUNTER1,
+        TASK_STATS, THREADS, TRACKED, WINDOW,
+    },
+    task::config,
+    Task,
+};
+#[inline(always)]
+pub(super) fn hist_add(kind: u32, id: u32, v: u64) {
+    let c = config();
+    // A value's power of two (its first sub-bucket; values below SUB have exact buckets
+    // and keep them): the same classic power-of-two buckets, far fewer keys per process.
+    let b = if c.hist_pow2 != 0 && v >= SUB {
+        bucket_index(1u64 << msb(v))
+    } else {
+        bucket_index(v)
+    };
+    if c.hist_scope == scope::ALL {
+        if let Some(p) = HIST.get_ptr_mut(kind * N_BUCKETS as u32 + b as u32) {
+            // SAFETY: per-CPU slot.
+            unsafe { *p += 1 };
+        }
+        return;
+    }
+    let key = HistKey {
+        id,
+        kind: kind as u16,
+        bucket: b as u16,
+    };
+    match HIST_SCOPED.get_ptr_mut(key) {
+        // SAFETY: per-CPU value.
+        Some(p) => unsafe { *p += 1 },
+        None => {
+            if HIST_SCOPED.insert(key, 1, BPF_NOEXIST as u64).is_err() {
+                // Another CPU may have inserted the same key meanwhile (EEXIST, seen
+                // under process churn): count there; only a missing key is a loss.
+                match HIST_SCOPED.get_ptr_mut(key) {
+                    // SAFETY: per-CPU value.
+                    Some(p) => unsafe { *p += 1 },
+                    None => count_drop(drop::HIST_FULL),
+                }
+            }
+        }
+    }
+}
+
+/// Whether `t`'s entry lives in task-local storage (tp_btf mode) rather than `THREADS`.
+#[inline(always)]
+pub(super) fn in_storage(t: &Task) -> bool {
+    config().use_task_storage != 0 && t.trusted
+}
+
+/// A number no other entry has: this CPU's count of entries made, with the CPU on top.
+#[inline(always)]
+pub(super) fn next_serial() -> u64 {
+    let cpu = unsafe { bpf_get_smp_processor_id() } as u64;
+    match SERIAL.get_ptr_mut(0) {
+        Some(p) => {
+            // SAFETY: per-CPU slot; the programs that make entries do not nest on a CPU.
+            let n = unsafe { *p } + 1;
+            unsafe { *p = n };
+            (cpu << 48) | n
+        }
+        None => 0,
+    }
+}
+
+/// The thread's entry if it has one (never created here).
+#[inline(always)]
+pub fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
+    if in_storage(t) {
+        // SAFETY: a trusted task pointer.
+        unsafe { TASK_STATS.get(t.ptr, None) }
+    } else {
+        THREADS.get_ptr_mut(t.tid)
+    }
+}
+
+/// The thread's entry, created on first sight: in task-local storage (one pointer chase
+/// from the task) in tp_btf mode, else in the `THREADS` hash. A new entry's off-CPU
+/// time runs from `born` (a thread created in the window: `sched_wakeup_new`), else
+/// from the window's opening: a thread first seen now has existed off-CPU since then,
+/// so one asleep at the opening still has its on + off equal to its time in the window.
+#[inline(always)]
+pub(super) fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mut ThreadStats> {
+    if in_storage(t) {
+        // SAFETY: a trusted task pointer.
+        if let Some(p) = unsafe { TASK_STATS.get(t.ptr, None) } {
+            return Some(p);
+        }
+    } else if let Some(p) = THREADS.get_ptr_mut(t.tid) {
+        return Some(p);
+    }
+    // The new entry is built in a per-CPU scratch slot, not on the stack: 200 bytes there
+    // pushed the switch program past the 512-byte combined stack the 6.1 verifier allows.
+    let sp = SCRATCH.get_ptr_mut(0)?;
+    // SAFETY: per-CPU slot, only this program on this CPU uses it until it returns.
+    let s = unsafe {
+        core::ptr::write_bytes(sp, 0, 1);
+        &mut *sp
+    };
+    s.last_cpu = u32::MAX;
+    s.serial = next_serial();
+    s.last_off_ns = match born {
+        Some(t) => t,
+        None => window().0,
+    };
+    s.tgid = if tgid != 0 { tgid } else { t.tgid() };
+    s.comm = t.comm.read();
+    if in_storage(t) {
+        // SAFETY: as above; the kernel copies `s` into the new storage.
+        let p = unsafe { TASK_STATS.get(t.ptr, Some(s)) };
+        if p.is_none() {
+            count_drop(drop::STORAGE);
+        }
+        return p;
+    }
+    // By reference: the entry by value would be copied onto the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    if THREADS.insert(t.tid, &*s, BPF_NOEXIST as u64).is_err() {
+        // Either full, or another CPU created it in between: look again.
+        let p = THREADS.get_ptr_mut(t.tid);
+        if p.is_none() {
+            count_drop(drop::THREADS_FULL);
+        }
+        return p;
+    }
+    THREADS.get_ptr_mut(t.tid)
+}
+
+#[inline(always)]
+pub(super) fn read_counter(i: usize) -> Option<u64> {
+    let map = if i == 0 {
+        &SLICE_COUNTER0 as *const _ as *mut core::ffi::c_void
+    } else {
+        &SLICE_COUNTER1 as *const _ as *mut core::ffi::c_void
+    };
+    let mut v = bpf_perf_event_value {
+        counter: 0,
+        enabled: 0,
+        running: 0,
+    };
+    // SAFETY: the map is a perf event array; the buffer is ours.
+    let r = unsafe {
+        bpf_perf_event_read_value(
+            map,
+            BPF_F_CURRENT_CPU,
+            &mut v,
+            core::mem::size_of::<bpf_perf_event_value>() as u32,
+        )
+    };
+    if r != 0 {
+        count_drop(drop::COUNTER_READ);
+        return None;
+    }
+    Some(v.counter)
+}
+
+/// The address of `current`'s task_struct (`prev`): from its BTF pointer, else one
+/// helper call (only asked when a CPU's record and `prev` disagree).
+#[inline(always)]
+pub(super) fn task_addr(prev: &Task) -> u64 {
+    if prev.ptr.is_null() {
+        unsafe { aya_ebpf::helpers::bpf_get_current_task() }
+    } else {
+        prev.ptr as u64
+    }
+}
+
+/// The window's opening and close (0: open-ended), see `tracer_common::Window`.
+#[inline(always)]
+pub(super) fn window() -> (u64, u64) {
+    match WINDOW.get(0) {
+        Some(w) => (w.open_ns, w.close_ns),
+        None => (0, 0),
+    }
+}
+
+#[inline(always)]
+pub(super) fn scoped_id(scope_: u32, tid: u32, tgid: u32) -> u32 {
+    if scope_ == scope::PROCESS {
+        tgid
+    } else {
+        tid
+    }
+}
+
+/// A thread's final switch-out: hand its totals to user space and free its entries, so
+/// the maps stay bounded under churn and a recycled TID starts from nothing.
+#[inline(always)]
+pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
+    let tid = t.tid;
+    // The dying thread is `current`: its comm now is the final one (after any exec).
+    if let Ok(comm) = bpf_get_current_comm() {
+        s.comm = comm;
+    }
+    flush_record(t, s);
+    if in_storage(t) {
+        // A zombie stays visible to the task iterator until reaped: its totals are in
+        // the ring buffer now, so the iterator must not report them again.
+        // SAFETY: a trusted task pointer (`current`).
+        unsafe { TASK_STATS.delete(t.ptr) };
+    } else {
+        let _ = THREADS.remove(tid);
+    }
+    if config().filter != filter::ALL && !exec_takes_tid(t) {
+        let _ = TRACKED.remove(tid);
+    }
+}
+
+/// Whether the dying `t` (`current`) is a leader whose TID another of its threads is
+/// about to take: `de_thread()` set `signal->group_exec_task` to the exec'ing thread
+/// before killing the others. Its traced-set entry then stays for that thread, which
+/// runs under this TID from `exchange_tids()` on, before `sched_process_exec` moves the
+/// entry (its switches in between would not count). False when BTF gave no offsets.
+#[inline(always)]
+pub(super) fn exec_takes_tid(t: &Task) -> bool {
+    let c = config();
+    if c.task_signal_off == 0 || c.signal_exec_task_off == 0 || t.tid != t.tgid() {
+        return false;
+    }
+    let Some(sig) = t.field::<u64>(c.task_signal_off) else {
+        return false;
+    };
+    if sig == 0 {
+        return false;
+    }
+    // SAFETY: bpf_probe_read_kernel validates the address.
+    let exec_task = unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel(
+            (sig as *const u8).add(c.signal_exec_task_off as usize) as *const u64,
+        )
+    }
+    .unwrap_or(0);
+    exec_task != 0 && exec_task != task_addr(t)
+}
+
+/// Hands a dead thread's totals to user space through the ring buffer.
+#[inline(always)]
+pub(super) fn flush_record(t: &Task, s: &ThreadStats) {
+    flush_record_as(t.tid, 0, s)
+}
+
+/// Sends `s` as the totals of `tid` (which goes on as `became`, if not 0).
+#[inline(always)]
+pub(super) fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
+    match EXITED.reserve::<ExitRecord>(0) {
+        Some(mut e) => {
+            // Written in place: an `ExitRecord` built on the stack first costs 208 bytes.
+            let p = e.as_mut_ptr();
+            // SAFETY: the reservation holds one ExitRecord; `s` is a map value.
+            unsafe {
+                (*p).tid = tid;
+                (*p).became = became;
+                core::ptr::copy_nonoverlapping(s as *const ThreadStats, &mut (*p).stats, 1);
+            }
+            e.submit(0);
+        }
+        None => count_drop(drop::EXIT_RINGBUF_FULL),
+    }
+}

@@ -1,0 +1,102 @@
+//! The traced set: whether a thread is in it (`TRACKED`, or every thread, or the target
+//! cgroup's), and how it follows forks and execs. Shared by the scheduling and off-CPU
+//! families.
+use tracer_common::{drop, filter, Tracked, TRACK_INHERIT};
+
+use crate::{
+    maps::{count_drop, CGROUP_TARGET, TRACKED},
+    task::config,
+    Task,
+};
+use aya_ebpf::helpers::bpf_get_current_cgroup_id;
+/// Whether a thread is in the traced set, and its TGID when the set knows it.
+#[inline(always)]
+pub fn traced(t: &Task) -> Option<u32> {
+    if t.tid == 0 {
+        return None; // the idle task of every CPU
+    }
+    if config().filter == filter::ALL {
+        return Some(t.tgid);
+    }
+    // SAFETY: the value is copied out at once.
+    unsafe { TRACKED.get(t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
+}
+
+/// cgroup mode: whether `current` (the thread leaving the CPU, `prev`) is in the
+/// target cgroup, or below it unless `cgroup_node_only`. Asked at every switch-out,
+/// so a thread that moves out stops counting at once; `TRACKED` follows, as the cache
+/// of members that the wakeup programs (which see other tasks than `current`) read.
+#[inline(always)]
+pub(super) fn cgroup_member(prev: &Task) -> bool {
+    let c = config();
+    if prev.tid == 0 {
+        return false;
+    }
+    let inside = if c.cgroup_node_only != 0 {
+        (unsafe { bpf_get_current_cgroup_id() }) == c.cgroup_id
+    } else {
+        CGROUP_TARGET.current_task_under_cgroup(0).unwrap_or(false)
+    };
+    // SAFETY: the value is only tested for presence.
+    let cached = unsafe { TRACKED.get(prev.tid) }.is_some();
+    if inside && !cached {
+        let v = Tracked {
+            tgid: prev.tgid,
+            flags: TRACK_INHERIT,
+        };
+        if TRACKED.insert(prev.tid, v, 0).is_err() {
+            count_drop(drop::TRACKED_FULL);
+        }
+    } else if !inside && cached {
+        let _ = TRACKED.remove(prev.tid);
+    }
+    inside
+}
+
+/// Whether `prev` (`current`) is in the traced set now.
+#[inline(always)]
+pub fn member(prev: &Task) -> bool {
+    if config().filter == filter::CGROUP {
+        cgroup_member(prev)
+    } else {
+        traced(prev).is_some()
+    }
+}
+
+/// A new thread or process: it joins the traced set when its parent's set inherits.
+#[inline(always)]
+pub fn fork(parent: Task, child: Task) {
+    if config().filter == filter::ALL {
+        return;
+    }
+    // SAFETY: copied out at once.
+    let Some(p) = (unsafe { TRACKED.get(parent.tid) }).copied() else {
+        return;
+    };
+    if p.flags & TRACK_INHERIT == 0 {
+        return;
+    }
+    let v = Tracked {
+        tgid: child.tgid(),
+        flags: TRACK_INHERIT,
+    };
+    if TRACKED.insert(child.tid, v, 0).is_err() {
+        count_drop(drop::TRACKED_FULL);
+    }
+}
+
+/// An exec moved a thread from TID `old` to `new` (`de_thread()`): its place in the
+/// traced set moves with it.
+#[inline(always)]
+pub fn follow_exec(old: u32, new: u32) {
+    if config().filter == filter::ALL {
+        return;
+    }
+    // SAFETY: copied out at once.
+    if let Some(v) = unsafe { TRACKED.get(old) }.copied() {
+        if TRACKED.insert(new, v, 0).is_err() {
+            count_drop(drop::TRACKED_FULL);
+        }
+        let _ = TRACKED.remove(old);
+    }
+}

@@ -1,0 +1,345 @@
+//! A context switch: the slice of the thread leaving closed, with what ended when it
+//! began (its run-queue wait, off-CPU time, migration), and the next one opened.
+use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns};
+use tracer_common::{
+    drop, filter,
+    hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
+    slice, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED, OFF_PREEMPTED,
+    REAPED_BY_EXEC,
+};
+
+use super::{entries::*, events::hand_over, membership::*};
+use crate::{
+    maps::{count_drop, CPU_STATE, TASK_STATS},
+    task::config,
+    Leave, Task,
+};
+/// A context switch seen in one place (sched_switch): close `prev`, open `next`.
+#[inline(always)]
+pub fn switch(prev: Task, leave: Leave, next: Task) {
+    let now = switch_out(prev, leave);
+    switch_in_at(next, now);
+}
+
+/// Closes the slice of `prev`, which is leaving the CPU, and settles everything about
+/// the thread that ended when this slice began (its run-queue wait, its off-CPU time, a
+/// migration): deferring those from switch-in means one `THREADS` lookup per switch.
+/// Returns the timestamp taken, or 0 when none was needed.
+#[inline(always)]
+pub fn switch_out(prev: Task, leave: Leave) -> u64 {
+    let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: per-CPU state, only this CPU's switch programs touch it.
+    let cs = unsafe { &mut *cs };
+    let c = config();
+    let (open, close) = window();
+    if cs.traced != 0
+        && cs.tid != prev.tid
+        && slice::tid_swapped(
+            cs.tid,
+            cs.task,
+            prev.tid,
+            prev.tgid,
+            if cs.task != 0 { task_addr(&prev) } else { 0 },
+            leave == Leave::Dead,
+        )
+    {
+        // The task this CPU switched to, under another TID: an exec from a non-main
+        // thread, `de_thread()` swapping the TIDs of the exec'ing thread and the old
+        // leader (`exchange_tids()`) while it ran here.
+        if leave == Leave::Dead {
+            // The old leader's final switch: its last moments since the exec are not
+            // counted; its totals go out under its own TID (in task storage the entry
+            // hangs off the task; in the THREADS hash `hand_over` hands them over
+            // (or did). Not `flush_dead`: the traced set's entry for that TID is the
+            // exec'd thread's.
+            if in_storage(&prev) {
+                if let Some(s) = existing_entry(&prev) {
+                    // SAFETY: task storage of the task leaving.
+                    flush_record_as(cs.tid, REAPED_BY_EXEC, unsafe { &*s });
+                    // SAFETY: a trusted task pointer (`current`).
+                    unsafe { TASK_STATS.delete(prev.ptr) };
+                }
+            }
+            cs.traced = 0;
+            return 0;
+        }
+        // The exec'ing thread, leaving before `sched_process_exec`: its TID changed
+        // here, so its totals so far go out under the old one now, and this slice and
+        // the next count under the new one, as the trace names them (by the TID a task
+        // has when it leaves, see `record::sched_switch`).
+        hand_over(&prev, cs.tid, prev.tid, HANDED_OVER);
+        cs.tid = prev.tid;
+    }
+    // The slice began at a switch-in this CPU saw (not at the window's opening).
+    let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
+    let at_open = cs.slice_start_ns == 0;
+    let cgroup_mode = c.filter == filter::CGROUP;
+    if !at_open && cs.traced != 0 && cs.tid != prev.tid {
+        // The task the last switch here put on this CPU left it by a switch the kernel
+        // never reported (see `drop::UNSEEN_SWITCH_OUT`): its slice is lost.
+        count_drop(drop::UNSEEN_SWITCH_OUT);
+    }
+    let (prev_traced, start) = if at_open {
+        // First switch on this CPU since load: prev has run since before the programs
+        // attached; its slice counts from the opening, written before they attached.
+        (open != 0 && member(&prev), open)
+    } else if cs.tid == prev.tid && prev.tid != 0 {
+        // Its switch-in was seen. In cgroup mode `switch_in_at` timed every switch-in,
+        // and membership is what it is now: a thread that joined the cgroup mid-slice
+        // counts from the switch-in, one that left does not count.
+        let traced_now = if cgroup_mode {
+            cgroup_member(&prev)
+        } else {
+            cs.traced != 0
+        };
+        (traced_now, cs.slice_start_ns)
+    } else if prev.tid != 0 && member(&prev) {
+        // The switch-in was not seen under this TID (a program run the kernel skipped,
+        // or a TID changed by exec): the slice's start is unknown (0). It is counted
+        // from the scheduler's runtime where it can be, and the loss said.
+        count_drop(drop::UNSEEN_SWITCH_IN);
+        (true, 0)
+    } else {
+        (false, 0)
+    };
+    // The CPU is known from here on; switch_in sets the rest.
+    cs.traced = 0;
+    if cs.slice_start_ns == 0 {
+        cs.slice_start_ns = 1;
+    }
+    if !prev_traced {
+        // A slice not timed (begun after the window's close, its start unknown, or a
+        // thread no longer in the traced set): a thread with an entry that dies in it
+        // still hands over its totals.
+        if leave == Leave::Dead && prev.tid != 0 {
+            if let Some(s) = existing_entry(&prev) {
+                // SAFETY: map value or task storage.
+                flush_dead(&prev, unsafe { &mut *s });
+            }
+        }
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if slice::edge(start, open, close) == slice::Edge::Outside {
+        // Began after the close (or before the opening): nothing of it is in the window.
+        // Only a death still has to be handed over.
+        if leave == Leave::Dead {
+            if let Some(s) = existing_entry(&prev) {
+                // SAFETY: map value or task storage.
+                flush_dead(&prev, unsafe { &mut *s });
+            }
+        }
+        return now;
+    }
+    let Some(s) = thread_entry(&prev, prev.tgid, None) else {
+        return now;
+    };
+    // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
+    let s = unsafe { &mut *s };
+    s.tgid = prev.tgid;
+    if s.comm[0] == 0 {
+        // Made where no name was at hand (a classic fork or exec record): user space
+        // reads /proc, which a thread dying at the window's close no longer has.
+        s.comm = prev.comm.read();
+    }
+    if c.thread_cgroup != 0 {
+        // `prev` is `current`: the cgroup it ran in (`tracer serve` only). A move shows
+        // here first: the time before this slice was the previous cgroup's (a slice in
+        // which it moved counts for the new one).
+        let cg = unsafe { bpf_get_current_cgroup_id() };
+        if cg != s.cgroup_id {
+            s.cgroup_prev_id = s.cgroup_id;
+            s.cgroup_moved_at_ns = s.on_cpu_ns;
+            s.cgroup_id = cg;
+        }
+    }
+    let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
+
+    let sum = prev.sum_exec();
+    // The slice as a flag and a plain number: an `Option` here leaves its payload
+    // undefined on the `None` path, and LLVM may then read a register the verifier
+    // deems uninitialized ("R5 !read_ok").
+    let running = prev.running_slice().unwrap_or(u64::MAX);
+    let unseen_in = if start == 0 && running != slice::UNKNOWN {
+        now.saturating_sub(running)
+    } else {
+        0
+    };
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
+    // scheduler's runtime of this slice says (`unseen_in`): the wait that ended
+    // there is timed from the wakeup kept in the entry. (From `running`, not the
+    // slice chosen below: the verifier then walks the two choices one after the
+    // other, not every pair of them.)
+    let wait = if c.use_task_storage != 0 {
+        if seen_in {
+            cs.wait_ns
+        } else {
+            slice::wait_from(s.runnable_ns, unseen_in)
+        }
+    } else if let Some(rd) = prev.run_delay() {
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else if seen_in {
+            cs.run_delay_in
+        } else {
+            slice::UNKNOWN
+        };
+        s.last_run_delay = rd;
+        s.flags |= HAVE_RUN_DELAY;
+        slice::wait_by_run_delay(rd, base)
+    } else {
+        slice::wait_from(s.runnable_ns, start.max(unseen_in))
+    };
+    if wait != slice::UNKNOWN {
+        s.runq_wait_ns += wait;
+        s.runq_waits += 1;
+        hist_add(KIND_RUNQ, id, wait);
+    }
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    if s.last_cpu != u32::MAX && s.last_cpu != cpu {
+        s.migrations += 1;
+    }
+    s.last_cpu = cpu;
+
+    // The slice, its start and the scheduler's credit and gap (see `slice::slice`).
+    let sl = slice::slice(&slice::Facts {
+        now,
+        open,
+        close,
+        start,
+        at_open,
+        running,
+        sum,
+        last_sum: s.last_sum_exec,
+        pending_runtime: s.pending_runtime,
+    });
+    let (has_slice, slice) = (sl.counted, sl.len);
+    s.last_sum_exec = sum;
+    s.pending_runtime = 0;
+    let d = slice::off_cpu(s.last_off_ns, sl.begun, sl.credit);
+    if d != 0 {
+        s.off_cpu_ns += d;
+        if s.off_state == OFF_PREEMPTED {
+            s.preempted_ns += d;
+        } else {
+            s.blocked_ns += d;
+        }
+        hist_add(KIND_OFF_CPU, id, d);
+    }
+    let gap = sl.gap;
+    // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
+    // the per-CPU figures add up to the threads'. They never overlap on a CPU: after a
+    // wakeup preemption the scheduler charges the woken thread from the wakeup, and the
+    // thread it preempts only up to it (the boundary is one rq clock reading).
+    cs.busy_ns += slice;
+    if has_slice {
+        s.on_cpu_ns += slice;
+        s.slices += 1;
+        hist_add(KIND_ON_CPU, id, slice);
+    }
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    for i in 0..n_counters {
+        if cs.counter_base[i] != 0 {
+            if let Some(v) = read_counter(i) {
+                s.counters[i] += v.wrapping_sub(cs.counter_base[i]);
+            }
+        }
+    }
+    s.last_off_ns = now - gap;
+    s.runnable_ns = 0;
+    match leave {
+        Leave::Preempted => {
+            s.involuntary += 1;
+            s.off_state = OFF_PREEMPTED;
+            if c.task_run_delay_off == 0 {
+                s.runnable_ns = now;
+            }
+        }
+        Leave::Blocked => {
+            s.voluntary += 1;
+            s.off_state = OFF_BLOCKED;
+        }
+        Leave::Dead => {
+            s.voluntary += 1;
+            flush_dead(&prev, s);
+        }
+    }
+    now
+}
+
+/// Opens the slice of `next`, which is about to run (perf-sched: has just started).
+#[inline(always)]
+pub fn switch_in(next: Task) {
+    switch_in_at(next, 0)
+}
+
+/// Only per-CPU state: which thread runs here since when. Its entry is touched when it
+/// leaves (see `switch_out`).
+#[inline(always)]
+fn switch_in_at(next: Task, mut now: u64) {
+    let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: per-CPU state.
+    let cs = unsafe { &mut *cs };
+    cs.tid = next.tid;
+    cs.task = next.ptr as u64;
+    cs.traced = 0;
+    let c = config();
+    if traced(&next).is_none() {
+        if c.filter == filter::CGROUP && next.tid != 0 {
+            // It may join the cgroup before it leaves the CPU (`cgroup_member`): its
+            // slice then counts from here, so the start must be known.
+            if now == 0 {
+                now = unsafe { bpf_ktime_get_ns() };
+            }
+            cs.slice_start_ns = now;
+            return;
+        }
+        // Untraced or idle: the CPU is known, so the next switch-out does not take this
+        // thread for one that ran since before the window.
+        if cs.slice_start_ns == 0 {
+            cs.slice_start_ns = 1;
+        }
+        return;
+    }
+    if now == 0 {
+        now = unsafe { bpf_ktime_get_ns() };
+    }
+    let (_, close) = window();
+    if close != 0 && now > close {
+        // The window has closed: no new slice is counted.
+        cs.slice_start_ns = now;
+        return;
+    }
+    cs.traced = 1;
+    cs.slice_start_ns = now;
+    cs.run_delay_in = if next.ptr.is_null() {
+        u64::MAX
+    } else {
+        next.run_delay().unwrap_or(u64::MAX)
+    };
+    cs.wait_ns = u64::MAX;
+    if in_storage(&next) {
+        // The wait ends here; its start is in the task's storage (no hash lookup).
+        // SAFETY: a trusted task pointer (tp_btf argument).
+        if let Some(s) = unsafe { TASK_STATS.get(next.ptr, None) } {
+            // SAFETY: the task's storage; only its own switches and wakeups touch it.
+            let s = unsafe { &mut *s };
+            if s.runnable_ns != 0 && now > s.runnable_ns {
+                cs.wait_ns = now - s.runnable_ns;
+            }
+            s.runnable_ns = 0;
+        }
+    }
+    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    for i in 0..n_counters {
+        cs.counter_base[i] = read_counter(i).unwrap_or(0);
+    }
+}
