@@ -443,6 +443,58 @@ pub fn assert_within_window(doc: &Value, what: &str) {
     }
 }
 
+/// The first mount of filesystem type `fs` (with mount option `opt`, e.g. the v1 `cpu`
+/// controller), from /proc/mounts.
+pub fn mount_of(fs: &str, opt: Option<&str>) -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.get(2) == Some(&fs)
+            && opt.is_none_or(|o| f.get(3).is_some_and(|x| x.split(',').any(|x| x == o))))
+        .then(|| PathBuf::from(f[1]))
+    })
+}
+
+/// The cgroup v2 hierarchy (`/sys/fs/cgroup` on unified systems, `/sys/fs/cgroup/unified`
+/// on hybrid ones); the cgroup tests need one.
+pub fn cgroup2_mount() -> PathBuf {
+    mount_of("cgroup2", None).expect("no cgroup2 mount: the cgroup tests need cgroup v2")
+}
+
+/// Cgroup directories a test made, removed (deepest first) on drop: their tasks killed
+/// (`cgroup.kill` where the kernel has it) and each removal retried for up to 5 s while
+/// they die. What existed before is left alone.
+#[derive(Default)]
+pub struct MadeDirs(Vec<PathBuf>);
+
+impl MadeDirs {
+    /// Makes `rel` under `base`, recording each missing component.
+    pub fn dir(&mut self, base: &std::path::Path, rel: &str) -> PathBuf {
+        let mut p = base.to_path_buf();
+        for c in rel.split('/') {
+            p.push(c);
+            if !p.exists() {
+                std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {p:?}: {e}"));
+                self.0.push(p.clone());
+            }
+        }
+        p
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        for d in self.0.iter().rev() {
+            let _ = std::fs::write(d.join("cgroup.kill"), "1");
+            let t = std::time::Instant::now();
+            while std::fs::remove_dir(d).is_err() && t.elapsed() < std::time::Duration::from_secs(5)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The object's program names include the ones the tracer loads outside the three

@@ -213,16 +213,8 @@ fn histograms_find_the_work_and_sleep_times() {
     assert_eq!(th["exited"], true);
 }
 
-/// The cgroup v2 hierarchy (`/sys/fs/cgroup` on unified systems, `/sys/fs/cgroup/unified`
-/// on hybrid ones).
 fn cgroup2_root() -> String {
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    mounts
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|f| f.get(2) == Some(&"cgroup2"))
-        .map(|f| f[1].to_string())
-        .expect("no cgroup2 mount: the --cgroup tests need cgroup v2")
+    tracer_tests::cgroup2_mount().display().to_string()
 }
 
 /// Removes a scratch cgroup when dropped (its processes are moved out first).

@@ -186,15 +186,7 @@ fn process_cpu_ns(pid: u32) -> u64 {
 }
 
 fn cgroup2_dir(name: &str) -> std::path::PathBuf {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let base = mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
-        })
-        .expect("a cgroup2 mount");
-    std::path::PathBuf::from(base).join(format!("tracer-test-{}-{name}", std::process::id()))
+    tracer_tests::cgroup2_mount().join(format!("tracer-test-{}-{name}", std::process::id()))
 }
 
 /// With --cgroup, task-clock counts a process that joins after the start: counted per CPU

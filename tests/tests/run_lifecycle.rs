@@ -638,14 +638,7 @@ fn a_small_max_threads_names_the_capacity() {
 }
 
 fn cgroup2_base() -> String {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
-        })
-        .expect("a cgroup2 mount")
+    tracer_tests::cgroup2_mount().display().to_string()
 }
 
 #[test]

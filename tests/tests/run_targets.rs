@@ -201,15 +201,7 @@ fn system_wide_reports_many_threads() {
 #[ignore = "needs root"]
 fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     require_root();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let base = mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
-        })
-        .expect("a cgroup2 mount");
-    let cg = std::path::PathBuf::from(base).join(format!("tracer-test-{}", std::process::id()));
+    let cg = tracer_tests::cgroup2_mount().join(format!("tracer-test-{}", std::process::id()));
     std::fs::create_dir(&cg).expect("create a test cgroup");
     let inside = Background::start(WORKLOAD);
     std::fs::write(cg.join("cgroup.procs"), inside.pid().to_string()).unwrap();
@@ -237,28 +229,6 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     }
 }
 
-/// Cgroup directories a test made (deepest first on drop), leaving alone what existed.
-struct Dirs(Vec<std::path::PathBuf>);
-
-impl Dirs {
-    fn make(&mut self, dir: &std::path::Path) {
-        for d in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
-            if !d.exists() {
-                std::fs::create_dir(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-                self.0.push(d.to_path_buf());
-            }
-        }
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        for d in self.0.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
 /// `--pod` and `--container` find the workload's cgroup in the kubelet's and docker's
 /// layouts (made here in the cgroup v2 tree: no runtime runs on this machine) by UID, by
 /// id prefix, and refuse in one line what matches none or two.
@@ -266,31 +236,23 @@ impl Drop for Dirs {
 #[ignore = "needs root"]
 fn pods_and_containers_are_found_by_uid_or_id_prefix() {
     require_root();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let base = std::path::PathBuf::from(
-        mounts
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
-            })
-            .expect("a cgroup2 mount"),
-    );
+    let base = tracer_tests::cgroup2_mount();
     let me = format!("{:08x}", std::process::id());
     let uid = format!("{me}-1111-2222-3333-444455556666");
     let (id_a, id_b) = (
         format!("{me}{}", "a".repeat(56)),
         format!("{me}{}", "b".repeat(56)),
     );
-    let pod = base.join(format!(
+    let pod = format!(
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
         uid.replace('-', "_")
-    ));
-    let in_pod = pod.join(format!("cri-containerd-{id_a}.scope"));
-    let docker = base.join(format!("tracer-test-{me}.slice/docker-{id_b}.scope"));
-    let mut dirs = Dirs(Vec::new());
-    dirs.make(&in_pod);
-    dirs.make(&docker);
+    );
+    let mut dirs = tracer_tests::MadeDirs::default();
+    let in_pod = dirs.dir(&base, &format!("{pod}/cri-containerd-{id_a}.scope"));
+    let docker = dirs.dir(
+        &base,
+        &format!("tracer-test-{me}.slice/docker-{id_b}.scope"),
+    );
     let a = Background::start(WORKLOAD);
     let b = Background::start(WORKLOAD);
     std::fs::write(in_pod.join("cgroup.procs"), a.pid().to_string()).unwrap();
@@ -367,24 +329,14 @@ fn cpu_stat(file: &std::path::Path) -> (u64, u64, u64) {
 #[ignore = "needs root"]
 fn a_cgroup_run_reports_its_quota_throttling_and_pressure() {
     require_root();
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    let mount_of = |fs: &str, opt: Option<&str>| {
-        mounts.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&fs) && opt.is_none_or(|o| f[3].split(',').any(|x| x == o)))
-                .then(|| std::path::PathBuf::from(f[1]))
-        })
-    };
-    let v2 = mount_of("cgroup2", None).expect("a cgroup2 mount");
+    let v2 = tracer_tests::cgroup2_mount();
     let name = format!("tracer-quota-{}", std::process::id());
-    let mut dirs = Dirs(Vec::new());
-    let dir = v2.join(&name);
-    dirs.make(&dir);
+    let mut dirs = tracer_tests::MadeDirs::default();
+    let dir = dirs.dir(&v2, &name);
     // The quota: the v1 cpu controller's same path on hybrid machines, else v2's cpu.max.
-    let stat = match mount_of("cgroup", Some("cpu")) {
+    let stat = match tracer_tests::mount_of("cgroup", Some("cpu")) {
         Some(v1) => {
-            let q = v1.join(&name);
-            dirs.make(&q);
+            let q = dirs.dir(&v1, &name);
             std::fs::write(q.join("cpu.cfs_quota_us"), "10000").unwrap();
             q
         }

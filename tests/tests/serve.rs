@@ -441,17 +441,7 @@ fn sum_of(body: &str, name: &str) -> f64 {
 
 /// The cgroup v2 mount (the test makes and removes cgroups under it).
 fn cgroup2_mount() -> PathBuf {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace().skip(1);
-            match (f.next(), f.next()) {
-                (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
-                _ => None,
-            }
-        })
-        .expect("a cgroup v2 mount")
+    tracer_tests::cgroup2_mount()
 }
 
 /// Cgroup churn until `end`: a cgroup made, a shell moved into it that works a little and

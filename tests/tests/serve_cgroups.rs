@@ -17,14 +17,7 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
 /// The cgroup v2 mount.
 fn cgroup2() -> PathBuf {
-    std::fs::read_to_string("/proc/mounts")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-        })
-        .expect("a cgroup v2 mount")
+    tracer_tests::cgroup2_mount()
 }
 
 /// A scratch cgroup, emptied and removed on drop.

@@ -26,50 +26,10 @@ const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 
 /// The mount points of cgroup v2 and of the v1 hierarchy with the cpu controller.
 fn mounts() -> (PathBuf, Option<PathBuf>) {
-    let text = std::fs::read_to_string("/proc/mounts").unwrap();
-    let mut v2 = None;
-    let mut v1_cpu = None;
-    for l in text.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.get(2) {
-            Some(&"cgroup2") if v2.is_none() => v2 = Some(PathBuf::from(f[1])),
-            Some(&"cgroup") if f[3].split(',').any(|o| o == "cpu") => {
-                v1_cpu.get_or_insert(PathBuf::from(f[1]));
-            }
-            _ => {}
-        }
-    }
-    (v2.expect("a cgroup v2 mount"), v1_cpu)
-}
-
-/// Directories this test made, removed (deepest first) on drop once emptied.
-struct Made(Vec<PathBuf>);
-
-impl Made {
-    /// Makes `rel` under `base`, each missing component recorded.
-    fn dir(&mut self, base: &Path, rel: &str) -> PathBuf {
-        let mut p = base.to_path_buf();
-        for c in rel.split('/') {
-            p.push(c);
-            if !p.exists() {
-                std::fs::create_dir(&p).unwrap_or_else(|e| panic!("mkdir {p:?}: {e}"));
-                self.0.push(p.clone());
-            }
-        }
-        p
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        for d in self.0.iter().rev() {
-            let _ = std::fs::write(d.join("cgroup.kill"), "1");
-            let t = Instant::now();
-            while std::fs::remove_dir(d).is_err() && t.elapsed() < Duration::from_secs(5) {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
+    (
+        tracer_tests::cgroup2_mount(),
+        tracer_tests::mount_of("cgroup", Some("cpu")),
+    )
 }
 
 /// One pod's container: its cgroup path below the mounts and its names.
@@ -153,7 +113,7 @@ fn every_dashboard_query_and_rule_returns_data_from_a_real_scrape() {
         },
     ];
     let (v2, v1_cpu) = mounts();
-    let mut made = Made(Vec::new());
+    let mut made = tracer_tests::MadeDirs::default();
     let mut procs = Vec::new();
     for (i, p) in pods.iter().enumerate() {
         let mut files = vec![made.dir(&v2, &p.rel).join("cgroup.procs")];

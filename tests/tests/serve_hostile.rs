@@ -486,17 +486,7 @@ fn port_0_reports_the_port_it_got() {
 }
 
 fn cgroup2_mount() -> PathBuf {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
-    mounts
-        .lines()
-        .find_map(|l| {
-            let mut f = l.split_whitespace().skip(1);
-            match (f.next(), f.next()) {
-                (Some(dir), Some("cgroup2")) => Some(PathBuf::from(dir)),
-                _ => None,
-            }
-        })
-        .expect("a cgroup v2 mount")
+    tracer_tests::cgroup2_mount()
 }
 
 /// Cgroups made for a test (any bytes in their names) with a busy shell in each; the
