@@ -58,15 +58,18 @@ pub struct Slice {
 
 /// A slice's length. By the scheduler's runtime where its base is known (schedstat
 /// agrees with it); cut by the clock at the window's close, since the scheduler's figure
-/// runs past it; a slice running at the attach counts from the later of the opening and
-/// its switch-in; otherwise the scheduler's runtime of the slice, then the
-/// `sched_stat_runtime` deltas, then the wall time.
+/// runs past it (but no longer than that figure); a slice running at the attach counts
+/// from the later of the opening and its switch-in; otherwise the scheduler's runtime of
+/// the slice, then the `sched_stat_runtime` deltas, then the wall time.
 #[inline(always)]
 pub fn slice(f: &Facts) -> Slice {
     let cut = f.close != 0 && f.now > f.close;
     let end = if cut { f.close } else { f.now };
     let (counted, len) = if cut {
-        (end > f.start, end.saturating_sub(f.start))
+        // By the clock, but never more than the scheduler charged the whole slice
+        // (the clock also counts steal).
+        let wall = end.saturating_sub(f.start);
+        (end > f.start, if f.running < wall { f.running } else { wall })
     } else if f.at_open {
         let since_open = f.now.saturating_sub(f.open);
         (
@@ -79,7 +82,10 @@ pub fn slice(f: &Facts) -> Slice {
         )
     } else if f.sum != 0 && f.last_sum != 0 && f.sum >= f.last_sum {
         (true, f.sum - f.last_sum)
-    } else if f.start == 0 && f.running != UNKNOWN {
+    } else if f.running != UNKNOWN {
+        // A thread's first slice (no base yet), its switch-in seen or not: the
+        // scheduler's runtime of the slice, not the clock, which also counts the
+        // hypervisor's steal (runtime does not, with CONFIG_PARAVIRT_TIME_ACCOUNTING).
         (true, f.running)
     } else if f.pending_runtime != 0 {
         (true, f.pending_runtime)
@@ -313,6 +319,22 @@ mod tests {
                 },
             ),
             (
+                "cut at the close, 8 ms of the hypervisor's steal in the slice: its runtime",
+                Facts {
+                    close: 205 * MS,
+                    running: 2 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 2 * MS,
+                    wall: 5 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 3 * MS,
+                },
+            ),
+            (
                 "running at the attach, switched in 4 ms after the opening",
                 Facts {
                     at_open: true,
@@ -358,6 +380,21 @@ mod tests {
                     begun: 207 * MS,
                     credit: 0,
                     gap: 0,
+                },
+            ),
+            (
+                "first slice of a thread, 4 ms of the hypervisor's steal in it: the runtime",
+                Facts {
+                    running: 6 * MS,
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 6 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 4 * MS,
                 },
             ),
             (
