@@ -10,9 +10,11 @@
 
 pub mod bounds;
 mod rng;
+pub mod steal;
 
 pub use bounds::*;
 pub use rng::Rng;
+pub use steal::{steal_ns, Steal};
 use serde::{Deserialize, Serialize};
 
 /// One thread's ground truth. Written with `serde_json::to_string` (absent figures left
