@@ -88,7 +88,11 @@ impl RssRun {
         let mut parts = Vec::new();
         for &(ms, kib) in &self.timeline {
             if ms >= next {
-                parts.push(format!("{:.1}s {:.1}", ms as f64 / 1e3, kib as f64 / 1024.0));
+                parts.push(format!(
+                    "{:.1}s {:.1}",
+                    ms as f64 / 1e3,
+                    kib as f64 / 1024.0
+                ));
                 next = ms + every_ms;
             }
         }

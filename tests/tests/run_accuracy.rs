@@ -90,7 +90,9 @@ fn on_cpu_time_matches_schedstat_per_thread() {
     // the threads were on a CPU; schedstat's runtime does not.
     let steal_ns = steal.allowance_ns();
     assert!(
-        CPUS_UTILIZED.plus(steal_ns / dur as f64).holds(util, expect),
+        CPUS_UTILIZED
+            .plus(steal_ns / dur as f64)
+            .holds(util, expect),
         "cpus_utilized {util} vs schedstat-based {expect} (steal meanwhile up to {:.1} ms)",
         steal_ns / 1e6
     );

@@ -148,7 +148,10 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
             .unwrap_or(0) as f64
             / 1024.0
     };
-    let (early, late) = (most(6_000, end_ms / 4 + 6_000), most(end_ms * 3 / 4, end_ms));
+    let (early, late) = (
+        most(6_000, end_ms / 4 + 6_000),
+        most(end_ms * 3 / 4, end_ms),
+    );
     assert!(
         late <= early * 1.25 + 8.0,
         "the tracer's memory grows with the threads churned: {early:.1} MiB early, \

@@ -69,7 +69,10 @@ pub fn slice(f: &Facts) -> Slice {
         // By the clock, but never more than the scheduler charged the whole slice
         // (the clock also counts steal).
         let wall = end.saturating_sub(f.start);
-        (end > f.start, if f.running < wall { f.running } else { wall })
+        (
+            end > f.start,
+            if f.running < wall { f.running } else { wall },
+        )
     } else if f.at_open {
         let since_open = f.now.saturating_sub(f.open);
         (

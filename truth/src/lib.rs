@@ -14,8 +14,8 @@ pub mod steal;
 
 pub use bounds::*;
 pub use rng::Rng;
-pub use steal::{steal_ns, Steal};
 use serde::{Deserialize, Serialize};
+pub use steal::{steal_ns, Steal};
 
 /// One thread's ground truth. Written with `serde_json::to_string` (absent figures left
 /// out) and read with [`Truth::parse`].
