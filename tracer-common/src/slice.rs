@@ -58,21 +58,15 @@ pub struct Slice {
 
 /// A slice's length. By the scheduler's runtime where its base is known (schedstat
 /// agrees with it); cut by the clock at the window's close, since the scheduler's figure
-/// runs past it (but no longer than that figure); a slice running at the attach counts
-/// from the later of the opening and its switch-in; otherwise the scheduler's runtime of
-/// the slice, then the `sched_stat_runtime` deltas, then the wall time.
+/// runs past it; a slice running at the attach counts from the later of the opening and
+/// its switch-in; otherwise the scheduler's runtime of the slice, then the
+/// `sched_stat_runtime` deltas, then the wall time.
 #[inline(always)]
 pub fn slice(f: &Facts) -> Slice {
     let cut = f.close != 0 && f.now > f.close;
     let end = if cut { f.close } else { f.now };
     let (counted, len) = if cut {
-        // By the clock, but never more than the scheduler charged the whole slice
-        // (the clock also counts steal).
-        let wall = end.saturating_sub(f.start);
-        (
-            end > f.start,
-            if f.running < wall { f.running } else { wall },
-        )
+        (end > f.start, end.saturating_sub(f.start))
     } else if f.at_open {
         let since_open = f.now.saturating_sub(f.open);
         (
@@ -85,10 +79,7 @@ pub fn slice(f: &Facts) -> Slice {
         )
     } else if f.sum != 0 && f.last_sum != 0 && f.sum >= f.last_sum {
         (true, f.sum - f.last_sum)
-    } else if f.running != UNKNOWN {
-        // A thread's first slice (no base yet), its switch-in seen or not: the
-        // scheduler's runtime of the slice, not the clock, which also counts the
-        // hypervisor's steal (runtime does not, with CONFIG_PARAVIRT_TIME_ACCOUNTING).
+    } else if f.start == 0 && f.running != UNKNOWN {
         (true, f.running)
     } else if f.pending_runtime != 0 {
         (true, f.pending_runtime)
@@ -121,6 +112,22 @@ pub fn slice(f: &Facts) -> Slice {
         begun,
         credit,
         gap,
+    }
+}
+
+/// The base of a slice's runtime (`Facts::last_sum`): the thread's `sum_exec_runtime`
+/// at its last switch-out, or for its first slice the value read at its switch-in
+/// (`sum_in`, [`UNKNOWN`] when not read). 0 means no base, so a new thread's 0 becomes 1
+/// (its slice 1 ns short); an unknown stays unknown and no slice is taken from it.
+/// Not `running`: `prev_sum_exec_runtime` is the fair class's alone (an RT task's is
+/// its last fair pick's) and `set_next_task_fair` resets it without a switch. Not the
+/// clock: it counts the hypervisor's steal, which the runtime leaves out.
+#[inline(always)]
+pub fn runtime_base(last_sum: u64, sum_in: u64) -> u64 {
+    if last_sum != 0 {
+        last_sum
+    } else {
+        sum_in | 1
     }
 }
 
@@ -322,22 +329,6 @@ mod tests {
                 },
             ),
             (
-                "cut at the close, 8 ms of the hypervisor's steal in the slice: its runtime",
-                Facts {
-                    close: 205 * MS,
-                    running: 2 * MS,
-                    ..seen(200 * MS, 210 * MS)
-                },
-                Slice {
-                    counted: true,
-                    len: 2 * MS,
-                    wall: 5 * MS,
-                    begun: 200 * MS,
-                    credit: 0,
-                    gap: 3 * MS,
-                },
-            ),
-            (
                 "running at the attach, switched in 4 ms after the opening",
                 Facts {
                     at_open: true,
@@ -386,9 +377,10 @@ mod tests {
                 },
             ),
             (
-                "first slice of a thread, 4 ms of the hypervisor's steal in it: the runtime",
+                "first slice of a thread, 4 ms of the hypervisor's steal in it: its runtime",
                 Facts {
-                    running: 6 * MS,
+                    sum: 36 * MS + 1,
+                    last_sum: runtime_base(0, 30 * MS),
                     ..seen(200 * MS, 210 * MS)
                 },
                 Slice {
@@ -398,6 +390,38 @@ mod tests {
                     begun: 200 * MS,
                     credit: 0,
                     gap: 4 * MS,
+                },
+            ),
+            (
+                "a new thread's first slice: from its runtime of 0 (1 ns short)",
+                Facts {
+                    sum: 3 * MS + 1,
+                    last_sum: runtime_base(0, 0),
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 3 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 7 * MS,
+                },
+            ),
+            (
+                "first slice, the runtime at the switch-in not read: the wall time",
+                Facts {
+                    sum: 3 * MS,
+                    last_sum: runtime_base(0, UNKNOWN),
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 10 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 0,
                 },
             ),
             (
@@ -449,6 +473,14 @@ mod tests {
                 assert_eq!(s.len + s.gap, s.wall + s.credit, "{what}");
             }
         }
+    }
+
+    #[test]
+    fn a_slice_base_is_the_last_switch_out_else_the_switch_in() {
+        assert_eq!(runtime_base(40 * MS, 30 * MS), 40 * MS);
+        assert_eq!(runtime_base(0, 30 * MS), 30 * MS + 1);
+        assert_eq!(runtime_base(0, 0), 1);
+        assert_eq!(runtime_base(0, UNKNOWN), UNKNOWN);
     }
 
     #[test]
