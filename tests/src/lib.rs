@@ -69,11 +69,51 @@ pub fn run_tracer(args: &[&str]) -> Output {
         .expect("cannot start the tracer binary")
 }
 
-/// Runs the tracer with `args` like [`run_tracer`], and also returns its own peak RSS in
-/// KiB (`wait4`'s rusage of that child alone: `RUSAGE_CHILDREN` would also hold any
-/// larger process the test binary waited for before).
+/// A tracer run and its memory: [`run_tracer_rss`].
+pub struct RssRun {
+    pub out: Output,
+    /// The tracer's own peak RSS (KiB): its `VmHWM`, read every 20 ms until it exits.
+    pub peak_kib: u64,
+    /// Its resident set (`VmRSS`, KiB) at each reading, with the ms since the start.
+    pub timeline: Vec<(u64, u64)>,
+    /// `wait4`'s peak (KiB), which is also its children's (a `-- CMD` workload) when
+    /// larger.
+    pub wait4_kib: u64,
+}
+
+impl RssRun {
+    /// The resident set every `every_ms`, for a failure message.
+    pub fn timeline_text(&self, every_ms: u64) -> String {
+        let mut next = 0;
+        let mut parts = Vec::new();
+        for &(ms, kib) in &self.timeline {
+            if ms >= next {
+                parts.push(format!(
+                    "{:.1}s {:.1}",
+                    ms as f64 / 1e3,
+                    kib as f64 / 1024.0
+                ));
+                next = ms + every_ms;
+            }
+        }
+        format!("RSS (MiB) over time: {}", parts.join(", "))
+    }
+}
+
+/// `VmHWM` and `VmRSS` (KiB) of a live process.
+fn hwm_rss_kib(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let l = s.lines().find(|l| l.starts_with(name))?;
+        l.split_whitespace().nth(1)?.parse().ok()
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// Runs the tracer with `args` like [`run_tracer`], and measures its own memory as it
+/// runs. `wait4`'s figure alone would be the larger of the tracer's and its command's.
 #[allow(clippy::zombie_processes)] // reaped by wait4, which std does not know of
-pub fn run_tracer_rss(args: &[&str]) -> (Output, u64) {
+pub fn run_tracer_rss(args: &[&str]) -> RssRun {
     use std::io::Read as _;
     let mut child = Command::new(tracer_bin())
         .args(args)
@@ -93,22 +133,36 @@ pub fn run_tracer_rss(args: &[&str]) -> (Output, u64) {
         let _ = err.read_to_end(&mut v);
         v
     });
+    let pid = child.id();
+    // Read until the process is a zombie (no memory left to read) or reaped.
+    let mem_t = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let (mut peak, mut timeline) = (0, Vec::new());
+        while let Some((hwm, rss)) = hwm_rss_kib(pid) {
+            peak = peak.max(hwm);
+            timeline.push((t0.elapsed().as_millis() as u64, rss));
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        (peak, timeline)
+    });
     let mut status = 0;
     // SAFETY: zeroed rusage is valid; wait4 fills it for our own child.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as i32;
-    while unsafe { libc::wait4(pid, &mut status, 0, &mut ru) } < 0 {}
+    while unsafe { libc::wait4(pid as i32, &mut status, 0, &mut ru) } < 0 {}
     let stdout = out_t.join().unwrap();
     let stderr = err_t.join().unwrap();
+    let (peak_kib, timeline) = mem_t.join().unwrap();
     let status = std::os::unix::process::ExitStatusExt::from_raw(status);
-    (
-        Output {
+    RssRun {
+        out: Output {
             status,
             stdout,
             stderr,
         },
-        ru.ru_maxrss as u64,
-    )
+        peak_kib,
+        timeline,
+        wait4_kib: ru.ru_maxrss as u64,
+    }
 }
 
 /// The last JSON document of a tracer run that must have succeeded (its stderr shown

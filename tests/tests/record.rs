@@ -23,7 +23,7 @@ fn trace_rebuilds_schedstat_and_the_summary() {
     require_root();
     let trace = scratch("trace.pftrace");
     let truth_file = scratch("truth");
-    let steal0 = steal_ns();
+    let steal0 = tracer_truth::Steal::start();
     let out = run_tracer(&[
         "record",
         "-o",
@@ -43,7 +43,8 @@ fn trace_rebuilds_schedstat_and_the_summary() {
         "--out",
         truth_file.to_str().unwrap(),
     ]);
-    let steal = steal_ns() - steal0;
+    // What the kernel says was stolen meanwhile (and one tick of /proc/stat).
+    let steal = steal0.allowance_ns() as u64;
     let doc = final_report(&out);
     let truth: Vec<Truth> = read_truth(&truth_file);
     let rb = rebuild(&trace);
@@ -406,7 +407,7 @@ fn record_rss(secs: u32, name: &str) -> (u64, u64) {
     let trace = scratch(name);
     let loops = "1000".to_string();
     let ms = (secs * 1000).to_string();
-    let (out, rss) = tracer_tests::run_tracer_rss(&[
+    let run = tracer_tests::run_tracer_rss(&[
         "record",
         "--json",
         // The ring buffer's pages count in RSS once touched (twice: its data is mapped
@@ -425,10 +426,10 @@ fn record_rss(secs: u32, name: &str) -> (u64, u64) {
         "--out",
         "/dev/null",
     ]);
-    let doc = final_report(&out);
+    let doc = final_report(&run.out);
     let _ = std::fs::remove_file(&trace);
     let rec = &doc["record"];
-    (rss, u(&rec["switches"]) + u(&rec["wakeups"]))
+    (run.peak_kib, u(&rec["switches"]) + u(&rec["wakeups"]))
 }
 
 #[test]

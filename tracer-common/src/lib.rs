@@ -188,6 +188,9 @@ pub struct CpuState {
     /// whose TID changed while it ran here (an exec from a non-main thread) is still
     /// recognised as the task this CPU switched to.
     pub task: u64,
+    /// `se.sum_exec_runtime` of `tid` at its switch-in (`u64::MAX`: not read): the base
+    /// of a thread's first slice.
+    pub sum_in: u64,
 }
 
 /// The window, in `CLOCK_MONOTONIC` ns (the `WINDOW` map's one value), written by user
@@ -352,7 +355,7 @@ pub struct Config {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 64);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 72);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
 const _: () = assert!(core::mem::size_of::<Config>() == 152);

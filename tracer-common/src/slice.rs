@@ -115,6 +115,22 @@ pub fn slice(f: &Facts) -> Slice {
     }
 }
 
+/// The base of a slice's runtime (`Facts::last_sum`): the thread's `sum_exec_runtime`
+/// at its last switch-out, or for its first slice the value read at its switch-in
+/// (`sum_in`, [`UNKNOWN`] when not read). 0 means no base, so a new thread's 0 becomes 1
+/// (its slice 1 ns short); an unknown stays unknown and no slice is taken from it.
+/// Not `running`: `prev_sum_exec_runtime` is the fair class's alone (an RT task's is
+/// its last fair pick's) and `set_next_task_fair` resets it without a switch. Not the
+/// clock: it counts the hypervisor's steal, which the runtime leaves out.
+#[inline(always)]
+pub fn runtime_base(last_sum: u64, sum_in: u64) -> u64 {
+    if last_sum != 0 {
+        last_sum
+    } else {
+        sum_in | 1
+    }
+}
+
 /// Where a slice stands against the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Edge {
@@ -361,6 +377,54 @@ mod tests {
                 },
             ),
             (
+                "first slice of a thread, 4 ms of the hypervisor's steal in it: its runtime",
+                Facts {
+                    sum: 36 * MS + 1,
+                    last_sum: runtime_base(0, 30 * MS),
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 6 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 4 * MS,
+                },
+            ),
+            (
+                "a new thread's first slice: from its runtime of 0 (1 ns short)",
+                Facts {
+                    sum: 3 * MS + 1,
+                    last_sum: runtime_base(0, 0),
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 3 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 7 * MS,
+                },
+            ),
+            (
+                "first slice, the runtime at the switch-in not read: the wall time",
+                Facts {
+                    sum: 3 * MS,
+                    last_sum: runtime_base(0, UNKNOWN),
+                    ..seen(200 * MS, 210 * MS)
+                },
+                Slice {
+                    counted: true,
+                    len: 10 * MS,
+                    wall: 10 * MS,
+                    begun: 200 * MS,
+                    credit: 0,
+                    gap: 0,
+                },
+            ),
+            (
                 "classic tracepoints without BTF: sched_stat_runtime deltas",
                 Facts {
                     pending_runtime: 7 * MS,
@@ -409,6 +473,14 @@ mod tests {
                 assert_eq!(s.len + s.gap, s.wall + s.credit, "{what}");
             }
         }
+    }
+
+    #[test]
+    fn a_slice_base_is_the_last_switch_out_else_the_switch_in() {
+        assert_eq!(runtime_base(40 * MS, 30 * MS), 40 * MS);
+        assert_eq!(runtime_base(0, 30 * MS), 30 * MS + 1);
+        assert_eq!(runtime_base(0, 0), 1);
+        assert_eq!(runtime_base(0, UNKNOWN), UNKNOWN);
     }
 
     #[test]

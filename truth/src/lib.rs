@@ -10,10 +10,12 @@
 
 pub mod bounds;
 mod rng;
+pub mod steal;
 
 pub use bounds::*;
 pub use rng::Rng;
 use serde::{Deserialize, Serialize};
+pub use steal::{steal_ns, Steal};
 
 /// One thread's ground truth. Written with `serde_json::to_string` (absent figures left
 /// out) and read with [`Truth::parse`].

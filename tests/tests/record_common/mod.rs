@@ -56,20 +56,6 @@ pub fn per_cpu(v: &Value) -> Vec<u64> {
     v.as_array().expect("array").iter().map(u).collect()
 }
 
-/// Steal time of all CPUs (ns) from /proc/stat: a trace's wall-clock slices include it,
-/// schedstat's runtime does not.
-pub fn steal_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/stat").unwrap();
-    let ticks: u64 = s
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
-        .unwrap_or(0);
-    // SAFETY: no pointers.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    ticks * 1_000_000_000 / hz
-}
-
 /// What the summary and the trace say about losses must agree: every event the
 /// programs sent was read or counted lost, per CPU, and written.
 pub fn check_accounting(doc: &Value, rb: &Value) {

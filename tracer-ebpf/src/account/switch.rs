@@ -207,6 +207,16 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     }
     s.last_cpu = cpu;
 
+    // A first slice here counts from the runtime read at its switch-in, where that was
+    // this TID's on this CPU (its start timed there). Stored in the entry and read back,
+    // not chosen in registers: a choice between known values would split the verifier's
+    // states on every later comparison (raw-tp's record variant then passes its
+    // 1M-instruction limit).
+    if s.last_sum_exec == 0 && cs.tid == prev.tid && start > 1 {
+        s.last_sum_exec = slice::runtime_base(0, cs.sum_in);
+    }
+    // SAFETY: map value or task storage.
+    let last_sum = unsafe { core::ptr::read_volatile(&s.last_sum_exec) };
     // The slice, its start and the scheduler's credit and gap (see `slice::slice`).
     let sl = slice::slice(&slice::Facts {
         now,
@@ -216,7 +226,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         at_open,
         running,
         sum,
-        last_sum: s.last_sum_exec,
+        last_sum,
         pending_runtime: s.pending_runtime,
     });
     let (has_slice, slice) = (sl.counted, sl.len);
@@ -291,6 +301,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     cs.tid = next.tid;
     cs.task = next.ptr as u64;
     cs.traced = 0;
+    cs.sum_in = slice::UNKNOWN;
     let c = config();
     if traced(&next).is_none() {
         if c.filter == filter::CGROUP && next.tid != 0 {
@@ -300,6 +311,7 @@ fn switch_in_at(next: Task, mut now: u64) {
                 now = unsafe { bpf_ktime_get_ns() };
             }
             cs.slice_start_ns = now;
+            cs.sum_in = sum_in(&next);
             return;
         }
         // Untraced or idle: the CPU is known, so the next switch-out does not take this
@@ -320,6 +332,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
+    cs.sum_in = sum_in(&next);
     cs.run_delay_in = if next.ptr.is_null() {
         u64::MAX
     } else {
@@ -341,5 +354,16 @@ fn switch_in_at(next: Task, mut now: u64) {
     let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
+    }
+}
+
+/// The runtime of `next` before this slice (see `CpuState::sum_in`). Without a pointer
+/// (classic tracepoints) the task at hand would be `current`, the one leaving.
+#[inline(always)]
+fn sum_in(next: &Task) -> u64 {
+    if next.ptr.is_null() || config().task_sum_exec_off == 0 {
+        slice::UNKNOWN
+    } else {
+        next.sum_exec()
     }
 }

@@ -268,7 +268,7 @@ impl Env {
                 cg.out.display()
             ));
         }
-        let steal0 = trace::steal_ns();
+        let steal0 = tracer_truth::Steal::start();
 
         let mut child = tracer
             .stdout(Stdio::from(std::fs::File::create(&scratch.stdout)?))
@@ -308,7 +308,7 @@ impl Env {
         }
         let limit = Duration::from_millis(duration_ms + 60_000);
         let status = wait_timeout(&mut child, limit);
-        let steal = trace::steal_ns().saturating_sub(steal0);
+        let steal = steal0.allowance_ns() as u64;
         drop(stdin);
         if let Some(mut w) = workload {
             wait_timeout(&mut w, Duration::from_secs(30));

@@ -19,19 +19,6 @@ use super::rows::{ms, num, WindowBounds};
 use super::truth::build_entities;
 use crate::json::{Items, Json};
 
-/// Steal time of all CPUs (ns) from /proc/stat: wall-clock slices include it, the
-/// scheduler's runtime does not.
-pub(super) fn steal_ns() -> u64 {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: u64 = s
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(8)?.parse().ok())
-        .unwrap_or(0);
-    // USER_HZ, the unit of /proc/stat, is 100 on every Linux ABI.
-    ticks * 10_000_000
-}
-
 fn u(v: &Json) -> f64 {
     v.as_f64().unwrap_or(0.0)
 }
