@@ -39,7 +39,13 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
     let now = unsafe { bpf_ktime_get_ns() };
     if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
         // SAFETY: map value or task storage.
-        unsafe { (*s).runnable_ns = now };
+        let s = unsafe { &mut *s };
+        s.runnable_ns = now;
+        if new && s.last_sum_exec == 0 {
+            // It has not run: its first slice counts from a runtime of 0, in every probe
+            // mode (classic tracepoints cannot read it at the switch-in).
+            s.last_sum_exec = slice::runtime_base(0, 0);
+        }
     }
     now
 }

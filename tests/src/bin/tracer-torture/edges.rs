@@ -172,7 +172,14 @@ pub(crate) fn finish(out: &str, start: u64, s: &mut Started) {
 pub(crate) fn pinned(out: &str, seed: u64, s: &mut Started) {
     let mut rng = Rng::new(seed);
     let two = std::thread::available_parallelism().map_or(1, |n| n.get()) > 1;
-    for (a_cpu, b_cpu, role) in [(0, 0, "pin-same"), (0, usize::from(two), "pin-cross")] {
+    // The third pair's first side is a real-time (SCHED_FIFO) thread: the scheduler keeps
+    // `prev_sum_exec_runtime` for the fair class only, which once made an RT thread's
+    // slices span its whole life.
+    for (a_cpu, b_cpu, role) in [
+        (0, 0, "pin-same"),
+        (0, usize::from(two), "pin-cross"),
+        (usize::from(two), 0, "pin-rt"),
+    ] {
         let rounds = rng.range(1000, 2000);
         let work = rng.range(5_000, 30_000);
         let mut a = [0; 2];
@@ -186,6 +193,9 @@ pub(crate) fn pinned(out: &str, seed: u64, s: &mut Started) {
         s.threads.push(std::thread::spawn(move || {
             let born = birth_ns();
             set_affinity(Some(a_cpu));
+            if role == "pin-rt" {
+                set_fifo(1);
+            }
             let mut byte = 1u8;
             for _ in 0..rounds {
                 spin_ns(work);
@@ -198,7 +208,9 @@ pub(crate) fn pinned(out: &str, seed: u64, s: &mut Started) {
             byte = 0;
             // SAFETY: as above.
             unsafe { libc::write(a[1], (&byte as *const u8).cast(), 1) };
-            // Unpinned before its record, so its exit need not wait for the busy CPU.
+            // Unpinned (and fair again) before its record, so its exit need not wait for
+            // the busy CPU.
+            set_fifo(0);
             set_affinity(None);
             record(&o1, "end", role, "", born);
         }));
@@ -278,5 +290,25 @@ pub(crate) fn reap(out: &str, s: &mut Started) {
         record_zombie(out, p as u32);
         // SAFETY: reaps our own child.
         unsafe { libc::waitpid(p, std::ptr::null_mut(), 0) };
+    }
+}
+
+/// SCHED_FIFO at `prio` (1-99), or SCHED_OTHER for 0. Fails only without
+/// CAP_SYS_NICE, and the torture harness runs as root: said on stderr all the same.
+fn set_fifo(prio: i32) {
+    let policy = if prio > 0 {
+        libc::SCHED_FIFO
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: this thread (0), a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+        eprintln!(
+            "tracer-torture: sched_setscheduler({prio}): {}",
+            std::io::Error::last_os_error()
+        );
     }
 }

@@ -16,7 +16,7 @@
 //!     child forked C ms after `ready`, while the tracer starts. `--sleepers`: threads
 //!     and a process asleep across the window's edges; the main thread then waits, after
 //!     its work, for the end of stdin (the driver closes it once the tracer has ended).
-//!     `--pinned`: ping-pong pairs on one CPU and across two. `--short N`: N processes
+//!     `--pinned`: ping-pong pairs on one CPU and across two (one side SCHED_FIFO). `--short N`: N processes
 //!     of 10-60 ms. `--names`: names that are not UTF-8 or hold control bytes.
 //!     `--leave`: one more child that leaves the `--cg-in` cgroup halfway. `--exec-thread`:
 //!     one more child whose second thread execs.
