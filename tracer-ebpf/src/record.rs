@@ -14,7 +14,7 @@ use aya_ebpf::{
 use tracer_common::{
     filter,
     record::{
-        how, kind, on, rec_cpu, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent,
+        self, how, kind, on, rec_cpu, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent,
         RUNTIME_UNKNOWN, SWITCH_CHAINED, SWITCH_REPAIRED, SWITCH_START, WOKEN_NEW,
     },
     COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
@@ -143,16 +143,18 @@ fn window() -> (u64, u64) {
     }
 }
 
-/// The scheduler's runtime of the slice `prev` ends now (see `SchedEvent::runtime`).
+/// The scheduler's runtime of the slice `prev` ends now (see `SchedEvent::runtime`):
+/// from `sum_in`, its runtime at the switch-in this CPU saw (`u64::MAX`: none).
 #[inline(always)]
-fn slice_runtime(prev: &Task) -> u32 {
+fn slice_runtime(prev: &Task, sum_in: u64) -> u32 {
     if prev.tid == 0 {
         return RUNTIME_UNKNOWN;
     }
-    match prev.running_slice() {
-        Some(r) if r < RUNTIME_UNKNOWN as u64 => r as u32,
-        _ => RUNTIME_UNKNOWN,
-    }
+    record::slice_runtime(
+        prev.sum_exec(),
+        sum_in,
+        prev.running_slice().unwrap_or(u64::MAX),
+    )
 }
 
 /// Queues one switch event; false when the ring buffer is full (counted).
@@ -205,13 +207,23 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
     let (open, close) = window();
     let f = rc.flags;
     let (last, was) = (rc.last_ns, rc.running);
+    let sum_in = if last != 0 && was == prev.tid {
+        rc.sum_in
+    } else {
+        u64::MAX
+    };
+    let runtime = slice_runtime(prev, sum_in);
     rc.last_ns = ts;
     rc.running = next.tid;
+    rc.sum_in = if next.tid == 0 {
+        u64::MAX
+    } else {
+        next.sum_exec()
+    };
     rc.flags = 0;
     if close != 0 && ts > close {
         return;
     }
-    let runtime = slice_runtime(prev);
     let mut chained = f & rec_cpu::SENT != 0;
     if last == 0 {
         if f & rec_cpu::PREV_TRACED != 0 && prev.tid != 0 && open != 0 {
