@@ -197,6 +197,10 @@ pub fn wait_by_run_delay(run_delay: u64, base: u64) -> u64 {
     }
 }
 
+/// `sched_info.run_delay` of a task just created: `sched_fork()` zeroes `sched_info`.
+/// The base of a new thread's first wait where waits come from `run_delay`.
+pub const RUN_DELAY_AT_BIRTH: u64 = 0;
+
 /// Whether the thread leaving a CPU is the task the last switch there put on it, under
 /// another TID: an exec from a non-main thread, `de_thread()` swapping the TIDs of the
 /// exec'ing thread and the old leader (`exchange_tids()`) while it ran. `cpu_tid`,
@@ -500,6 +504,9 @@ mod tests {
         assert_eq!(wait_by_run_delay(30, 20), 10);
         assert_eq!(wait_by_run_delay(20, 20), UNKNOWN);
         assert_eq!(wait_by_run_delay(30, UNKNOWN), UNKNOWN);
+        // A thread born in the window: its first wait from the zero it was born with,
+        // whether or not the switch-in that ended it was seen.
+        assert_eq!(wait_by_run_delay(4_530, RUN_DELAY_AT_BIRTH), 4_530);
     }
 
     #[test]

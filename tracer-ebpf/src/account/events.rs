@@ -1,7 +1,7 @@
 //! Wakeups, execs and the scheduler's runtime records: what the accounting keeps
 //! between two switches.
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns};
-use tracer_common::{drop, slice, HANDED_OVER, REAPED_BY_EXEC};
+use tracer_common::{drop, slice, HANDED_OVER, HAVE_RUN_DELAY, REAPED_BY_EXEC};
 
 use super::{entries::*, membership::*};
 use crate::{
@@ -45,6 +45,14 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
             // It has not run: its first slice counts from a runtime of 0, in every probe
             // mode (classic tracepoints cannot read it at the switch-in).
             s.last_sum_exec = slice::runtime_base(0, 0);
+        }
+        if new && s.flags & HAVE_RUN_DELAY == 0 {
+            // Nor waited: `sched_fork()` zeroes its `sched_info`, so where waits come
+            // from `run_delay` its first one is known even when the switch-in that ends
+            // it goes unseen (`drop::UNSEEN_SWITCH_IN`; a short process lost its first
+            // wait that way, torture seed 8, raw-tp).
+            s.last_run_delay = slice::RUN_DELAY_AT_BIRTH;
+            s.flags |= HAVE_RUN_DELAY;
         }
     }
     now
