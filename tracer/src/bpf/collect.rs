@@ -4,7 +4,7 @@
 //! difference of two snapshots. Threads are keyed by (TID, generation): the generation
 //! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
 //! continuation of the dead thread.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read as _;
 
 use anyhow::{Context as _, Result};
@@ -58,6 +58,24 @@ fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, ThreadSta
     Ok(parse_records(&bytes))
 }
 
+/// How many of the entries live at the last read (`last`, by serial) a read lacks with
+/// no death record either: a read that skipped them.
+fn skipped(
+    last: &HashSet<u64>,
+    live: &[(ThreadKey, ThreadStats)],
+    exited: &BTreeMap<ThreadKey, ThreadRecord>,
+) -> usize {
+    if last.is_empty() {
+        return 0;
+    }
+    let seen: HashSet<u64> = live
+        .iter()
+        .map(|(_, st)| st.serial)
+        .chain(exited.values().map(|r| r.stats.serial))
+        .collect();
+    last.iter().filter(|s| !seen.contains(s)).count()
+}
+
 /// The threads a read lists although no program saw them run: they were off-CPU all
 /// window, which is what `--sort off-cpu` is for. A thread born since the opening has
 /// an entry from its first wakeup, so only those alive at the opening are listed.
@@ -95,6 +113,13 @@ pub struct Collector {
     open_ns: u64,
     /// Which threads that never ran are listed, off-CPU all window.
     idle: IdleThreads,
+    /// The serials of the live entries the last snapshot read: one of them that a read
+    /// lacks, with no death record either, was skipped by that read.
+    last_live: HashSet<u64>,
+    /// Reads taken again because they skipped a live thread, and threads still missing
+    /// after the last try (their earlier totals stand in, see `Snapshot::adopt_missing`).
+    pub rereads: u64,
+    pub still_missing: u64,
 }
 
 impl Collector {
@@ -117,6 +142,9 @@ impl Collector {
             exited: BTreeMap::new(),
             exited_hists: BTreeMap::new(),
             dead_pending: Vec::new(),
+            last_live: HashSet::new(),
+            rereads: 0,
+            still_missing: 0,
             runq,
             root,
             scoped_entries: 0,
@@ -294,10 +322,24 @@ impl Collector {
                 .iter()
                 .zip(after.iter())
                 .all(|(b, a)| traced_slice(b) == traced_slice(a));
-            if stable || tries >= 4 {
+            let missed = skipped(&self.last_live, &live, &self.exited);
+            if (stable && missed == 0) || tries >= 4 {
+                if missed > 0 {
+                    self.still_missing += missed as u64;
+                }
                 break (live, before, after, read_start);
             }
+            if missed > 0 {
+                // The task iterator (seen on 6.18 under load) or a hash map walk during
+                // deletes passed over a live thread: its totals are in the kernel.
+                self.rereads += 1;
+            }
         };
+        self.last_live = live
+            .iter()
+            .map(|(_, st)| st.serial)
+            .filter(|&s| s != 0)
+            .collect();
         let at_ns = crate::sys::clock::monotonic_ns();
         // Slices still running are cut at the window's close, or at this read.
         let end = if close_ns != 0 {

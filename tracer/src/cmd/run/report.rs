@@ -143,6 +143,14 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     let mut task_clock_util = None;
     let mut thread_counters = BTreeMap::new();
     let mut notices = s.notices.clone();
+    if s.collector.still_missing > 0 {
+        notices.push(format!(
+            "{} time(s) a live thread was missing from four reads of the kernel's entries \
+             in a row (the task iterator skipped it): the totals of the read before stand \
+             in for it",
+            s.collector.still_missing
+        ));
+    }
     let mut sections = Sections {
         counters: None,
         hypervisor: w.hypervisor,
