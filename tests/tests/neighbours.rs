@@ -122,43 +122,105 @@ const SYMBOLIZE: &str = "0000010400080004";
 fn check_locked(args: &[&str], caps: &str) {
     let child = Command::new(tracer_bin())
         .args(args)
-        .env("RUST_LOG", "tracer::sys::privileges=debug")
+        .env("RUST_LOG", PRIVILEGES_LOG)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let pid = child.id();
+    let states = locked_states(pid, args);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_locked(args, caps, &states, &String::from_utf8_lossy(&out.stderr));
+}
+
+/// The log that says what the privilege policy did (`securebits`, refusals).
+const PRIVILEGES_LOG: &str = "tracer::sys::privileges=debug";
+
+/// Waits until `pid` holds its programs, then (up to 10 s) until every thread has
+/// locked down; its threads' states then.
+fn locked_states(pid: u32, args: &[&str]) -> Vec<(String, [String; 5])> {
     assert!(!wait_held(pid).is_empty(), "{args:?} never attached");
     // Locked right after attaching: poll the state for a little while.
     let t = Instant::now();
-    let states = loop {
+    loop {
         let s = thread_states(pid);
         let done = s.iter().all(|(_, st)| st[4] == "1");
         if done || t.elapsed() > Duration::from_secs(10) {
             break s;
         }
         sleep(Duration::from_millis(50));
-    };
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    }
+}
+
+/// Every thread holds `caps` alone, with an empty bounding set and no_new_privs; the
+/// securebits (which cannot be read from outside) as the tracer logged them.
+fn assert_locked(args: &[&str], caps: &str, states: &[(String, [String; 5])], err: &str) {
     assert!(!states.is_empty());
-    for (comm, st) in &states {
+    for (comm, st) in states {
         assert_eq!(
             st,
             &[caps, caps, NONE, NONE, "1"].map(str::to_string),
             "{args:?}: thread {comm} (CapEff, CapPrm, CapBnd, CapAmb, NoNewPrivs)\n{err}"
         );
     }
-    // The securebits cannot be read from outside: the tracer reads its own back.
     // NOROOT|NOROOT_LOCKED|NO_SETUID_FIXUP|..._LOCKED|KEEP_CAPS_LOCKED|NO_CAP_AMBIENT_RAISE|..._LOCKED
     assert!(
         err.contains("securebits 0xef"),
         "{args:?}: no securebits line: {err}"
     );
     assert!(!err.contains("could not lock"), "{args:?}: {err}");
+}
+
+/// `top` wants a terminal: it runs in tmux, its stderr (the log) in a file.
+#[test]
+#[ignore = "needs root"]
+fn top_is_locked_down_once_attached() {
+    require_root();
+    let socket = format!("tracer-nb-locked-top-{}", std::process::id());
+    let err_path = format!("/tmp/{socket}.err");
+    let t = |args: &[&str]| {
+        let o = Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("tmux (`cargo xtask test` installs it)");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // `exec`: the pane's process is the tracer itself.
+    let cmd = format!(
+        "RUST_LOG={PRIVILEGES_LOG} exec {} top -d 20s 2>{err_path}",
+        tracer_bin().display()
+    );
+    t(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "120",
+        "-y",
+        "30",
+        &cmd,
+    ]);
+    let pid: u32 = t(&["display-message", "-p", "-t", "t", "#{pane_pid}"])
+        .trim()
+        .parse()
+        .expect("tmux names the pane's process");
+    let states = locked_states(pid, &["top"]);
+    t(&["send-keys", "-t", "t", "q"]);
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(10) {
+        sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("tmux")
+        .args(["-L", &socket, "kill-server"])
+        .output();
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&err_path);
+    assert_locked(&["top"], NONE, &states, &err);
 }
 
 /// Issue 25 item 7: after the drop, run and serve stayed uid 0 with a full bounding set,

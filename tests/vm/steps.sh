@@ -302,12 +302,25 @@ dtl_basic() {
     return $rc
 }
 
+# locked TAG PID: up to 10 s for every thread of PID to set no_new_privs (the lock-down
+# after attaching), then their capability and no_new_privs lines, as part TAG-locked.
+locked() {
+    i=0
+    while grep -L 'NoNewPrivs:[[:space:]]*1' /proc/"$2"/task/*/status 2>/dev/null | grep -q . &&
+        [ $i -lt 100 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    grep -H -E '^(CapEff|CapPrm|CapBnd|CapAmb|NoNewPrivs):' /proc/"$2"/task/*/status >"$P/$1-locked" 2>&1
+}
+
 dtl_freq() {
     dtl_state before
     tracer dtl --json -d 4s --dtl-freq 10 &
     pid=$!
     wait_freq 10
     dtl_state during
+    locked during $pid
     wait $pid
     rc=$?
     dtl_state after

@@ -95,6 +95,36 @@ fn dtl_basic(g: &GuestOutput, cpus: usize) -> Verdict {
     c.done(None)
 }
 
+/// The tracer's threads as `grep -H` of their status files shows them (`locked` in
+/// tests/vm/steps.sh): `dtl` keeps no capability once the DTL is open, with an empty
+/// bounding set and no_new_privs, as every command (tests/tests/neighbours.rs). The
+/// number of threads, or what is wrong.
+fn locked_down(lines: &str) -> Result<usize, String> {
+    let mut threads = std::collections::BTreeSet::new();
+    for l in lines.lines() {
+        // /proc/PID/task/TID/status:CapEff:\t0000000000000000
+        let (path, rest) = l
+            .split_once(":")
+            .ok_or_else(|| format!("unreadable: {l}"))?;
+        let (field, value) = rest
+            .split_once(':')
+            .ok_or_else(|| format!("unreadable: {l}"))?;
+        let want = if field == "NoNewPrivs" {
+            "1"
+        } else {
+            "0000000000000000"
+        };
+        if value.trim() != want {
+            return Err(format!("{path}: {field} {}, not {want}", value.trim()));
+        }
+        threads.insert(path.to_string());
+    }
+    if threads.is_empty() {
+        return Err(format!("no thread's status read: {lines:?}"));
+    }
+    Ok(threads.len())
+}
+
 /// `--dtl-freq` set during the run and restored after.
 fn dtl_freq(g: &GuestOutput) -> Verdict {
     let mut c = Check::new("dtl: --dtl-freq set and restored");
@@ -122,6 +152,13 @@ fn dtl_freq(g: &GuestOutput) -> Verdict {
         c.expect(stats_off(step, "after"), || {
             "vcpudispatch_stats not off after the run".into()
         });
+        let locked = step.part("during-locked");
+        match locked_down(locked) {
+            Ok(threads) => c.note(format!(
+                "{threads} thread(s) locked down while the DTL was read"
+            )),
+            Err(e) => c.fail(format!("privileges during the run: {e}")),
+        }
         c.note(format!(
             "freq {before} -> 10 -> {}",
             setting(step, "after", "freq")
@@ -191,4 +228,23 @@ fn dtl_kill9(g: &GuestOutput) -> Verdict {
         return c.done(Some(step));
     }
     c.done(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locked_down;
+
+    #[test]
+    fn a_thread_that_kept_a_capability_or_privs_fails() {
+        let ok = "/proc/9/task/9/status:CapEff:\t0000000000000000\n\
+                  /proc/9/task/9/status:CapBnd:\t0000000000000000\n\
+                  /proc/9/task/9/status:NoNewPrivs:\t1\n\
+                  /proc/9/task/10/status:NoNewPrivs:\t1";
+        assert_eq!(locked_down(ok), Ok(2));
+        assert!(
+            locked_down(&ok.replace("Bnd:\t0000000000000000", "Bnd:\t000001ffffffffff")).is_err()
+        );
+        assert!(locked_down(&ok.replace("NoNewPrivs:\t1\n", "NoNewPrivs:\t0\n")).is_err());
+        assert!(locked_down("").is_err());
+    }
 }
