@@ -363,6 +363,23 @@ fn assert_inert(what: &str, out: &str) {
     }
 }
 
+/// A document an XML parser takes whole, whose root is `<svg>`: a control byte or a bare
+/// `<` or `&` in a name would make it no XML at all. Its text, for what it says.
+fn assert_svg(what: &str, out: &str) -> String {
+    // inferno's flame graph names its DTD.
+    let opt = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(out, opt)
+        .unwrap_or_else(|e| panic!("{what} is not XML: {e}\n{out}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg", "{what}");
+    doc.descendants()
+        .filter_map(|n| n.text())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn hostile_snapshot() -> Snapshot {
     let mut snap = Snapshot {
         at_ns: 123 * MS,
@@ -535,6 +552,7 @@ fn hostile_names_are_escaped_in_offcpu_text_folded_and_svg() {
     flamegraph::write_svg(&r, &mut svg).unwrap();
     let svg = String::from_utf8(svg).unwrap();
     assert_inert("flame graph", &svg);
+    assert_svg("flame graph", &svg);
     // `;` separates frames in the folded input: a name's own is shown as `:`.
     assert!(svg.contains("\\x1b]2:OWNED\\x07&lt;&amp;&gt;"), "{svg}");
 }
@@ -551,4 +569,11 @@ fn the_heatmap_svg_is_xml_whatever_its_text() {
         s.contains("title \\x1b]52;c;cm0K\\x07 &amp; &lt;b&gt;\\u{202e}"),
         "{s}"
     );
+    // Parsed, the title says what was asked for, escaped for a terminal only.
+    let text = assert_svg("heatmap", &s);
+    assert!(
+        text.contains("title \\x1b]52;c;cm0K\\x07 & <b>\\u{202e}"),
+        "{text}"
+    );
+    assert!(text.contains("16:22:01\\x1b]2;x\\x07<"), "{text}");
 }
