@@ -5,25 +5,18 @@
 //! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
 //! continuation of the dead thread.
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Read as _;
 
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::Iter,
+    maps::{MapData, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracer_common::{
-    drop,
-    hist::{HistKey, N_BUCKETS, N_KINDS},
-    scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
-};
+use tracer_common::{hist::HistKey, scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
 
+use super::read;
 use crate::model::{
     options::RunqSource,
-    snapshot::{
-        fold_exited, parse_records, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP,
-    },
+    snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
     window::{add_open_off_periods, never_ran},
 };
 use crate::sys::root::Root;
@@ -34,46 +27,6 @@ fn set_comm(comm: &mut [u8], name: &str) {
     let n = b.len().min(comm.len() - 1);
     comm.fill(0);
     comm[..n].copy_from_slice(&b[..n]);
-}
-
-/// The live threads' entries: from the `dump_threads` task iterator when they are in
-/// task-local storage (a fresh iterator instance per call), else from `THREADS`.
-fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, ThreadStats)>> {
-    if runq != RunqSource::TaskStorage {
-        let live: BpfHashMap<_, u32, ThreadStats> =
-            BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
-        return Ok(live.iter().filter_map(|item| item.ok()).collect());
-    }
-    let it: &mut Iter = ebpf
-        .program_mut("dump_threads")
-        .context("dump_threads program missing")?
-        .try_into()?;
-    let link_id = it.attach().context("attaching the thread iterator")?;
-    let link = it.take_link(link_id)?;
-    let mut bytes = Vec::new();
-    link.into_file()
-        .context("creating a thread iterator")?
-        .read_to_end(&mut bytes)
-        .context("reading the thread iterator")?;
-    Ok(parse_records(&bytes))
-}
-
-/// How many of the entries live at the last read (`last`, by serial) a read lacks with
-/// no death record either: a read that skipped them.
-fn skipped(
-    last: &HashSet<u64>,
-    live: &[(ThreadKey, ThreadStats)],
-    exited: &BTreeMap<ThreadKey, ThreadRecord>,
-) -> usize {
-    if last.is_empty() {
-        return 0;
-    }
-    let seen: HashSet<u64> = live
-        .iter()
-        .map(|(_, st)| st.serial)
-        .chain(exited.values().map(|r| r.stats.serial))
-        .collect();
-    last.iter().filter(|s| !seen.contains(s)).count()
 }
 
 /// The threads a read lists although no program saw them run: they were off-CPU all
@@ -257,61 +210,35 @@ impl Collector {
         self.drain();
         // Histograms first: an event the kernel settles while we read is then missing
         // from this snapshot (and in the next), never counted twice (kernel and pending).
-        let mut hist = HistSet::new();
-        let mut scoped: BTreeMap<u32, HistSet> = BTreeMap::new();
-        if self.hist_scope == scope::ALL {
-            let arr: PerCpuArray<_, u64> =
-                PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
-            for kind in 0..N_KINDS {
-                let h = hist.kind_mut(kind).expect("kind in range");
-                for b in 0..N_BUCKETS {
-                    let idx = kind * N_BUCKETS as u32 + b as u32;
-                    let n: u64 = arr.get(&idx, 0)?.iter().sum();
-                    if n != 0 {
-                        h.add_bucket(b, n);
-                    }
-                }
-            }
+        let (mut hist, mut scoped) = if self.hist_scope == scope::ALL {
+            (read::hist_all(ebpf)?, BTreeMap::new())
         } else {
             self.harvest_dead_hists(ebpf)?;
-            let map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
-                ebpf.map("HIST_SCOPED").context("HIST_SCOPED map missing")?,
-            )?;
-            self.scoped_entries = 0;
-            for item in map.iter() {
-                let Ok((k, v)) = item else { continue };
-                self.scoped_entries += 1;
-                let n: u64 = v.iter().sum();
-                let set = scoped.entry(k.id).or_default();
-                if let Some(h) = set.kind_mut(k.kind as u32) {
-                    h.add_bucket(k.bucket as usize, n);
-                }
-            }
+            let (mut scoped, entries) = read::hist_scoped(ebpf)?;
+            self.scoped_entries = entries;
             for (id, h) in &self.exited_hists {
                 scoped.entry(*id).or_default().merge(h);
             }
+            let mut hist = HistSet::new();
             for set in scoped.values() {
                 hist.merge(set);
             }
-        }
+            (hist, scoped)
+        };
         // The threads and the slices running on the CPUs, read consistently: a slice
         // the kernel closes while the live entries are read is in those entries or not,
         // depending on timing. Read again while a traced slice changed across the read
         // (after the window's close none starts, so this ends); past a few tries, a
         // slice that ended during the read is counted here only when its thread's entry
         // shows no switch-out since it began, and no further than the read's start.
-        let cpu_states = |ebpf: &Ebpf| -> Result<Vec<CpuState>> {
-            let m: PerCpuArray<_, CpuState> =
-                PerCpuArray::try_from(ebpf.map("CPU_STATE").context("CPU_STATE map missing")?)?;
-            Ok(m.get(&0, 0)?.iter().copied().collect())
-        };
+        let cpu_states = read::cpu_states;
         let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
         let mut tries = 0;
         let (live, before, after, read_start) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
             let before = cpu_states(ebpf)?;
-            let live: Vec<(ThreadKey, ThreadStats)> = live_threads(ebpf, self.runq)?
+            let live: Vec<(ThreadKey, ThreadStats)> = read::live_threads(ebpf, self.runq)?
                 .into_iter()
                 .map(|(tid, st)| ((tid, self.generations.get(&tid).copied().unwrap_or(0)), st))
                 .collect();
@@ -499,12 +426,7 @@ impl Collector {
                 _ => {}
             }
         }
-        let drops_map: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(ebpf.map("DROPS").context("DROPS map missing")?)?;
-        let mut drops = [0u64; drop::COUNT as usize];
-        for (i, d) in drops.iter_mut().enumerate() {
-            *d = drops_map.get(&(i as u32), 0)?.iter().sum();
-        }
+        let drops = read::drops(ebpf)?;
         let mut snap = Snapshot {
             at_ns,
             threads,
@@ -624,6 +546,6 @@ impl Collector {
 
     /// Threads with an entry in the kernel right now (bounded-usage checks).
     pub fn live_entries(ebpf: &mut Ebpf, runq: RunqSource) -> Result<usize> {
-        Ok(live_threads(ebpf, runq)?.len())
+        Ok(read::live_threads(ebpf, runq)?.len())
     }
 }

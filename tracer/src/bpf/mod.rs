@@ -7,6 +7,7 @@ pub mod compat;
 pub mod config;
 pub mod loader;
 pub mod object;
+pub mod read;
 pub mod record;
 pub mod scheduler;
 pub mod stacks;

@@ -495,6 +495,24 @@ impl Snapshot {
     }
 }
 
+/// How many of the entries live at the last read (`last`, by serial) a read lacks with
+/// no death record either: a read that skipped them.
+pub fn skipped(
+    last: &std::collections::HashSet<u64>,
+    live: &[(ThreadKey, ThreadStats)],
+    exited: &BTreeMap<ThreadKey, ThreadRecord>,
+) -> usize {
+    if last.is_empty() {
+        return 0;
+    }
+    let seen: std::collections::HashSet<u64> = live
+        .iter()
+        .map(|(_, st)| st.serial)
+        .chain(exited.values().map(|r| r.stats.serial))
+        .collect();
+    last.iter().filter(|s| !seen.contains(s)).count()
+}
+
 /// Splits the iterator's output into (TID, totals); a torn tail is ignored.
 pub fn parse_records(bytes: &[u8]) -> Vec<(u32, ThreadStats)> {
     bytes
@@ -510,6 +528,32 @@ pub fn parse_records(bytes: &[u8]) -> Vec<(u32, ThreadStats)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_read_skipped_the_live_threads_it_lacks_without_a_death_record() {
+        let st = |serial: u64| {
+            let mut s = ThreadStats::zeroed();
+            s.serial = serial;
+            s
+        };
+        let last: std::collections::HashSet<u64> = [1, 2, 3, 4].into_iter().collect();
+        // 1 and 2 live, 3 died (its record), 4 nowhere: one skipped.
+        let live = vec![((10, 0), st(1)), ((11, 0), st(2)), ((13, 0), st(9))];
+        let mut exited = BTreeMap::new();
+        exited.insert(
+            (12, 0),
+            ThreadRecord {
+                tid: 12,
+                stats: st(3),
+                exited: true,
+                folded: 0,
+                became: 0,
+            },
+        );
+        assert_eq!(skipped(&last, &live, &exited), 1);
+        assert_eq!(skipped(&last, &live[..1], &exited), 2);
+        assert_eq!(skipped(&Default::default(), &[], &exited), 0);
+    }
     use super::*;
 
     fn record(tid: u32, on_cpu_ns: u64) -> Vec<u8> {
