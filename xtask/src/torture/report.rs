@@ -99,9 +99,8 @@ pub(super) const KNOWN: &[Known] = &[
         class: Class::Slices,
         seeds: &[3, 13, 16],
         symptoms: &[EXEC_THREAD],
-        reason: "exec from a non-main thread: the exec'd thread's slices after the exec \
-                 are off its pcount (7-12 fewer, or 13 more, seed 13 on 2026-12-03; \
-                 on-CPU agrees)",
+        reason: "exec from a non-main thread: after the exec some switches of the exec'd \
+                 thread are not counted as slices (7-12 fewer than pcount, on-CPU agrees)",
     },
     Known {
         class: Class::Slices,
