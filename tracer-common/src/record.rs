@@ -176,6 +176,9 @@ pub struct RecCpu {
     /// `sum_exec_runtime` of `running` at that switch (`u64::MAX`: not read): the base
     /// of the runtime its switch-out carries (see [`slice_runtime`]).
     pub sum_in: u64,
+    /// The `task_struct` address of `running` (0: not known): a task whose TID changed
+    /// while it ran here (an exec from a non-main thread) is still the one switched in.
+    pub task: u64,
 }
 
 /// `SchedEvent::runtime` of a slice that ends now: `sum` (its `sum_exec_runtime` now)
@@ -222,7 +225,7 @@ pub mod stat {
 const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
-const _: () = assert!(core::mem::size_of::<RecCpu>() == 40);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 48);
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 208);
 
 #[cfg(feature = "user")]

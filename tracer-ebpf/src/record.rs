@@ -17,7 +17,7 @@ use tracer_common::{
         self, how, kind, on, rec_cpu, stat, EventHead, RecCpu, SchedEvent, SlowEvent, TaskEvent,
         RUNTIME_UNKNOWN, SWITCH_CHAINED, SWITCH_REPAIRED, SWITCH_START, WOKEN_NEW,
     },
-    COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
+    slice, COMM_LEN, OFF_BLOCKED, OFF_PREEMPTED,
 };
 
 use core::intrinsics::{atomic_xadd, AtomicOrdering};
@@ -207,14 +207,29 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
     let (open, close) = window();
     let f = rc.flags;
     let (last, was) = (rc.last_ns, rc.running);
-    let sum_in = if last != 0 && was == prev.tid {
-        rc.sum_in
-    } else {
-        u64::MAX
-    };
+    // The task switched in here last, under its TID then or, after an exec from a
+    // non-main thread, under the leader's (the exec'd thread can run from its switch-in
+    // to its exit in one slice: its runtime is from the switch-in, not from
+    // `prev_sum_exec_runtime`, which the exit path's `sched_move_task()` resets).
+    let same = last != 0
+        && (was == prev.tid
+            || slice::tid_swapped(
+                was,
+                rc.task,
+                prev.tid,
+                prev.tgid,
+                if rc.task != 0 {
+                    account::task_addr(prev)
+                } else {
+                    0
+                },
+                false,
+            ));
+    let sum_in = if same { rc.sum_in } else { u64::MAX };
     let runtime = slice_runtime(prev, sum_in);
     rc.last_ns = ts;
     rc.running = next.tid;
+    rc.task = next.ptr as u64;
     rc.sum_in = if next.tid == 0 {
         u64::MAX
     } else {

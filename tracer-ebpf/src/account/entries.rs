@@ -172,7 +172,7 @@ pub(super) fn read_counter(i: usize) -> Option<u64> {
 /// The address of `current`'s task_struct (`prev`): from its BTF pointer, else one
 /// helper call (only asked when a CPU's record and `prev` disagree).
 #[inline(always)]
-pub(super) fn task_addr(prev: &Task) -> u64 {
+pub fn task_addr(prev: &Task) -> u64 {
     if prev.ptr.is_null() {
         unsafe { aya_ebpf::helpers::bpf_get_current_task() }
     } else {

@@ -23,7 +23,7 @@ mod membership;
 mod switch;
 
 #[cfg(feature = "sched")]
-pub use entries::existing_entry;
+pub use entries::{existing_entry, task_addr};
 #[cfg(feature = "sched")]
 pub use events::{add_runtime, exec, wakeup};
 pub use membership::{follow_exec, fork, member, traced};
