@@ -113,7 +113,9 @@ def main(path):
         if tid == 0:
             continue
         if kind == "wake":
-            runnable[tid] = ts
+            # A waking of a thread already runnable (preempted and queued, or woken
+            # before) does not restart its wait, as in the summary.
+            runnable.setdefault(tid, ts)
         elif kind == "out":
             runnable.pop(tid, None)
             if e[4] in (R, R_PLUS):

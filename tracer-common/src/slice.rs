@@ -185,6 +185,20 @@ pub fn wakeup_starts_wait(woken: u32, current: u32) -> bool {
     woken != current
 }
 
+/// Whether a `sched_wakeup` that starts a wait (see [`wakeup_starts_wait`]) stamps its
+/// start, given the start the thread's entry holds (`runnable`, 0: none). Not when one
+/// is there: the thread is already runnable, and `try_to_wake_up()` found it on a run
+/// queue (`ttwu_runnable()` still fires `sched_wakeup`). Either it was preempted and is
+/// queued (its wait began at that preemption, which a later stamp would cut short), or,
+/// in the `THREADS`-hash modes, it is running on another CPU and the stamp is that of the
+/// wait that ended at its switch-in, which its switch-out still has to time (a stamp from
+/// inside the slice loses it: a short process's 7 waits of 8 slices, torture seed 8,
+/// raw-tp). A switch-out clears it (and sets it again when preempted).
+#[inline(always)]
+pub fn wakeup_stamps(runnable: u64) -> bool {
+    runnable == 0
+}
+
 /// A run-queue wait as the scheduler's `sched_info.run_delay` grew over it (`base`:
 /// its value before, [`UNKNOWN`] when not known), or [`UNKNOWN`]. Where it did not grow
 /// (its clock update is skipped after a wakeup that preempts) there is no wait.
@@ -504,6 +518,13 @@ mod tests {
         assert_eq!(wait_by_run_delay(30, 20), 10);
         assert_eq!(wait_by_run_delay(20, 20), UNKNOWN);
         assert_eq!(wait_by_run_delay(30, UNKNOWN), UNKNOWN);
+        // A wakeup stamps a wait's start only where none is in the entry.
+        assert!(wakeup_stamps(0), "after a blocked switch-out");
+        assert!(!wakeup_stamps(1_000), "queued since a preemption at 1000");
+        assert!(
+            !wakeup_stamps(2_000),
+            "running elsewhere since a wait from 2000"
+        );
         // A thread born in the window: its first wait from the zero it was born with,
         // whether or not the switch-in that ended it was seen.
         assert_eq!(wait_by_run_delay(4_530, RUN_DELAY_AT_BIRTH), 4_530);

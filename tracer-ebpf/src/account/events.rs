@@ -27,7 +27,8 @@ pub fn add_runtime(pid: u32, runtime: u64) {
 /// stamped (0: not traced), for the trace's wakeup event: read back from the entry it
 /// could already be the switch-in's 0 when another CPU ran the thread meanwhile.
 /// A wakeup of the thread running here stamps nothing (0, see
-/// `slice::wakeup_starts_wait`).
+/// `slice::wakeup_starts_wait`), nor one of a thread already runnable
+/// (`slice::wakeup_stamps`).
 #[inline(always)]
 pub fn wakeup(p: Task, new: bool) -> u64 {
     let Some(tgid) = traced(&p) else {
@@ -40,6 +41,10 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
     if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
         // SAFETY: map value or task storage.
         let s = unsafe { &mut *s };
+        if !new && !slice::wakeup_stamps(s.runnable_ns) {
+            // Already runnable: its wait began earlier (see `slice::wakeup_stamps`).
+            return 0;
+        }
         s.runnable_ns = now;
         if new && s.last_sum_exec == 0 {
             // It has not run: its first slice counts from a runtime of 0, in every probe
