@@ -127,14 +127,12 @@ pub(super) const KNOWN: &[Known] = &[
         class: Class::Trace,
         seeds: &[5, 13, 16],
         symptoms: &[
-            "under different TIDs",
             "run-queue waits in the trace",
             "on-CPU rebuilt from the trace",
         ],
-        reason: "the trace and the summary split an exec'd thread's slice at different \
-                 TIDs (16); one wait more in the trace than in the summary, raw-tp \
-                 system-wide (5); not yet explained: a thread's on-CPU rebuilt from the \
-                 trace 1.4-2 ms above the summary's (13 futex +2.0%, 16 solo +2.4%, 5 \
+        reason: "one wait more in the trace than in the summary, raw-tp system-wide (5, \
+                 seen again 2026-12-03); not yet explained: a thread's on-CPU rebuilt from \
+                 the trace 1.4-2 ms above the summary's (13 futex +2.0%, 16 solo +2.4%, 5 \
                  pin-cross +8.6%; seen once each, 2026-12-01)",
     },
     Known {
