@@ -150,16 +150,26 @@ fn microsecond_waits_agree() {
 #[ignore = "needs root"]
 fn microsecond_waits_without_wakeup_preemption_are_the_summarys() {
     require_root();
-    // SCHED_BATCH tasks never preempt on wakeup: no clock update is skipped, so every
-    // switch stays at its timestamp and each wait in the trace is the summary's.
+    // SCHED_BATCH tasks never preempt on wakeup, so a switch stays at its timestamp and
+    // a wait in the trace is the summary's, except where a resched set otherwise (the
+    // tick) made the kernel skip the clock update all the same: the trace moves those
+    // switches to the scheduler's boundary and says by how much, per thread
+    // (`placed_earlier_ns`; about 1% of these waits on 2026-12-03, 692 switches moved
+    // by ~6 us each, where a bound without them failed every run). The trace's waits are
+    // the summary's less at most that.
     let (doc, rb, truth, _) = microsecond_waits(&["chrt", "-b", "0"], "us-waits-batch");
     let main_pid = truth[0].pid;
     for t in truth.iter().filter(|t| t.tid != main_pid) {
         let ours = u(&rb["threads"][t.tid.to_string()]["runq_wait_ns"]);
         let sum = u(&tracer_tests::thread(&doc, t.tid).unwrap()["runq_wait_ns"]);
+        let placed = doc["record"]["placed_earlier_ns"][t.tid.to_string()]
+            .as_u64()
+            .unwrap_or(0);
+        let tol = tracer_truth::TRACE_MICROSECOND_WAITS.allowed(sum as f64);
         assert!(
-            tracer_truth::TRACE_MICROSECOND_WAITS.holds_ns(ours, sum),
-            "tid {}: waits in the trace {ours} ns, summary {sum} ns",
+            ours as f64 <= sum as f64 + tol && ours as f64 + tol + placed as f64 >= sum as f64,
+            "tid {}: waits in the trace {ours} ns, summary {sum} ns, of which the trace moved \
+             {placed} ns to the scheduler's boundaries",
             t.tid
         );
     }
