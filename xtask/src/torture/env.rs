@@ -16,7 +16,7 @@ use super::rows::WindowBounds;
 use super::scenario::{plan, Focus, Scenario, Target};
 use super::scratch::{remove_stale_scratch, Scratch};
 use super::trace;
-use super::truth::{read_truth, wait_for_done};
+use super::truth::{read_truth, reap_recording_zombie, wait_for_done};
 use crate::json::{self, Json};
 
 pub(super) struct Env {
@@ -310,9 +310,9 @@ impl Env {
         let status = wait_timeout(&mut child, limit);
         let steal = steal0.allowance_ns() as u64;
         drop(stdin);
-        if let Some(mut w) = workload {
-            wait_timeout(&mut w, Duration::from_secs(30));
-        }
+        let zombie = workload
+            .as_mut()
+            .and_then(|w| reap_recording_zombie(w, Duration::from_secs(30)));
         // The workload may outlive a window that closed first.
         let done = wait_for_done(&scratch.truth, Duration::from_secs(30));
         let stdout = std::fs::read_to_string(&scratch.stdout).unwrap_or_default();
@@ -352,9 +352,13 @@ impl Env {
             return Ok(o);
         }
         let docs = json::lines(&stdout);
-        let truth_text = read_truth(&scratch.truth)
+        let mut truth_text = read_truth(&scratch.truth)
             .trim_end_matches('\n')
             .to_string();
+        if let Some(z) = zombie {
+            truth_text.push('\n');
+            truth_text.push_str(&z);
+        }
         let lines: Vec<Json> = json::lines(&truth_text);
         let w = match opened {
             Some(t0) => WindowBounds { open: t0 },
