@@ -17,6 +17,7 @@ use tracer_truth::{
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
 const EXEC_FROM_THREAD: &str = env!("CARGO_BIN_EXE_exec-from-thread");
+const ZOMBIE_OF: &str = env!("CARGO_BIN_EXE_zombie-of");
 
 /// Runs `tracer run --json [extra] -- tracer-workload ARGS --out F` and returns the
 /// documents and the workload's ground truth.
@@ -28,8 +29,14 @@ fn traced(extra: &[&str], workload: &[&str], name: &str) -> (Vec<Value>, Vec<Tru
 #[ignore = "needs root"]
 fn on_cpu_time_matches_schedstat_per_thread() {
     let steal = tracer_truth::Steal::start();
-    let (docs, truth) = traced(
+    // The main thread records itself before its exit, the process's teardown: its upper
+    // end is its zombie's schedstat, read by a parent of the workload's own.
+    let zombie = scratch("oncpu-zombie");
+    let _ = std::fs::remove_file(&zombie);
+    let (docs, truth) = traced_workload(
+        WORKLOAD,
         &[],
+        &[ZOMBIE_OF, zombie.to_str().unwrap(), "--"],
         &[
             "busy-sleep",
             "--threads",
@@ -43,6 +50,8 @@ fn on_cpu_time_matches_schedstat_per_thread() {
         ],
         "oncpu",
     );
+    let zombies = read_truth(&zombie);
+    let _ = std::fs::remove_file(&zombie);
     let doc = docs.last().expect("a report");
     assert_eq!(doc["kind"], "total");
     assert!(doc["probe"].is_string());
@@ -53,10 +62,16 @@ fn on_cpu_time_matches_schedstat_per_thread() {
             thread(doc, t.tid).unwrap_or_else(|| panic!("thread {} missing from {doc}", t.tid));
         let ours = th["on_cpu_ns"].as_u64().unwrap();
         assert_eq!(th["pid"].as_u64(), Some(t.pid));
-        // The thread read its schedstat a moment before it ended: 1% or 1 ms.
+        // The thread read its schedstat a moment before it ended: 1% or 1 ms; the main
+        // thread, up to its zombie's figure (the process's teardown follows its record).
+        let last = zombies
+            .iter()
+            .find(|z| z.tid == t.tid)
+            .map_or(t.run_ns, |z| z.run_ns.max(t.run_ns));
         assert!(
-            ON_CPU.holds_ns(ours, t.run_ns),
-            "tid {}: ours {ours} ns, schedstat {} ns, thread clock {} ns",
+            ON_CPU.holds_ns(ours, t.run_ns) || (ours >= t.run_ns && ON_CPU.holds_ns(ours, last)),
+            "tid {}: ours {ours} ns, schedstat {} ns at its record and {last} ns as a zombie, \
+             thread clock {} ns",
             t.tid,
             t.run_ns,
             t.cpu_ns.unwrap_or_default()
@@ -66,7 +81,7 @@ fn on_cpu_time_matches_schedstat_per_thread() {
             th["voluntary_switches"].as_u64().unwrap() > 0,
             "the workers sleep"
         );
-        sum_run += t.run_ns;
+        sum_run += last;
     }
     // The kernel also sums the traced slices per CPU, each no longer than its wall time
     // (so no CPU shows more than the window): the threads' total, less what the
