@@ -127,7 +127,8 @@ pub const ON_CPU_EVERY_PROBE_MODE: Bound = Bound::relative(0.02);
 pub const ON_CPU_LATE_JOINER: Bound = Bound::larger(0.02, 2e6);
 
 /// Two tracers on one cgroup, the workload joining once both attached: 1% or 2 ms (the
-/// main thread's schedstat holds the shell's start before it joined).
+/// main thread's exit, the process's teardown, follows its record; its start before it
+/// joined is taken off by the test).
 pub const ON_CPU_BESIDE_ANOTHER_TRACER: Bound = Bound::larger(0.01, 2e6);
 
 /// A process that joined an empty traced cgroup a few ms after it started: its on-CPU
