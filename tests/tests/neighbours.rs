@@ -136,6 +136,16 @@ fn check_locked(args: &[&str], caps: &str) {
     assert_locked(args, caps, &states, &String::from_utf8_lossy(&out.stderr));
 }
 
+/// `tmux -L SOCKET ARGS` (a server of the test's own): its stdout.
+fn tmux(socket: &str, args: &[&str]) -> String {
+    let o = Command::new("tmux")
+        .args(["-L", socket])
+        .args(args)
+        .output()
+        .expect("tmux (`cargo xtask test` installs it)");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// The log that says what the privilege policy did (`securebits`, refusals).
 const PRIVILEGES_LOG: &str = "tracer::sys::privileges=debug";
 
@@ -181,14 +191,7 @@ fn top_is_locked_down_once_attached() {
     require_root();
     let socket = format!("tracer-nb-locked-top-{}", std::process::id());
     let err_path = format!("/tmp/{socket}.err");
-    let t = |args: &[&str]| {
-        let o = Command::new("tmux")
-            .args(["-L", &socket])
-            .args(args)
-            .output()
-            .expect("tmux (`cargo xtask test` installs it)");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let t = |args: &[&str]| tmux(&socket, args);
     // `exec`: the pane's process is the tracer itself.
     let cmd = format!(
         "RUST_LOG={PRIVILEGES_LOG} exec {} top -d 20s 2>{err_path}",
@@ -215,9 +218,7 @@ fn top_is_locked_down_once_attached() {
     while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(10) {
         sleep(Duration::from_millis(50));
     }
-    let _ = Command::new("tmux")
-        .args(["-L", &socket, "kill-server"])
-        .output();
+    tmux(&socket, &["kill-server"]);
     let err = std::fs::read_to_string(&err_path).unwrap_or_default();
     let _ = std::fs::remove_file(&err_path);
     assert_locked(&["top"], NONE, &states, &err);
@@ -311,14 +312,7 @@ fn top_writes_the_commands_output_to_a_private_file() {
         std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
     }
     let socket = format!("tracer-nb-top-{}", std::process::id());
-    let t = |args: &[&str]| {
-        let o = Command::new("tmux")
-            .args(["-L", &socket])
-            .args(args)
-            .output()
-            .expect("tmux (`cargo xtask test` installs it)");
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let t = |args: &[&str]| tmux(&socket, args);
     t(&[
         "new-session",
         "-d",
@@ -346,9 +340,7 @@ fn top_writes_the_commands_output_to_a_private_file() {
         );
         sleep(Duration::from_millis(100));
     }
-    let _ = Command::new("tmux")
-        .args(["-L", &socket, "kill-server"])
-        .output();
+    tmux(&socket, &["kill-server"]);
     let err = std::fs::read_to_string(format!("/tmp/{socket}.err")).unwrap_or_default();
     let _ = std::fs::remove_file(format!("/tmp/{socket}.err"));
     tmp.assert_victim_untouched("top -- CMD");
@@ -450,14 +442,7 @@ fn outputs_refuse_what_nobody_planted_in_a_sticky_directory() {
         link(n);
     }
     let socket = format!("tracer-nb-e-{}", std::process::id());
-    let t = |args: &[&str]| {
-        let o = Command::new("tmux")
-            .args(["-L", &socket])
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let t = |args: &[&str]| tmux(&socket, args);
     t(&[
         "new-session",
         "-d",
@@ -489,9 +474,7 @@ fn outputs_refuse_what_nobody_planted_in_a_sticky_directory() {
     let screen = t(&["capture-pane", "-p", "-t", "t"]);
     t(&["send-keys", "-t", "t", "q"]);
     sleep(Duration::from_millis(500));
-    let _ = Command::new("tmux")
-        .args(["-L", &socket, "kill-server"])
-        .output();
+    tmux(&socket, &["kill-server"]);
     tmp.assert_victim_untouched("top's e key");
     assert!(
         screen.contains("could not write") && screen.contains("refusing"),

@@ -24,14 +24,21 @@ fn recorded(
     args: &[&str],
     name: &str,
 ) -> (Value, Value, Vec<Truth>, u64) {
+    let mut cmd = prefix.to_vec();
+    cmd.push(WORKLOAD);
+    cmd.extend_from_slice(args);
+    recorded_cmd(extra, &cmd, name)
+}
+
+/// `tracer record --json [EXTRA] -- CMD --out F`, CMD a program that writes its truth
+/// to F: as [`recorded`].
+fn recorded_cmd(extra: &[&str], cmd: &[&str], name: &str) -> (Value, Value, Vec<Truth>, u64) {
     let trace = scratch(&format!("{name}.pftrace"));
     let truth_file = scratch(&format!("{name}.truth"));
     let mut argv = vec!["record", "--json", "-o", trace.to_str().unwrap()];
     argv.extend_from_slice(extra);
     argv.push("--");
-    argv.extend_from_slice(prefix);
-    argv.push(WORKLOAD);
-    argv.extend_from_slice(args);
+    argv.extend_from_slice(cmd);
     argv.extend_from_slice(&["--out", truth_file.to_str().unwrap()]);
     let steal0 = tracer_truth::Steal::start();
     let out = run_tracer(&argv);
@@ -333,32 +340,11 @@ fn an_exec_from_a_thread_is_under_the_same_tids_in_the_trace_and_the_summary() {
         if !tracer_tests::probe_modes().iter().any(|m| m == mode) {
             continue;
         }
-        let trace = scratch(&format!("exec-thread-{mode}.pftrace"));
-        let truth_file = scratch(&format!("exec-thread-{mode}.truth"));
-        let steal0 = tracer_truth::Steal::start();
-        let out = run_tracer(&[
-            "record",
-            "--json",
-            "--probe",
-            mode,
-            "-o",
-            trace.to_str().unwrap(),
-            "--",
-            EXEC_FROM_THREAD,
-            "--before-ms",
-            "50",
-            "--after-ms",
-            "30",
-            "--out",
-            truth_file.to_str().unwrap(),
-        ]);
-        let steal = steal0.allowance_ns() as u64;
-        let doc = final_report(&out);
-        let rb = rebuild(&trace);
-        check_accounting(&doc, &rb);
-        let truth = read_truth(&truth_file);
-        let _ = std::fs::remove_file(&trace);
-        let _ = std::fs::remove_file(&truth_file);
+        let (doc, rb, truth, steal) = recorded_cmd(
+            &["--probe", mode],
+            &[EXEC_FROM_THREAD, "--before-ms", "50", "--after-ms", "30"],
+            &format!("exec-thread-{mode}"),
+        );
         let leader = truth[0].tid;
         let thread = doc["threads"]
             .as_array()
