@@ -11,6 +11,7 @@
 pub mod bounds;
 mod rng;
 pub mod steal;
+pub mod zombie;
 
 pub use bounds::*;
 pub use rng::Rng;

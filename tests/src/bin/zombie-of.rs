@@ -21,36 +21,15 @@ fn main() {
         .spawn()
         .unwrap_or_else(|e| panic!("zombie-of: cannot start {cmd}: {e}"));
     let pid = child.id();
-    // SAFETY: waitid on our own child into a zeroed siginfo the kernel fills.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let r = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOWAIT,
-        )
-    };
-    assert_eq!(
-        r,
-        0,
-        "zombie-of: waitid: {}",
-        std::io::Error::last_os_error()
-    );
-    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
-    let v: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() >= 3 {
+    if let tracer_truth::zombie::Zombie::Exited(Some(f)) = tracer_truth::zombie::zombie(pid, true) {
         let truth = tracer_truth::Truth {
             tid: pid.into(),
             pid: pid.into(),
-            run_ns: v[0],
-            wait_ns: v[1],
-            slices: Some(v[2]),
+            run_ns: f.run_ns,
+            wait_ns: f.wait_ns,
+            slices: Some(f.slices),
             // A thread's clock is its runtime (CLOCK_THREAD_CPUTIME_ID reads it).
-            cpu_ns: Some(v[0]),
+            cpu_ns: Some(f.run_ns),
             ..Default::default()
         };
         let mut f = std::fs::OpenOptions::new()

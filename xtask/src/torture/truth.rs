@@ -41,43 +41,29 @@ pub(super) fn reap_recording_zombie(
     w: &mut std::process::Child,
     limit: Duration,
 ) -> Option<String> {
+    use tracer_truth::zombie::{zombie, Zombie};
     let pid = w.id();
     let t = Instant::now();
-    loop {
-        // SAFETY: waitid on our own child into a zeroed siginfo the kernel fills.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let r = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
-            )
-        };
-        // SAFETY: the kernel wrote the siginfo (si_pid stays 0 while it runs).
-        if r == 0 && unsafe { info.si_pid() } == pid as i32 {
-            break;
+    let last = loop {
+        match zombie(pid, false) {
+            Zombie::Running if t.elapsed() <= limit => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Zombie::Exited(f) => break f,
+            Zombie::Running | Zombie::Gone => {
+                let _ = w.kill();
+                let _ = w.wait();
+                return None;
+            }
         }
-        if r != 0 || t.elapsed() > limit {
-            let _ = w.kill();
-            let _ = w.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
+    };
     let _ = w.wait();
-    let v: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    (v.len() >= 3).then(|| {
-        format!(
-            "{{\"ev\":\"exit\",\"role\":\"zombie\",\"grp\":\"\",\"tid\":{pid},\"pid\":{pid},\
-             \"run_ns\":{},\"wait_ns\":{},\"slices\":{},\"cpu_ns\":0,\"t_ns\":0,\"born_ns\":0}}",
-            v[0], v[1], v[2]
-        )
-    })
+    let f = last?;
+    Some(format!(
+        "{{\"ev\":\"exit\",\"role\":\"zombie\",\"grp\":\"\",\"tid\":{pid},\"pid\":{pid},\
+         \"run_ns\":{},\"wait_ns\":{},\"slices\":{},\"cpu_ns\":0,\"t_ns\":0,\"born_ns\":0}}",
+        f.run_ns, f.wait_ns, f.slices
+    ))
 }
 
 pub(super) fn wait_for_done(truth: &Path, limit: Duration) -> bool {

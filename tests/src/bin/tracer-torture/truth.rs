@@ -39,34 +39,17 @@ pub(crate) fn schedstat() -> [u64; 3] {
 /// zombie's is final: its exit path, which follows its own last record, ran). The
 /// harness takes it as the upper end of the child's truth.
 pub(crate) fn record_zombie(out: &str, pid: u32) {
-    // SAFETY: plain waitid on our own child; siginfo is written by the kernel.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let ok = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOWAIT,
-        )
-    } == 0;
-    if !ok {
+    let tracer_truth::zombie::Zombie::Exited(Some(f)) = tracer_truth::zombie::zombie(pid, true)
+    else {
         return;
-    }
-    let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap_or_default();
-    let v: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 3 {
-        return;
-    }
+    };
     emit(
         out,
         &format!(
             "{{\"ev\":\"exit\",\"role\":\"zombie\",\"grp\":\"\",\"tid\":{pid},\"pid\":{pid},\"run_ns\":{},\"wait_ns\":{},\"slices\":{},\"cpu_ns\":0,\"t_ns\":{},\"born_ns\":0}}",
-            v[0],
-            v[1],
-            v[2],
+            f.run_ns,
+            f.wait_ns,
+            f.slices,
             now_ns()
         ),
     );
