@@ -197,17 +197,20 @@ fn top_is_locked_down_once_attached() {
         "RUST_LOG={PRIVILEGES_LOG} exec {} top -d 20s 2>{err_path}",
         tracer_bin().display()
     );
-    t(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "120",
-        "-y",
-        "30",
-        &cmd,
-    ]);
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "120",
+            "-y",
+            "30",
+            &cmd,
+        ],
+    );
     let pid: u32 = t(&["display-message", "-p", "-t", "t", "#{pane_pid}"])
         .trim()
         .parse()
@@ -313,17 +316,20 @@ fn top_writes_the_commands_output_to_a_private_file() {
     }
     let socket = format!("tracer-nb-top-{}", std::process::id());
     let t = |args: &[&str]| tmux(&socket, args);
-    t(&[
-        "new-session",
-        "-d",
-        "-s",
-        "t",
-        "-x",
-        "120",
-        "-y",
-        "30",
-        "sh",
-    ]);
+    tmux(
+        &socket,
+        &[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "120",
+            "-y",
+            "30",
+            "sh",
+        ],
+    );
     let cmd = format!(
         "TMPDIR={} {} top -d 2s -- sh -c 'echo the-output; sleep 1' 2>/tmp/{socket}.err; echo top-$?",
         tmp.dir.display(),
