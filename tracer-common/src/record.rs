@@ -67,8 +67,9 @@ pub mod how {
 }
 
 /// `ThreadStats::flags`: the thread's last wakeup was `sched_wakeup_new` (set only while
-/// `tracer slow` runs).
-pub const WOKEN_NEW: u32 = 2;
+/// `tracer slow` runs). A bit of its own: `HANDED_OVER` is 2.
+pub const WOKEN_NEW: u32 = 4;
+const _: () = assert!(WOKEN_NEW & (crate::HAVE_RUN_DELAY | crate::HANDED_OVER) == 0);
 
 /// The common start of every event.
 #[repr(C)]
