@@ -191,6 +191,10 @@ pub struct CpuState {
     /// `se.sum_exec_runtime` of `tid` at its switch-in (`u64::MAX`: not read): the base
     /// of a thread's first slice.
     pub sum_in: u64,
+    /// The wait the last switch-out took from `run_delay` because neither its wakeup nor
+    /// its switch-in was seen (0: none): `tracer record` puts the waking back in the
+    /// trace.
+    pub unseen_wait_ns: u64,
 }
 
 /// The window, in `CLOCK_MONOTONIC` ns (the `WINDOW` map's one value), written by user
@@ -235,7 +239,11 @@ pub mod drop {
     /// because the switch before it was never reported (see [`UNSEEN_SWITCH_OUT`]).
     /// Its slice, and the wait and off-CPU time that ended at its start, are placed by
     /// the scheduler's own runtime of the slice (`sum_exec_runtime -
-    /// prev_sum_exec_runtime`), as if seen.
+    /// prev_sum_exec_runtime`), as if seen. Where the wakeup that began the wait went
+    /// unseen too (on the 6.18 Firecracker guest a sleeper's hrtimer wakeup in the
+    /// interrupt of a guest-agent thread, which then switched to it unseen: 1-2 times
+    /// in 700 sleeps, ftrace showing the wakeup), the wait is what `sched_info.run_delay`
+    /// grew by since the thread blocked (see [`crate::slice::unseen_wait`]).
     pub const UNSEEN_SWITCH_IN: u32 = 6;
     /// A traced task's slice that is lost: the kernel switched it out without the
     /// sched_switch tracepoint (seen on a 6.18 Firecracker guest kernel for the guest
@@ -347,7 +355,11 @@ pub struct Config {
     /// traced-set entry for that thread.
     pub task_signal_off: u32,
     pub signal_exec_task_off: u32,
-    pub _pad0: u32,
+    /// Offset of `task_struct::sched_info.run_delay` read at a traced thread's blocked
+    /// switch-out where waits come from the wakeups (0: unknown): the base of a wait whose
+    /// wakeup and switch-in no program saw (see [`drop::UNSEEN_SWITCH_IN`] and
+    /// [`slice::unseen_wait`]).
+    pub task_wait_base_off: u32,
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
 }
@@ -355,7 +367,7 @@ pub struct Config {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 72);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 80);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
 const _: () = assert!(core::mem::size_of::<Config>() == 152);

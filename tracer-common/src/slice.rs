@@ -211,6 +211,28 @@ pub fn wait_by_run_delay(run_delay: u64, base: u64) -> u64 {
     }
 }
 
+/// The run-queue wait that ended at a slice's start: `timed` (from the wakeup or
+/// preemption, [`UNKNOWN`] when no program saw its start); else, where the switch-in was
+/// not seen either and the thread had blocked, what the scheduler's
+/// `sched_info.run_delay` grew by since that switch-out (`base`, [`UNKNOWN`] when not
+/// read): the kernel reported neither end of the wait (see `drop::UNSEEN_SWITCH_IN`).
+/// A switch-in that was seen after an unseen wakeup keeps no wait: its thread was
+/// running already (`try_to_wake_up()` on `current`, see [`wakeup_starts_wait`]).
+#[inline(always)]
+pub fn unseen_wait(
+    timed: u64,
+    switch_in_seen: bool,
+    left_blocked: bool,
+    run_delay: u64,
+    base: u64,
+) -> u64 {
+    if timed != UNKNOWN || switch_in_seen || !left_blocked {
+        timed
+    } else {
+        wait_by_run_delay(run_delay, base)
+    }
+}
+
 /// `sched_info.run_delay` of a task just created: `sched_fork()` zeroes `sched_info`.
 /// The base of a new thread's first wait where waits come from `run_delay`.
 pub const RUN_DELAY_AT_BIRTH: u64 = 0;
@@ -528,6 +550,79 @@ mod tests {
         // A thread born in the window: its first wait from the zero it was born with,
         // whether or not the switch-in that ended it was seen.
         assert_eq!(wait_by_run_delay(4_530, RUN_DELAY_AT_BIRTH), 4_530);
+    }
+
+    #[test]
+    fn a_wait_with_neither_end_seen_is_the_schedulers() {
+        // (timed, switch-in seen, left blocked, run_delay now, base) -> wait
+        let rows: &[(u64, bool, bool, u64, u64, u64, &str)] = &[
+            (
+                5_000,
+                false,
+                true,
+                9_000,
+                1_000,
+                5_000,
+                "timed from its wakeup",
+            ),
+            (
+                UNKNOWN,
+                false,
+                true,
+                9_000,
+                1_000,
+                8_000,
+                "wakeup and switch-in unseen",
+            ),
+            (
+                UNKNOWN,
+                true,
+                true,
+                9_000,
+                1_000,
+                UNKNOWN,
+                "switch-in seen: no wait",
+            ),
+            (
+                UNKNOWN,
+                false,
+                false,
+                9_000,
+                1_000,
+                UNKNOWN,
+                "preempted: its start is kept",
+            ),
+            (
+                UNKNOWN,
+                false,
+                true,
+                9_000,
+                UNKNOWN,
+                UNKNOWN,
+                "no base read",
+            ),
+            (
+                UNKNOWN,
+                false,
+                true,
+                1_000,
+                1_000,
+                UNKNOWN,
+                "run_delay did not grow",
+            ),
+            (
+                UNKNOWN,
+                false,
+                true,
+                4_530,
+                RUN_DELAY_AT_BIRTH,
+                4_530,
+                "born in the window",
+            ),
+        ];
+        for &(timed, seen, blocked, rd, base, want, why) in rows {
+            assert_eq!(unseen_wait(timed, seen, blocked, rd, base), want, "{why}");
+        }
     }
 
     #[test]

@@ -200,9 +200,12 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
     };
     // SAFETY: per-CPU slot; switches on a CPU do not nest.
     let rc = unsafe { &mut *rc };
-    let ts = match CPU_STATE.get(0) {
-        Some(cs) if next.tid != 0 && cs.tid == next.tid && cs.traced != 0 => cs.slice_start_ns,
-        _ => rc.pre_ns,
+    let (ts, unseen_wait) = match CPU_STATE.get(0) {
+        Some(cs) if next.tid != 0 && cs.tid == next.tid && cs.traced != 0 => {
+            (cs.slice_start_ns, cs.unseen_wait_ns)
+        }
+        Some(cs) => (rc.pre_ns, cs.unseen_wait_ns),
+        None => (rc.pre_ns, 0),
     };
     let (open, close) = window();
     let f = rc.flags;
@@ -258,6 +261,11 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
         } else {
             last
         };
+        if unseen_wait != 0 && since > unseen_wait {
+            // Its wakeup went unseen too: the accounting took the wait from the
+            // scheduler's `run_delay`; the waking goes back where that wait began.
+            send_wakeup(since - unseen_wait, prev, false, 0);
+        }
         chained = send_switch(since, was, 0, SWITCH_REPAIRED, RUNTIME_UNKNOWN, prev);
     }
     if f & rec_cpu::SEND == 0 {
@@ -375,6 +383,12 @@ pub fn wakeup(p: &Task, new: bool, at: u64) {
     if close != 0 && ts > close {
         return;
     }
+    send_wakeup(ts, p, new, bpf_get_current_pid_tgid() as u32);
+}
+
+/// Queues one waking of `p` at `ts` by `waker` (0: not known).
+#[inline(always)]
+fn send_wakeup(ts: u64, p: &Task, new: bool, waker: u32) {
     bump(stat::SENT);
     let Some(mut e) = EVENTS.reserve::<SchedEvent>(0) else {
         bump(stat::DROPPED);
@@ -382,7 +396,7 @@ pub fn wakeup(p: &Task, new: bool, at: u64) {
     };
     let ptr = e.as_mut_ptr();
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let target = match c.task_cpu_off {
+    let target = match config().task_cpu_off {
         0 => cpu,
         off => p.field::<u32>(off).unwrap_or(cpu),
     };
@@ -391,7 +405,7 @@ pub fn wakeup(p: &Task, new: bool, at: u64) {
         (*ptr).head = head(ts, if new { kind::WAKEUP_NEW } else { kind::WAKEUP });
         (*ptr).tid = p.tid;
         (*ptr).tgid = p.tgid();
-        (*ptr).prev_tid = bpf_get_current_pid_tgid() as u32;
+        (*ptr).prev_tid = waker;
         (*ptr).state = target;
         (*ptr).runtime = 0;
         (*ptr).prio = prio(p);

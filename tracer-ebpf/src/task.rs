@@ -45,7 +45,7 @@ static CONFIG: Config = Config {
     thread_cgroup: 0,
     task_signal_off: 0,
     signal_exec_task_off: 0,
-    _pad0: 0,
+    task_wait_base_off: 0,
     slow_min_ns: 0,
 };
 

@@ -106,6 +106,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     // The CPU is known from here on; switch_in sets the rest.
     cs.traced = 0;
+    cs.unseen_wait_ns = 0;
     if cs.slice_start_ns == 0 {
         cs.slice_start_ns = 1;
     }
@@ -196,6 +197,23 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         slice::wait_from(s.runnable_ns, start.max(unseen_in))
     };
+    // Where neither end of the wait was seen, the scheduler's own figure for it: the
+    // growth of `run_delay` since the blocked switch-out whose value is the base.
+    let wait = if wait == slice::UNKNOWN && start == 0 && c.task_wait_base_off != 0 {
+        let rd = prev.field::<u64>(c.task_wait_base_off).unwrap_or(0);
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else {
+            slice::UNKNOWN
+        };
+        let w = slice::unseen_wait(wait, false, s.off_state == OFF_BLOCKED, rd, base);
+        if w != slice::UNKNOWN {
+            cs.unseen_wait_ns = w;
+        }
+        w
+    } else {
+        wait
+    };
     if wait != slice::UNKNOWN {
         s.runq_wait_ns += wait;
         s.runq_waits += 1;
@@ -274,6 +292,14 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Leave::Blocked => {
             s.voluntary += 1;
             s.off_state = OFF_BLOCKED;
+            if c.task_wait_base_off != 0 {
+                // The base of the next wait, should the kernel report neither its
+                // wakeup nor its switch-in (see `slice::unseen_wait`).
+                if let Some(rd) = prev.field::<u64>(c.task_wait_base_off) {
+                    s.last_run_delay = rd;
+                    s.flags |= HAVE_RUN_DELAY;
+                }
+            }
         }
         Leave::Dead => {
             s.voluntary += 1;

@@ -92,6 +92,7 @@ pub(super) fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
         cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
         cfg.task_prev_sum_exec_off = prev_sum_exec_offset(&kbtf).unwrap_or(0);
         (cfg.task_signal_off, cfg.signal_exec_task_off) = compat::exec_task_offsets(&kbtf);
+        cfg.task_wait_base_off = compat::run_delay_offset(&kbtf).unwrap_or(0);
     }
     if cfg.task_sum_exec_off == 0 {
         if let Ok(rt) = tracefs::event_format(&dir, "sched", "sched_stat_runtime") {

@@ -182,6 +182,8 @@ impl Tracer {
                     cfg.task_run_delay_off = compat::run_delay_offset(&kbtf).ok_or_else(|| {
                         anyhow!("--runq-from schedstat: task_struct has no sched_info (CONFIG_SCHED_INFO off)")
                     })?;
+                } else {
+                    cfg.task_wait_base_off = compat::run_delay_offset(&kbtf).unwrap_or(0);
                 }
                 if mode == ProbeMode::PerfSched {
                     cfg.task_state_off =
