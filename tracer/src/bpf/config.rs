@@ -5,8 +5,9 @@ use anyhow::{anyhow, Result};
 use tracer_common::Config;
 
 use crate::{
-    bpf::{compat, loader::VMLINUX_BTF},
+    bpf::compat,
     model::options::{ProbeMode, RunqFrom, RunqSource},
+    sys::btf::VMLINUX_BTF,
     sys::{btf::KernelBtf, root::Root, tracefs},
 };
 

@@ -18,13 +18,10 @@ use crate::{
         table::{self, Attach, Needs, Prog, Role},
     },
     model::options::{ProbeMode, RunqFrom, RunqSource},
-    sys::btf::KernelBtf,
+    sys::btf::{KernelBtf, VMLINUX_BTF},
     sys::clock::monotonic_ns,
     sys::root::Root,
 };
-
-/// Where the kernel describes its own types.
-pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 /// `--cgroup DIR`: the directory's cgroup v2 id, and whether only DIR itself counts
 /// (else DIR and every cgroup below it, the default).

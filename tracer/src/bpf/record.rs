@@ -42,7 +42,7 @@ pub fn config(
             "tracer slow times waits from wakeups: --runq-from schedstat does not apply"
         ));
     }
-    let kbtf = crate::sys::btf::KernelBtf::from_file(&root.path(crate::bpf::loader::VMLINUX_BTF))?;
+    let kbtf = crate::sys::btf::KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))?;
     cfg.record = rec.on;
     cfg.slow_min_ns = rec.slow_min_ns;
     cfg.task_prio_off = kbtf.member_offset("task_struct", "prio")?;

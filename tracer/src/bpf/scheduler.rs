@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    bpf::{compat, loader::VMLINUX_BTF},
+    bpf::compat,
     model::scheduler::{decide, BtfFacts, ExtFacts, Facts, Scheduler},
+    sys::btf::VMLINUX_BTF,
     sys::{bounded::read_bounded, btf::KernelBtf, procfs, root::Root},
 };
 

@@ -52,7 +52,7 @@ impl OffcpuTracer {
         root: &Root,
         seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<OffcpuTracer> {
-        let kbtf = KernelBtf::from_file(&root.path(loader::VMLINUX_BTF))
+        let kbtf = KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))
             .context("off-CPU stacks need kernel BTF (tp_btf)")?;
         if !compat::sched_switch_has_prev_state(&kbtf) {
             return Err(anyhow!(

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::{
     bpf::collect::Collector,
-    bpf::loader::{self, LoadOptions, Tracer},
+    bpf::loader::{LoadOptions, Tracer},
     model::options::ProbeMode,
     perf,
     sys::privileges,
@@ -130,7 +130,7 @@ pub fn gather(root: &Root) -> CheckReport {
             Err(e) => e.to_string(),
         },
     ));
-    let btf = root.path(loader::VMLINUX_BTF);
+    let btf = root.path(crate::sys::btf::VMLINUX_BTF);
     items.push(if btf.exists() {
         item("kernel BTF", true, format!("{}", btf.display()))
     } else {

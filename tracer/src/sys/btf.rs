@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::TracerError;
 
+/// Where the kernel describes its own types.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
 const BTF_MAGIC: u16 = 0xeb9f;
 /// Size of the original (version 1) header; later kernels may append fields.
 const MIN_HDR_LEN: usize = 24;

@@ -1,4 +1,3 @@
-
 use super::*;
 use tracer_common::hist::{MAX_MSB, SUB};
 

@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn thread(tid: u32, comm: &str, cpu: f64) -> ThreadView {

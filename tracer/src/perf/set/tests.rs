@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::perf::derived::fixtures::{ev, r};
 use crate::perf::derived::{context_switches, report, task_clock_ns};

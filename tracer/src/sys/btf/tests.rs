@@ -1,4 +1,3 @@
-
 use super::*;
 
 /// Builds BTF blobs by hand, in either byte order.

@@ -1,4 +1,3 @@
-
 #[test]
 fn stat_state_and_starttime() {
     let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 98765 1000 10";
