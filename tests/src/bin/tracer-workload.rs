@@ -10,6 +10,9 @@
 //!   churn --per-sec N --duration-ms D             (short threads, each a little work)
 //!   pingpong --cpu-a A --cpu-b B --duration-ms D  (two threads, pinned, passing a byte
 //!                                                  back and forth through two pipes)
+//!   chain --step-us S --duration-ms D             (a chain of threads, each spinning S us,
+//!                                                  starting the next and ending: one
+//!                                                  link missed takes every later one)
 use std::{
     fs::File,
     io::Write,
@@ -48,6 +51,27 @@ fn record(out: &Mutex<Vec<String>>) {
     out.lock()
         .unwrap()
         .push(serde_json::to_string(&truth).expect("numbers only"));
+}
+
+/// One link of `chain`: spins `step` ns of CPU, starts the next link (until `until`),
+/// records its truth and ends; the last one then says so on `done`.
+fn link(
+    step: u64,
+    until: Instant,
+    out: Arc<Mutex<Vec<String>>>,
+    done: std::sync::mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        spin_for(step);
+        let last = Instant::now() >= until;
+        if !last {
+            link(step, until, out.clone(), done.clone());
+        }
+        record(&out);
+        if last {
+            let _ = done.send(());
+        }
+    });
 }
 
 fn spin_for(ns: u64) {
@@ -199,8 +223,18 @@ fn main() {
                 unsafe { libc::close(ping.1) };
             }));
         }
+        "chain" => {
+            let step = arg(&args, "--step-us", 200) * 1000;
+            let until = start + duration;
+            let (done, last) = std::sync::mpsc::channel();
+            link(step, until, out.clone(), done);
+            // The last link records before it says so; the others long before it.
+            let _ = last.recv_timeout(duration + Duration::from_secs(30));
+        }
         _ => {
-            eprintln!("usage: tracer-workload busy-sleep|spin|churn|pingpong --out FILE [options]");
+            eprintln!(
+                "usage: tracer-workload busy-sleep|spin|churn|pingpong|chain --out FILE [options]"
+            );
             std::process::exit(2);
         }
     }

@@ -70,8 +70,16 @@ pub fn fork(parent: Task, child: Task) {
         return;
     }
     // SAFETY: copied out at once.
-    let Some(p) = (unsafe { TRACKED.get(parent.tid) }).copied() else {
-        return;
+    let p = match unsafe { TRACKED.get(parent.tid) }.copied() {
+        Some(p) => p,
+        // A thread of a process whose leader is in the set but which is not yet itself:
+        // user space puts a target's leader in first and then lists its threads, so a
+        // thread born in between is followed from its parent's process.
+        // SAFETY: copied out at once.
+        None => match unsafe { TRACKED.get(parent.tgid) }.copied() {
+            Some(l) if l.tgid == parent.tgid && parent.tgid != 0 => l,
+            _ => return,
+        },
     };
     if p.flags & TRACK_INHERIT == 0 {
         return;

@@ -171,7 +171,9 @@ pub(crate) fn seed(
 ) -> Result<Vec<(u32, u32)>> {
     let mut seed: Vec<(u32, Tracked)> = Vec::new();
     let mut threads = Vec::new();
+    let mut leaders = Leaders::open(ebpf)?;
     for &pid in &t.pids {
+        leaders.insert(pid)?;
         let tids = procfs::threads_of(root, pid).map_err(|e| match e {
             TracerError::NoSuchProcess(_) => TracerError::AlreadyExited {
                 what: "PID",
@@ -198,6 +200,7 @@ pub(crate) fn seed(
     }
     if !t.pids.is_empty() {
         for pid in descendants(root, &t.pids).difference(before) {
+            leaders.insert(*pid)?;
             // Gone since: it did nothing in the window.
             let Ok(tids) = procfs::threads_of(root, *pid) else {
                 continue;
@@ -270,15 +273,36 @@ pub(crate) fn seed(
         }
         .into());
     }
-    if !seed.is_empty() {
-        let mut m: BpfHashMap<_, u32, Tracked> =
-            BpfHashMap::try_from(ebpf.map_mut("TRACKED").context("TRACKED missing")?)?;
-        for (tid, v) in &seed {
-            m.insert(tid, v, 0)
-                .with_context(|| format!("adding TID {tid} to the traced set"))?;
-        }
+    for (tid, v) in &seed {
+        leaders
+            .0
+            .insert(tid, v, 0)
+            .with_context(|| format!("adding TID {tid} to the traced set"))?;
     }
     Ok(threads)
+}
+
+/// The traced set, for a process's leader entry put in before its threads are listed:
+/// the fork program follows a thread born in between from that entry (its parent, not
+/// yet in the set, is of that process). A zombie leader's entry stays unused.
+struct Leaders<'a>(BpfHashMap<&'a mut aya::maps::MapData, u32, Tracked>);
+
+impl<'a> Leaders<'a> {
+    fn open(ebpf: &'a mut Ebpf) -> Result<Self> {
+        Ok(Leaders(BpfHashMap::try_from(
+            ebpf.map_mut("TRACKED").context("TRACKED missing")?,
+        )?))
+    }
+
+    fn insert(&mut self, pid: u32) -> Result<()> {
+        let v = Tracked {
+            tgid: pid,
+            flags: TRACK_INHERIT,
+        };
+        self.0
+            .insert(pid, v, 0)
+            .with_context(|| format!("adding PID {pid}'s leader to the traced set"))
+    }
 }
 
 /// The threads the trace follows now (those seeded plus those the fork program added
