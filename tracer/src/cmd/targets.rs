@@ -171,9 +171,9 @@ pub(crate) fn seed(
 ) -> Result<Vec<(u32, u32)>> {
     let mut seed: Vec<(u32, Tracked)> = Vec::new();
     let mut threads = Vec::new();
-    let mut leaders = Leaders::open(ebpf)?;
+    let mut set = TracedSet::open(ebpf)?;
     for &pid in &t.pids {
-        leaders.insert(pid)?;
+        set.insert_leader(pid)?;
         let tids = procfs::threads_of(root, pid).map_err(|e| match e {
             TracerError::NoSuchProcess(_) => TracerError::AlreadyExited {
                 what: "PID",
@@ -200,7 +200,7 @@ pub(crate) fn seed(
     }
     if !t.pids.is_empty() {
         for pid in descendants(root, &t.pids).difference(before) {
-            leaders.insert(*pid)?;
+            set.insert_leader(*pid)?;
             // Gone since: it did nothing in the window.
             let Ok(tids) = procfs::threads_of(root, *pid) else {
                 continue;
@@ -274,34 +274,36 @@ pub(crate) fn seed(
         .into());
     }
     for (tid, v) in &seed {
-        leaders
-            .0
-            .insert(tid, v, 0)
-            .with_context(|| format!("adding TID {tid} to the traced set"))?;
+        set.insert(*tid, *v)?;
     }
     Ok(threads)
 }
 
-/// The traced set, for a process's leader entry put in before its threads are listed:
-/// the fork program follows a thread born in between from that entry (its parent, not
-/// yet in the set, is of that process). A zombie leader's entry stays unused.
-struct Leaders<'a>(BpfHashMap<&'a mut aya::maps::MapData, u32, Tracked>);
+/// The kernel's traced set (`TRACKED`) as the seeding writes it.
+struct TracedSet<'a>(BpfHashMap<&'a mut aya::maps::MapData, u32, Tracked>);
 
-impl<'a> Leaders<'a> {
+impl<'a> TracedSet<'a> {
     fn open(ebpf: &'a mut Ebpf) -> Result<Self> {
-        Ok(Leaders(BpfHashMap::try_from(
+        Ok(TracedSet(BpfHashMap::try_from(
             ebpf.map_mut("TRACKED").context("TRACKED missing")?,
         )?))
     }
 
-    fn insert(&mut self, pid: u32) -> Result<()> {
+    /// A process's leader, put in before its threads are listed: the fork program
+    /// follows a thread born in between from this entry (its parent, not yet in the
+    /// set, is of that process). A zombie leader's entry stays unused.
+    fn insert_leader(&mut self, pid: u32) -> Result<()> {
         let v = Tracked {
             tgid: pid,
             flags: TRACK_INHERIT,
         };
+        self.insert(pid, v)
+    }
+
+    fn insert(&mut self, tid: u32, v: Tracked) -> Result<()> {
         self.0
-            .insert(pid, v, 0)
-            .with_context(|| format!("adding PID {pid}'s leader to the traced set"))
+            .insert(tid, v, 0)
+            .with_context(|| format!("adding TID {tid} to the traced set"))
     }
 }
 
