@@ -317,7 +317,12 @@ pub(crate) fn tracked_now(ebpf: &Ebpf, root: &Root) -> Result<Vec<(u32, u32)>> {
     let mut out: Vec<(u32, u32)> = m
         .iter()
         .filter_map(|e| e.ok())
-        .map(|(tid, v)| (v.tgid, tid))
+        // Classic tracepoints' sched_process_fork carries no TGID: the entry says 0
+        // until the thread's first switch-out, so /proc says which process it is.
+        .filter_map(|(tid, v)| match v.tgid {
+            0 => procfs::tgid_of(root, tid).ok().map(|tgid| (tgid, tid)),
+            tgid => Some((tgid, tid)),
+        })
         .filter(|&(tgid, tid)| procfs::thread_alive(root, tgid, tid))
         .collect();
     out.sort_unstable();
