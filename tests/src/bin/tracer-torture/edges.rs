@@ -6,13 +6,13 @@
 //! the other parts stay what their seed made them.
 
 use std::{
-    sync::mpsc::Receiver,
+    sync::mpsc::{Receiver, Sender},
     thread::JoinHandle,
     time::{Duration, Instant},
 };
 
 use crate::truth::{
-    birth_ns, now_ns, record, record_with, record_zombie, set_word, wait_word, FIN, GO,
+    birth_ns, now_ns, record, record_with, record_zombie, set_word, wait_word, word_set, FIN, GO,
 };
 use crate::work::{set_affinity, solo, spin_ns, Rng};
 
@@ -61,10 +61,37 @@ fn fork_child(f: impl FnOnce()) -> libc::pid_t {
     pid
 }
 
+/// CPU time each link of the start-up chain works before it starts the next.
+const CHAIN_STEP_NS: u64 = 1_000_000;
+/// Links the chain goes on for once GO is set (the tracer has attached).
+const CHAIN_AFTER_GO: u32 = 20;
+
+/// One link of the start-up chain: works, starts the next link (until `left` links after
+/// GO), records its whole life and ends. Each link's parent is the link before, so every
+/// link born after the tracer read /proc descends from a thread it never listed (before
+/// the fix of -p's seeding, every such link was lost). `done` is dropped by the last.
+fn chain_link(out: String, done: Sender<()>, left: u32) {
+    let b = birth_ns();
+    spin_ns(CHAIN_STEP_NS);
+    let left = if word_set(&out, GO) {
+        left.saturating_sub(1)
+    } else {
+        left
+    };
+    if left > 0 {
+        let (o, d) = (out.clone(), done.clone());
+        std::thread::spawn(move || chain_link(o, d, left));
+    }
+    record(&out, "end", "chain", "", b);
+    drop(done);
+}
+
 /// `--startup T,C`: a starter thread, there before `ready`, that T ms after `ready` starts
 /// a thread and C ms after it forks a child (0: not that one), both while the tracer
 /// resolves its targets, verifies and attaches. Each waits for GO, then records a baseline
-/// and works `work_ms`: from its first slice inside the window it must be traced.
+/// and works `work_ms`: from its first slice inside the window it must be traced. From
+/// `ready` on, a chain of short threads, each started by the one before, is born at every
+/// moment of the start-up and goes on a little past GO.
 pub(crate) fn startup(
     out: &str,
     delays: (u64, u64),
@@ -76,6 +103,11 @@ pub(crate) fn startup(
     std::thread::spawn(move || {
         let born = birth_ns();
         let Ok(at) = ready.recv() else { return };
+        let (chain_tx, chain_done) = std::sync::mpsc::channel::<()>();
+        {
+            let o = out.clone();
+            std::thread::spawn(move || chain_link(o, chain_tx, CHAIN_AFTER_GO));
+        }
         let mut rng = Rng::new(seed);
         let after = |ms: u64| {
             if let Some(d) = (at + Duration::from_millis(ms)).checked_duration_since(Instant::now())
@@ -117,6 +149,8 @@ pub(crate) fn startup(
             // SAFETY: reaps our own child.
             unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
         }
+        // Err once the chain's last link dropped its sender: the chain has ended.
+        let _ = chain_done.recv();
         record(&out, "end", "starter", "", born);
     })
 }

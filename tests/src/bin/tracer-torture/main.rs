@@ -13,11 +13,12 @@
 //!     driver sends it once the tracer has attached); the two pre-existing threads record a
 //!     baseline then. `--edge`: the last threads end in a spread of ±40 ms around D, so
 //!     some exit while the window closes. `--startup T,C`: a thread started T ms and a
-//!     child forked C ms after `ready`, while the tracer starts. `--sleepers`: threads
-//!     and a process asleep across the window's edges; the main thread then waits, after
-//!     its work, for the end of stdin (the driver closes it once the tracer has ended).
-//!     `--pinned`: ping-pong pairs on one CPU and across two (one side SCHED_FIFO). `--short N`: N processes
-//!     of 10-60 ms. `--names`: names that are not UTF-8 or hold control bytes.
+//!     child forked C ms after `ready`, while the tracer starts, and from `ready` a chain
+//!     of 1 ms threads, each started by the one before, until 20 links after GO.
+//!     `--sleepers`: threads and a process asleep across the window's edges; the main
+//!     thread then waits, after its work, for the end of stdin (the driver closes it once
+//!     the tracer has ended). `--pinned`: ping-pong pairs on one CPU and across two (one
+//!     side SCHED_FIFO). `--short N`: N processes of 10-60 ms. `--names`: names that are not UTF-8 or hold control bytes.
 //!     `--leave`: one more child that leaves the `--cg-in` cgroup halfway. `--exec-thread`:
 //!     one more child whose second thread execs.
 //!   tracer-torture post-exec --out F --grp G --spin-us U     (what the exec'ing threads run)

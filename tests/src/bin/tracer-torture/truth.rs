@@ -123,6 +123,11 @@ pub(crate) fn set_word(out: &str, at: usize) {
     unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
 }
 
+/// Whether a header word is set, without waiting.
+pub(crate) fn word_set(out: &str, at: usize) -> bool {
+    word(out, at).load(Ordering::SeqCst) != 0
+}
+
 /// Blocks (one futex wait, no polling) until a header word is set.
 pub(crate) fn wait_word(out: &str, at: usize) {
     let w = word(out, at);
