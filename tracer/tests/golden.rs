@@ -199,6 +199,7 @@ fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> 
             },
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
+            attach_lag_ns: 180_000,
             runq_source: if with_counters {
                 RunqSource::RunDelay
             } else {

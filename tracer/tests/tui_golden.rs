@@ -96,6 +96,7 @@ fn report_of(i: u64, threads: &[(u32, u32, &[u8], u64)]) -> Report {
             target: "all CPUs".into(),
             probe: "tp-btf".into(),
             probe_attach: "tp_btf".into(),
+            attach_lag_ns: 180_000,
             runq_source: RunqSource::ThreadEntry,
             probe_refused: vec![],
             scheduler: Default::default(),

@@ -97,6 +97,9 @@ pub struct Tracer {
     /// The window's opening and close (0: open), CLOCK_MONOTONIC ns.
     pub(super) t0: u64,
     pub(super) t1: u64,
+    /// When the last program was attached (CLOCK_MONOTONIC ns): what happened between
+    /// the opening and this, no program saw.
+    pub(super) attached_at: u64,
 }
 
 impl Tracer {
@@ -274,6 +277,7 @@ impl Tracer {
         // begins inside it (a slice running at attach counts from here).
         let t0 = crate::bpf::window::write(&mut ebpf, monotonic_ns(), 0)?;
         attach::attach_all(&mut ebpf, rest)?;
+        let attached_at = monotonic_ns();
         log::debug!("{}: attached after {:?}", mode.name(), t.elapsed());
         Ok(Tracer {
             ebpf,
@@ -290,6 +294,7 @@ impl Tracer {
             _sched_hook_event: sched_hook_event,
             t0,
             t1: 0,
+            attached_at,
         })
     }
 

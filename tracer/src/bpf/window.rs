@@ -12,6 +12,12 @@ impl Tracer {
         self.t0
     }
 
+    /// From the window's opening until every program was attached (ns): a thread that
+    /// ended in it, and a slice or wait that ended in it, no program saw.
+    pub fn attach_lag_ns(&self) -> u64 {
+        self.attached_at.saturating_sub(self.t0)
+    }
+
     /// Closes the window now: the programs stay attached, so threads that die before
     /// the final read still hand over their totals, but they cut running slices here
     /// and count nothing after. Returns the close (CLOCK_MONOTONIC ns); idempotent.

@@ -63,6 +63,10 @@ pub struct RunHeader {
     pub probe: String,
     /// How the switch programs attach (tp_btf, raw_tracepoint, tracepoint, fentry, kprobe).
     pub probe_attach: String,
+    /// From the window's opening until the last program was attached: a thread that
+    /// ended in that span, and what other threads did there, no program saw (the
+    /// window opens first so that every slice seen begins inside it).
+    pub attach_lag_ns: u64,
     /// Where run-queue waits come from: "run_delay" (the scheduler's
     /// `sched_info.run_delay`, read at switch-out) or "wakeup" (timed from the wakeup
     /// tracepoints).

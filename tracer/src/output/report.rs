@@ -120,6 +120,7 @@ mod tests {
                 target: "all CPUs".into(),
                 probe: "tp-btf".into(),
                 probe_attach: "tp_btf".into(),
+                attach_lag_ns: 180_000,
                 runq_source: RunqSource::RunDelay,
                 probe_refused: vec![],
                 scheduler: Default::default(),

@@ -189,6 +189,7 @@ pub(super) fn setup(
         target: args.targets.describe(),
         probe: tracer.mode.name().to_string(),
         probe_attach: tracer.attach.to_string(),
+        attach_lag_ns: tracer.attach_lag_ns(),
         runq_source: runq,
         probe_refused: tracer
             .refused
