@@ -141,6 +141,8 @@ pub(super) fn check(
     }
     o.threads = entities.len();
     let dur = num(total, "duration_ns");
+    // What ended before the last program attached no program saw (`attach_lag_ns`).
+    let attached = w.open.saturating_add(num(total, "attach_lag_ns") as u64);
     let close_min = w.open.saturating_add(dur as u64);
     let mut rows: BTreeMap<(u64, u64), Vec<&Json>> = BTreeMap::new();
     // A leader reaped by another thread's exec (`reaped_by_exec`: its final switch came
@@ -193,7 +195,7 @@ pub(super) fn check(
         let inside = out_start == 0.0 && out_end == 0.0;
         if mine.is_empty() {
             // Without the opening's time, presence is only required of -t targets.
-            let lived_inside = e.b_ns < close_min && e.life.is_none_or(|l| l.1 > w.open);
+            let lived_inside = e.b_ns < close_min && e.life.is_none_or(|l| l.1 > attached);
             if lived_inside && (w.open < u64::MAX / 2 || o.scenario.target == Target::Tid) {
                 missing.push(format!(
                     "{}{} (truth: {})",
@@ -275,8 +277,13 @@ pub(super) fn check(
             // tracepoint fires after the enqueue that starts run_delay), and at most run_delay
             // plus one tick per wait (the clock update `__schedule` skips after a
             // wakeup preemption leaves run_delay short by up to the time since the run
-            // queue's clock was last updated).
-            let lo_w = wakeup_wait_floor(e.lo.wait, e.lo.slices);
+            // queue's clock was last updated). No floor for a thread born before every
+            // program was attached: its first wakeup may be unseen (`attach_lag_ns`).
+            let lo_w = if e.b_ns >= attached {
+                wakeup_wait_floor(e.lo.wait, e.lo.slices)
+            } else {
+                0.0
+            };
             let hi_w =
                 wakeup_wait_ceiling(e.hi.wait, e.hi.slices.max(slices), TICK_NS) + exit_wait_ns;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
