@@ -14,7 +14,7 @@
 //! `TRACER_GIT_COMMIT` (git's HEAD at build time; the variable itself when set, e.g. by a
 //! build from a tarball; else "unknown") and `TRACER_BPF_SHA256` (the first 12 hex digits
 //! of the SHA-256 of the embedded objects one after the other, what `cat tracer-sched
-//! tracer-offcpu tracer-floor | sha256sum` prints).
+//! tracer-record tracer-serve tracer-offcpu tracer-floor | sha256sum` prints).
 
 use std::{
     env, fs,
@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 /// The program families (`tracer-ebpf`'s features; its bins are `tracer-FAMILY`), in the
 /// order the objects are hashed.
-const FAMILIES: [&str; 3] = ["sched", "offcpu", "floor"];
+const FAMILIES: [&str; 5] = ["sched", "record", "serve", "offcpu", "floor"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=TRACER_EBPF_DIR");

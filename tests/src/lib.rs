@@ -274,7 +274,13 @@ pub fn ebpf_dir() -> PathBuf {
 }
 
 /// The eBPF objects, by file name (`tracer-ebpf`'s bins).
-pub const EBPF_OBJECTS: [&str; 3] = ["tracer-sched", "tracer-offcpu", "tracer-floor"];
+pub const EBPF_OBJECTS: [&str; 5] = [
+    "tracer-sched",
+    "tracer-record",
+    "tracer-serve",
+    "tracer-offcpu",
+    "tracer-floor",
+];
 
 /// Names of every program in the tracer's eBPF objects, as the kernel shows them (cut to
 /// 15 characters, BPF_OBJ_NAME_LEN less the NUL). Read from the objects themselves, so a

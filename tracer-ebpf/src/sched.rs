@@ -8,8 +8,10 @@ use aya_ebpf::{
     EbpfContext as _,
 };
 
+#[cfg(feature = "record")]
+use crate::record;
 use crate::{
-    account, maps, record,
+    account, maps,
     task::{config, current_task, current_task_btf, leave_from_args, task_from_btf},
     CommSrc, Leave, Task,
 };
@@ -47,6 +49,7 @@ impl Args for RawTracePointContext {
 }
 
 /// `current`, as trusted as the context's pointers.
+#[cfg(feature = "record")]
 #[inline(always)]
 fn current<C: Args>() -> Task {
     if C::TRUSTED {
@@ -74,7 +77,9 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
     };
     let next = task_from_btf(next, trusted);
     // One read of the flag (a record program streams only when asked to).
+    #[cfg(feature = "record")]
     let rec = if REC { config().record } else { 0 };
+    #[cfg(feature = "record")]
     if rec != 0 {
         // Before the accounting: a dying thread leaves the traced set there.
         record::switch(&prev, &next);
@@ -84,6 +89,7 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
         leave_from_args(preempt & 0xff, prev_state as u32),
         next,
     );
+    #[cfg(feature = "record")]
     if rec != 0 {
         // After it: the event carries the accounting's timestamps.
         record::switch_done(&prev, preempt & 0xff != 0, prev_state as u32, &next);
@@ -95,9 +101,12 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
 pub fn wakeup<C: Args>(ctx: &C, new: bool) {
     let p = task_from_btf(ctx.ptr(0), C::TRUSTED);
     let at = account::wakeup(p, new);
+    #[cfg(feature = "record")]
     if config().record != 0 {
         record::wakeup(&p, new, at);
     }
+    #[cfg(not(feature = "record"))]
+    let _ = at;
 }
 
 /// `sched_process_fork(parent, child)`.
@@ -118,14 +127,18 @@ pub fn exec<C: Args>(ctx: &C) {
 fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
     let t = task_from_btf(p, trusted);
     account::exec(&t, old as u32);
+    #[cfg(feature = "record")]
     if config().record != 0 {
         record::exec(&t, old as u32, bprm);
     }
+    #[cfg(not(feature = "record"))]
+    let _ = bprm;
 }
 
 // Task events of `tracer record` (attached only when recording; see `record`).
 
 /// `task_newtask(task, clone_flags)`.
+#[cfg(feature = "record")]
 #[inline(always)]
 pub fn rec_newtask<C: Args>(ctx: &C) {
     record::newtask(
@@ -136,6 +149,7 @@ pub fn rec_newtask<C: Args>(ctx: &C) {
 }
 
 /// `sched_process_exit(p)`: `p` is `current`.
+#[cfg(feature = "record")]
 #[inline(always)]
 pub fn rec_exit<C: Args>() {
     let mut t = current::<C>();
@@ -146,6 +160,7 @@ pub fn rec_exit<C: Args>() {
 }
 
 /// `task_rename(task, comm)`.
+#[cfg(feature = "record")]
 #[inline(always)]
 pub fn rec_rename<C: Args>(ctx: &C) {
     let comm = ctx.ptr(1);
@@ -153,6 +168,7 @@ pub fn rec_rename<C: Args>(ctx: &C) {
 }
 
 /// `sched_migrate_task(p, dest_cpu)`.
+#[cfg(feature = "record")]
 #[inline(always)]
 pub fn rec_migrate<C: Args>(ctx: &C) {
     let dest = ctx.arg(1);

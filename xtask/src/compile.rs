@@ -21,7 +21,7 @@ pub struct Built {
 /// The eBPF program families (`tracer-ebpf`'s features and bins `tracer-FAMILY`): each
 /// object is built with its own feature alone, since a map the library declares is in
 /// every object built with it.
-pub const EBPF_FAMILIES: [&str; 3] = ["sched", "offcpu", "floor"];
+pub const EBPF_FAMILIES: [&str; 5] = ["sched", "record", "serve", "offcpu", "floor"];
 
 pub fn build(release: bool) -> Result<Built> {
     let tools = provision::build()?;

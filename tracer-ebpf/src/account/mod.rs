@@ -14,18 +14,18 @@
 //! `membership`: the traced set; `entries`: per-thread entries and what a dying thread
 //! hands over; `switch`: the switch itself; `events`: wakeups, execs, runtime records.
 //! Only `membership` is in the off-CPU family (feature `offcpu` without `sched`).
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 mod entries;
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 mod events;
 mod membership;
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 mod switch;
 
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 pub use entries::{existing_entry, task_addr};
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 pub use events::{add_runtime, exec, wakeup};
 pub use membership::{follow_exec, fork, member, traced};
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 pub use switch::{switch, switch_in, switch_out};

@@ -8,9 +8,9 @@ use aya_ebpf::{
 };
 use tracer_common::{drop, Tracked};
 
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 mod sched;
-#[cfg(feature = "sched")]
+#[cfg(feature = "scheduling")]
 pub use sched::*;
 
 /// The traced set (TID -> TGID) when a target is given; children join it at fork.

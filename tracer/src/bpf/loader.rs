@@ -203,12 +203,23 @@ impl Tracer {
         }
         // aya's loader parses kernel BTF itself; it is dropped before the parse the
         // BTF-attached programs need, so the two never sit in memory together.
+        let family = if opts.record.on != 0 {
+            Family::Record
+        } else if opts.thread_cgroups {
+            Family::Serve
+        } else {
+            Family::Sched
+        };
         let mut ebpf = {
             let mut loader = new_loader();
             log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
             loader
                 .override_global("CONFIG", &cfg, true)
-                .override_global("CGROUP_MKDIR_FIELDS", &mkdir_fields, true)
+                .override_global(
+                    "CGROUP_MKDIR_FIELDS",
+                    &mkdir_fields,
+                    family == Family::Serve,
+                )
                 .map_max_entries(
                     "CGROUP_EVENTS",
                     crate::bpf::cgroups::ring_bytes(opts.thread_cgroups),
@@ -233,7 +244,7 @@ impl Tracer {
                         65536
                     },
                 )
-                .load(Family::Sched.object())
+                .load(family.object())
                 .context("loading the eBPF object")?
         };
         log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());
