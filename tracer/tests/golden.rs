@@ -5,6 +5,7 @@
 use std::{collections::BTreeMap, path::PathBuf};
 
 use serde_json::Value;
+use tracer::model::targets::HistScope;
 use tracer::{
     model::{
         hist::Unit,
@@ -21,7 +22,7 @@ use tracer::{
     pseries::hypervisor::{CpuStealReport, HypervisorReport},
     sys::launch::ChildState,
 };
-use tracer_common::{scope, ThreadStats};
+use tracer_common::ThreadStats;
 
 const MS: u64 = 1_000_000;
 
@@ -245,7 +246,7 @@ fn cases() -> Vec<(&'static str, Report)> {
         top: None,
         sort: SortKey::OnCpu,
         unit: Unit::Usecs,
-        hist_scope: scope::ALL,
+        hist_scope: HistScope::All,
     };
     vec![
         ("total", build(None, true, opts)),
@@ -256,7 +257,7 @@ fn cases() -> Vec<(&'static str, Report)> {
                 false,
                 ReportOptions {
                     unit: Unit::Msecs,
-                    hist_scope: scope::PROCESS,
+                    hist_scope: HistScope::Process,
                     ..opts
                 },
             ),
@@ -269,7 +270,7 @@ fn cases() -> Vec<(&'static str, Report)> {
                 ReportOptions {
                     top: Some(2),
                     sort: SortKey::Runq,
-                    hist_scope: scope::THREAD,
+                    hist_scope: HistScope::Thread,
                     ..opts
                 },
             ),
@@ -405,7 +406,7 @@ fn hostile_names_are_escaped_in_the_run_report() {
             top: None,
             sort: SortKey::OnCpu,
             unit: Unit::Usecs,
-            hist_scope: scope::THREAD,
+            hist_scope: HistScope::Thread,
         }
     });
     // The same report with the hostile threads' rows and per-thread histograms, under a
@@ -432,7 +433,7 @@ fn hostile_names_are_escaped_in_the_run_report() {
             top: None,
             sort: SortKey::OnCpu,
             unit: Unit::Usecs,
-            hist_scope: scope::THREAD,
+            hist_scope: HistScope::Thread,
         },
     });
     r = hostile;

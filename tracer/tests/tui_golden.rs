@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::{backend::TestBackend, Terminal};
+use tracer::model::targets::HistScope;
 use tracer::{
     model::{
         hist::Unit,
@@ -20,7 +21,7 @@ use tracer::{
     },
     pseries::hypervisor::{CpuStealReport, HypervisorReport},
 };
-use tracer_common::{scope, ThreadStats};
+use tracer_common::ThreadStats;
 
 const MS: u64 = 1_000_000;
 
@@ -139,7 +140,7 @@ fn report_of(i: u64, threads: &[(u32, u32, &[u8], u64)]) -> Report {
             top: Some(0),
             sort: SortKey::OnCpu,
             unit: Unit::Usecs,
-            hist_scope: scope::THREAD,
+            hist_scope: HistScope::Thread,
         },
     })
 }

@@ -6,12 +6,13 @@
 //! continuation of the dead thread.
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::model::targets::HistScope;
 use anyhow::{Context as _, Result};
 use aya::{
     maps::{MapData, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracer_common::{hist::HistKey, scope, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
+use tracer_common::{hist::HistKey, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
 
 use super::read;
 use crate::model::{
@@ -46,7 +47,7 @@ pub enum IdleThreads {
 /// Reads the maps; keeps the totals of threads that died.
 pub struct Collector {
     ring: RingBuf<MapData>,
-    hist_scope: u32,
+    hist_scope: HistScope,
     /// Deaths seen per TID: the generation of the TID's live thread.
     generations: HashMap<u32, u32>,
     exited: BTreeMap<ThreadKey, ThreadRecord>,
@@ -78,7 +79,7 @@ pub struct Collector {
 impl Collector {
     pub fn new(
         ebpf: &mut Ebpf,
-        hist_scope: u32,
+        hist_scope: HistScope,
         runq: RunqSource,
         root: Root,
         open_ns: u64,
@@ -145,7 +146,7 @@ impl Collector {
                 },
             );
             *gen += 1;
-            if self.hist_scope == scope::THREAD {
+            if self.hist_scope == HistScope::Thread {
                 self.dead_pending.push(rec.tid);
             }
         }
@@ -210,7 +211,7 @@ impl Collector {
         self.drain();
         // Histograms first: an event the kernel settles while we read is then missing
         // from this snapshot (and in the next), never counted twice (kernel and pending).
-        let (mut hist, mut scoped) = if self.hist_scope == scope::ALL {
+        let (mut hist, mut scoped) = if self.hist_scope == HistScope::All {
             (read::hist_all(ebpf)?, BTreeMap::new())
         } else {
             self.harvest_dead_hists(ebpf)?;
@@ -421,8 +422,8 @@ impl Collector {
             let pick = |set: &mut HistSet| set.runq.add_bucket(b, 1);
             pick(&mut hist);
             match self.hist_scope {
-                scope::PROCESS => pick(scoped.entry(tgid).or_default()),
-                scope::THREAD => pick(scoped.entry(tid).or_default()),
+                HistScope::Process => pick(scoped.entry(tgid).or_default()),
+                HistScope::Thread => pick(scoped.entry(tid).or_default()),
                 _ => {}
             }
         }

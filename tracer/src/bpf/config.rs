@@ -4,6 +4,8 @@
 use anyhow::{anyhow, Result};
 use tracer_common::Config;
 
+use crate::model::targets::{Filter, HistScope};
+
 use crate::{
     bpf::compat,
     model::options::{ProbeMode, RunqFrom, RunqSource},
@@ -108,4 +110,22 @@ pub(super) fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     cfg.tp_dead_mask = compat::TP_STATE_DEAD_MASK;
     cfg.tp_blocked_mask = compat::TP_STATE_BLOCKED_MASK;
     Ok(())
+}
+
+/// The kernel ABI's value of a [`Filter`] (`tracer_common::filter`): only `bpf/` speaks it.
+pub fn filter_abi(f: Filter) -> u32 {
+    match f {
+        Filter::All => tracer_common::filter::ALL,
+        Filter::Traced => tracer_common::filter::TRACKED,
+        Filter::Cgroup => tracer_common::filter::CGROUP,
+    }
+}
+
+/// The kernel ABI's value of a [`HistScope`] (`tracer_common::scope`).
+pub fn scope_abi(s: HistScope) -> u32 {
+    match s {
+        HistScope::All => tracer_common::scope::ALL,
+        HistScope::Process => tracer_common::scope::PROCESS,
+        HistScope::Thread => tracer_common::scope::THREAD,
+    }
 }

@@ -5,6 +5,7 @@
 //! one was refused, so the report can say why it runs in the mode it does.
 //! The programs come from the typed table (`bpf::table`), are loaded and attached by
 //! the one generic path (`bpf::attach`); the window is `bpf::window`.
+use crate::model::targets::{Filter, HistScope};
 use std::path::Path;
 
 use anyhow::{anyhow, Context as _, Result};
@@ -62,11 +63,11 @@ impl CgroupTarget {
 pub struct LoadOptions {
     pub probe: ProbeMode,
     /// One of `tracer_common::filter`.
-    pub filter: u32,
-    /// With `filter::CGROUP`.
+    pub filter: Filter,
+    /// With `Filter::Cgroup`.
     pub cgroup: Option<CgroupTarget>,
     /// One of `tracer_common::scope`.
-    pub hist_scope: u32,
+    pub hist_scope: HistScope,
     pub n_counters: u32,
     pub max_threads: u32,
     pub runq_from: RunqFrom,
@@ -154,8 +155,8 @@ impl Tracer {
         seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<Tracer> {
         let mut cfg = Config {
-            filter: opts.filter,
-            hist_scope: opts.hist_scope,
+            filter: crate::bpf::config::filter_abi(opts.filter),
+            hist_scope: crate::bpf::config::scope_abi(opts.hist_scope),
             n_counters: opts.n_counters,
             hist_pow2: opts.hist_pow2 as u32,
             thread_cgroup: opts.thread_cgroups as u32,
@@ -169,7 +170,7 @@ impl Tracer {
         if let Some(cg) = &opts.cgroup {
             cg.configure(&mut cfg);
         }
-        let with_fork = opts.filter != tracer_common::filter::ALL;
+        let with_fork = opts.filter != Filter::All;
         let t = std::time::Instant::now();
         let mut sched_hook_event = None;
         let mut storage_ok = false;
@@ -238,7 +239,7 @@ impl Tracer {
                 .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
                 .map_max_entries(
                     "HIST_SCOPED",
-                    if opts.hist_scope == tracer_common::scope::ALL {
+                    if opts.hist_scope == HistScope::All {
                         1
                     } else {
                         65536

@@ -1,6 +1,7 @@
 //! `tracer offcpu`'s kernel side from user space: load and attach the off-CPU program
 //! (only it and the traced set's fork/exec followers), then read its sums, stacks and
 //! drops. Nothing here interprets them; `model::stacks` does.
+use crate::model::targets::Filter;
 use std::collections::{BTreeSet, HashMap};
 
 use anyhow::{anyhow, Context as _, Result};
@@ -25,8 +26,8 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct OffcpuLoad {
     /// One of `tracer_common::filter`.
-    pub filter: u32,
-    /// With `filter::CGROUP`.
+    pub filter: Filter,
+    /// With `Filter::Cgroup`.
     pub cgroup: Option<loader::CgroupTarget>,
     /// Capacity of the traced set.
     pub max_threads: u32,
@@ -60,7 +61,7 @@ impl OffcpuTracer {
             ));
         }
         let mut cfg = Config {
-            filter: opts.filter,
+            filter: crate::bpf::config::filter_abi(opts.filter),
             task_pid_off: kbtf.member_offset("task_struct", "pid")?,
             task_tgid_off: kbtf.member_offset("task_struct", "tgid")?,
             task_comm_off: kbtf.member_offset("task_struct", "comm")?,
@@ -71,7 +72,7 @@ impl OffcpuTracer {
         if let Some(cg) = &opts.cgroup {
             cg.configure(&mut cfg);
         }
-        let with_fork = opts.filter != tracer_common::filter::ALL;
+        let with_fork = opts.filter != Filter::All;
         let mut ebpf = object::new_loader()
             .override_global("CONFIG", &cfg, true)
             .override_global("OFFCPU_CONFIG", &opts.cfg, true)

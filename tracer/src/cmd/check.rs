@@ -1,6 +1,7 @@
 //! `tracer check`: a doctor for the user's machine. Every probe mode is loaded and
 //! attached for real (and must see events), every perf event opened for real; nothing is
 //! guessed from version numbers.
+use crate::model::targets::{Filter, HistScope};
 use std::path::Path;
 
 use anyhow::Result;
@@ -82,9 +83,9 @@ fn read_trim(p: &Path) -> Option<String> {
 fn try_probe(mode: ProbeMode, root: &Root) -> Item {
     let opts = LoadOptions {
         probe: mode,
-        filter: tracer_common::filter::ALL,
+        filter: Filter::All,
         cgroup: None,
-        hist_scope: tracer_common::scope::ALL,
+        hist_scope: HistScope::All,
         n_counters: 0,
         max_threads: 4096,
         runq_from: crate::model::options::RunqFrom::Wakeup,

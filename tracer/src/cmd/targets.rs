@@ -5,9 +5,10 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::model::targets::Filter;
 use anyhow::{Context as _, Result};
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use tracer_common::{filter, Tracked, TRACK_INHERIT};
+use tracer_common::{Tracked, TRACK_INHERIT};
 
 use crate::bpf::loader::CgroupTarget;
 use crate::error::TracerError;
@@ -15,9 +16,9 @@ use crate::model::targets::Targets;
 use crate::perf::CounterTarget;
 use crate::sys::{procfs, root::Root};
 
-/// How the programs select threads: their filter, and the cgroup with `filter::CGROUP`.
+/// How the programs select threads: their filter, and the cgroup with `Filter::Cgroup`.
 pub(crate) struct Plan {
-    pub filter: u32,
+    pub filter: Filter,
     pub cgroup: Option<CgroupTarget>,
 }
 
@@ -25,7 +26,7 @@ pub(crate) struct Plan {
 pub(crate) fn plan(t: &Targets, child: Option<u32>) -> Result<Plan> {
     if let Some(dir) = &t.cgroup {
         return Ok(Plan {
-            filter: filter::CGROUP,
+            filter: Filter::Cgroup,
             cgroup: Some(CgroupTarget {
                 dir: dir.clone(),
                 id: procfs::cgroup_id(dir)?,
@@ -34,9 +35,9 @@ pub(crate) fn plan(t: &Targets, child: Option<u32>) -> Result<Plan> {
         });
     }
     let filter = if t.pids.is_empty() && t.tids.is_empty() && child.is_none() {
-        filter::ALL
+        Filter::All
     } else {
-        filter::TRACKED
+        Filter::Traced
     };
     Ok(Plan {
         filter,
@@ -334,7 +335,7 @@ pub(crate) fn tracked_now(ebpf: &Ebpf, root: &Root) -> Result<Vec<(u32, u32)>> {
 pub(crate) fn counter_target(
     t: &Targets,
     child: Option<u32>,
-    filter_: u32,
+    filter_: Filter,
     threads: &[(u32, u32)],
     root: &Root,
 ) -> Result<CounterTarget> {
@@ -345,7 +346,7 @@ pub(crate) fn counter_target(
             path: cg.clone(),
             cpus: procfs::online_cpus(root)?,
         },
-        (None, None) if filter_ == filter::ALL => CounterTarget::Cpus(procfs::online_cpus(root)?),
+        (None, None) if filter_ == Filter::All => CounterTarget::Cpus(procfs::online_cpus(root)?),
         (None, None) => CounterTarget::Threads(threads.to_vec()),
     })
 }

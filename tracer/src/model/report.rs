@@ -8,8 +8,8 @@
 //! needs neither perf nor pseries.
 use std::collections::BTreeMap;
 
+use crate::model::targets::HistScope;
 use serde::{ser::SerializeMap as _, Serialize, Serializer};
-use tracer_common::scope;
 
 use crate::model::{
     hist::Unit,
@@ -31,8 +31,7 @@ pub struct ReportOptions {
     /// Thread order (`--sort`).
     pub sort: SortKey,
     pub unit: Unit,
-    /// One of `tracer_common::scope`.
-    pub hist_scope: u32,
+    pub hist_scope: HistScope,
 }
 
 /// Which output reads a list with a row limit: text defaults to a screenful, JSON (a
@@ -482,7 +481,7 @@ impl<S> Report<S> {
                             .collect()
                     }),
                     counters: i.thread_counters.get(&t.tid).cloned(),
-                    histograms: (i.options.hist_scope == scope::THREAD)
+                    histograms: (i.options.hist_scope == HistScope::Thread)
                         .then(|| snap.scoped.get(&t.tid).cloned())
                         .flatten(),
                 }
@@ -518,7 +517,7 @@ impl<S> Report<S> {
             },
             threads_total: snap.thread_count(),
             histograms: snap.hist.clone(),
-            processes: (i.options.hist_scope == scope::PROCESS).then(|| processes(snap)),
+            processes: (i.options.hist_scope == HistScope::Process).then(|| processes(snap)),
             drops: Drops {
                 kernel: snap.drops,
                 recursion_misses: snap.recursion_misses,

@@ -1,12 +1,13 @@
 //! What a read of the kernel's aggregates is, as plain data: threads keyed by (TID,
 //! generation), histograms, drops; the arithmetic between reads (deltas, folding the
 //! exited, never going down). No aya, no I/O: every output reads this.
+use crate::model::targets::HistScope;
 use std::collections::{BTreeMap, HashMap};
 
 use tracer_common::{
     drop,
     hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
-    scope, ExitRecord, ThreadStats,
+    ExitRecord, ThreadStats,
 };
 
 use crate::model::hist::Histogram;
@@ -378,7 +379,7 @@ impl Snapshot {
     /// snapshot misses threads that died since (their task-local storage went with
     /// them); and the kernel's task iterator (seen on 6.18 under load) or a hash map
     /// walk during deletes can skip one. `earlier` has its totals until the next read.
-    pub fn adopt_missing(&mut self, earlier: &Snapshot, hist_scope: u32) {
+    pub fn adopt_missing(&mut self, earlier: &Snapshot, hist_scope: HistScope) {
         let serials: std::collections::HashSet<u64> =
             self.threads.values().map(|r| r.stats.serial).collect();
         for (k, r) in &earlier.threads {
@@ -403,7 +404,7 @@ impl Snapshot {
     /// longer add up to the totals. A read can show less than the one before where the
     /// earlier one counted a running slice the kernel then never confirmed (a CPU record
     /// gone stale through a switch the programs did not see): that one keeps it.
-    pub fn raise_to(&mut self, earlier: &Snapshot, hist_scope: u32) {
+    pub fn raise_to(&mut self, earlier: &Snapshot, hist_scope: HistScope) {
         let by_serial: HashMap<u64, &ThreadStats> = earlier
             .threads
             .values()
@@ -440,7 +441,7 @@ impl Snapshot {
     }
 
     /// Histogram sums from the threads' exact totals (the kernel keeps counts only).
-    pub(crate) fn set_hist_sums(&mut self, hist_scope: u32) {
+    pub(crate) fn set_hist_sums(&mut self, hist_scope: HistScope) {
         let (on, rq, off) = self.threads.values().fold((0, 0, 0), |a, r| {
             (
                 a.0 + r.stats.on_cpu_ns,
@@ -451,7 +452,7 @@ impl Snapshot {
         self.hist.set_sums(on, rq, off);
         let mut sums: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
         for r in self.threads.values() {
-            let id = if hist_scope == scope::PROCESS {
+            let id = if hist_scope == HistScope::Process {
                 r.stats.tgid
             } else {
                 r.tid
@@ -653,7 +654,7 @@ mod tests {
         r.stats.on_cpu_ns = 80;
         later.insert((7, 0), r);
         let mut now = snapshot(later);
-        now.raise_to(&earlier, scope::ALL);
+        now.raise_to(&earlier, HistScope::All);
         assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 100);
         assert_eq!(now.delta(&earlier).on_cpu_total_ns(), 0);
         assert_eq!(now.hist.on_cpu.sum_ns, 100, "sums follow the threads");

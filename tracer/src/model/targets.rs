@@ -95,3 +95,22 @@ mod tests {
         );
     }
 }
+
+/// How the kernel selects the threads it accounts: every thread, the traced set
+/// (`-p`, `-t`, a command, and what they start), or a cgroup's tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    All,
+    Traced,
+    Cgroup,
+}
+
+/// Which histograms are kept beside the machine-wide ones: none, per process (`-P`,
+/// `tracer serve`) or per thread (`-L`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HistScope {
+    #[default]
+    All,
+    Process,
+    Thread,
+}

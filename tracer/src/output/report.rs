@@ -79,6 +79,7 @@ pub type ReportInput = crate::model::report::ReportInput<Sections>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::targets::HistScope;
     use crate::model::{
         hist::Unit,
         options::{RunqSource, SortKey},
@@ -86,7 +87,7 @@ mod tests {
         snapshot::{HistSet, Snapshot, ThreadRecord},
     };
     use crate::output::{json::to_json, text::format_text};
-    use tracer_common::{scope, ThreadStats};
+    use tracer_common::ThreadStats;
 
     fn sample() -> ReportInput {
         let mut snap = Snapshot::default();
@@ -142,7 +143,7 @@ mod tests {
         top: None,
         sort: SortKey::OnCpu,
         unit: Unit::Usecs,
-        hist_scope: scope::ALL,
+        hist_scope: HistScope::All,
     };
 
     /// The report of `i` shown with `o`.

@@ -1,5 +1,5 @@
 //! The human-readable report: a pure function of the typed [`Report`].
-use tracer_common::scope;
+use crate::model::targets::HistScope;
 
 use crate::model::{
     hist::{format_bcc, human_ns, Unit},
@@ -86,7 +86,7 @@ pub fn format_text(r: &Report) -> String {
     out += &hist_block("", &r.histograms, o.unit);
     let shown = o.shown(View::Text);
     match o.hist_scope {
-        scope::PROCESS => {
+        HistScope::Process => {
             for p in r.processes.iter().flatten().take(shown) {
                 if let Some(h) = &p.histograms {
                     out += &hist_block(
@@ -97,7 +97,7 @@ pub fn format_text(r: &Report) -> String {
                 }
             }
         }
-        scope::THREAD => {
+        HistScope::Thread => {
             for t in r.threads.shown(View::Text) {
                 if let Some(h) = &t.histograms {
                     let label = format!("tid {} ({}) ", t.tid, words::escape(&t.comm));

@@ -4,8 +4,8 @@
 //! and reads, `report` turns readings into the typed report the sinks print.
 use std::{path::PathBuf, time::Duration};
 
+use crate::model::targets::HistScope;
 use anyhow::{Context as _, Result};
-use tracer_common::scope;
 
 use crate::model::options::{ProbeMode, RunqFrom, SortKey};
 use crate::model::targets::Targets;
@@ -111,13 +111,13 @@ pub fn run_with(args: RunConfig, root: Root, mut front: Frontend) -> Result<i32>
     trace(&args, &root, prepared, &event_specs, front)
 }
 
-fn hist_scope(args: &RunConfig) -> u32 {
+fn hist_scope(args: &RunConfig) -> HistScope {
     if args.per_thread_hist {
-        scope::THREAD
+        HistScope::Thread
     } else if args.per_process {
-        scope::PROCESS
+        HistScope::Process
     } else {
-        scope::ALL
+        HistScope::All
     }
 }
 

@@ -2,9 +2,10 @@
 //! the per-slice and perf counters opened, the first hypervisor read.
 use std::os::fd::OwnedFd;
 
+use crate::model::targets::Filter;
 use anyhow::{anyhow, Context as _, Result};
 use aya::Ebpf;
-use tracer_common::{filter, MAX_SLICE_COUNTERS};
+use tracer_common::MAX_SLICE_COUNTERS;
 
 use super::{hist_scope, RunConfig};
 use crate::model::cgroup_cpu::CgroupCpuRead;
@@ -142,7 +143,7 @@ pub(super) fn setup(
         runq,
         root.clone(),
         t0,
-        if plan.filter == filter::ALL {
+        if plan.filter == Filter::All {
             IdleThreads::All
         } else {
             IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
@@ -200,7 +201,7 @@ pub(super) fn setup(
             })
             .collect(),
         scheduler: crate::bpf::scheduler::detect(root, &mut notices),
-        system_wide: plan.filter == filter::ALL,
+        system_wide: plan.filter == Filter::All,
         // Task-local storage has no capacity to run out of.
         max_threads: if runq == RunqSource::TaskStorage {
             0

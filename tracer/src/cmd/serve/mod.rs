@@ -21,9 +21,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::model::targets::{Filter, HistScope};
 use anyhow::{anyhow, Context as _, Result};
 use tokio::sync::{mpsc, oneshot};
-use tracer_common::{filter, scope};
 
 use crate::{
     bpf::{
@@ -151,9 +151,9 @@ async fn serve(
     };
     let opts = LoadOptions {
         probe: cfg.probe,
-        filter: filter::ALL,
+        filter: Filter::All,
         cgroup: None,
-        hist_scope: scope::PROCESS,
+        hist_scope: HistScope::Process,
         n_counters: 0,
         max_threads: cfg.max_threads,
         runq_from: cfg.runq_from,
@@ -199,7 +199,7 @@ async fn serve(
     };
     let mut collector = Collector::new(
         &mut tracer.ebpf,
-        scope::PROCESS,
+        HistScope::Process,
         tracer.runq,
         root.clone(),
         opened,
@@ -342,8 +342,8 @@ impl State {
         let ebpf = &mut self.tracer.ebpf;
         let mut snap = self.collector.snapshot(ebpf, true, 0)?;
         let read_keys: HashSet<_> = snap.threads.keys().copied().collect();
-        snap.adopt_missing(&self.prev, scope::PROCESS);
-        snap.raise_to(&self.prev, scope::PROCESS);
+        snap.adopt_missing(&self.prev, HistScope::Process);
+        snap.raise_to(&self.prev, HistScope::Process);
         // The per-process histograms' growth is taken below, only for processes whose
         // histograms changed: a dense copy of every process's three histograms (29 KiB
         // each) at every read was a third of the exporter's peak memory.
