@@ -43,7 +43,7 @@ pub struct ThreadStats {
     pub preempted_ns: u64,
     /// Switch-ins on a different CPU than the previous one.
     pub migrations: u64,
-    /// Counter deltas accumulated over this thread's slices (see `Config::n_counters`).
+    /// Counter deltas accumulated over this thread's slices (see `Accounting::n_counters`).
     pub counters: [u64; MAX_SLICE_COUNTERS],
     /// The scheduler's `se.sum_exec_runtime` at the last switch-out (0: unknown), the
     /// base of the next slice.
@@ -73,7 +73,7 @@ pub struct ThreadStats {
     /// non-main thread that execs takes its leader's TID.
     pub serial: u64,
     /// The thread's cgroup v2 id at its last switch-out (0: not asked for, see
-    /// `Config::thread_cgroup`, or not switched out yet): `tracer serve` charges the
+    /// `Accounting::thread_cgroup`, or not switched out yet): `tracer serve` charges the
     /// thread's time to the cgroup it ran in, even when it is gone before any read.
     pub cgroup_id: u64,
     /// The cgroup the thread's switch-outs showed before `cgroup_id` (0: none).
@@ -259,8 +259,8 @@ pub mod filter {
     pub const ALL: u32 = 0;
     /// Only threads in the `TRACKED` map.
     pub const TRACKED: u32 = 1;
-    /// Threads in the cgroup v2 directory of `Config::cgroup_id` or below it (only in it
-    /// with `Config::cgroup_node_only`), checked at every switch-out; `TRACKED` caches
+    /// Threads in the cgroup v2 directory of `Accounting::cgroup_id` or below it (only in it
+    /// with `Accounting::cgroup_node_only`), checked at every switch-out; `TRACKED` caches
     /// the members for the programs that see other tasks than `current` (wakeups).
     pub const CGROUP: u32 = 2;
 }
@@ -279,9 +279,30 @@ pub mod scope {
 ///
 /// Task field offsets come from kernel BTF and tracepoint field offsets from tracefs
 /// format files, both resolved at run time; nothing here is a build-time constant.
+/// Grouped by where the values come from; [`Config::ZERO`] is the placeholder the
+/// programs are built with.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
+    pub mode: Accounting,
+    pub task: TaskOffsets,
+    pub tp: TracepointOffsets,
+    pub record: RecordConfig,
+}
+
+impl Config {
+    pub const ZERO: Config = Config {
+        mode: Accounting::ZERO,
+        task: TaskOffsets::ZERO,
+        tp: TracepointOffsets::ZERO,
+        record: RecordConfig::ZERO,
+    };
+}
+
+/// What is accounted, and how: the command's options.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Accounting {
     /// cgroup v2 id to trace with [`filter::CGROUP`].
     pub cgroup_id: u64,
     /// One of [`filter`].
@@ -290,55 +311,9 @@ pub struct Config {
     pub hist_scope: u32,
     /// Number of slice counters in `SLICE_COUNTERS` (0..=MAX_SLICE_COUNTERS).
     pub n_counters: u32,
-    /// Bits of the tp_btf/raw_tp `prev_state` argument meaning TASK_DEAD.
-    pub task_dead_mask: u32,
-    /// Offsets in `struct task_struct` (from BTF).
-    pub task_pid_off: u32,
-    pub task_tgid_off: u32,
-    pub task_comm_off: u32,
-    /// Offsets in the classic tracepoint records (from tracefs `format` files).
-    pub tp_switch_prev_state: u32,
-    /// Size in bytes of `prev_state` in the record (8 for `long`).
-    pub tp_switch_prev_state_size: u32,
-    pub tp_switch_next_pid: u32,
-    pub tp_switch_next_comm: u32,
-    pub tp_wakeup_pid: u32,
-    pub tp_fork_child_pid: u32,
-    /// Classic tracepoint `prev_state` bits meaning the task is dead (EXIT_DEAD|EXIT_ZOMBIE).
-    pub tp_dead_mask: u32,
-    /// Classic tracepoint `prev_state` bits meaning the task blocked (TASK_REPORT).
-    pub tp_blocked_mask: u32,
-    /// Offset of `task_struct::__state`, read by perf-sched mode whose hooks carry no state.
-    pub task_state_off: u32,
-    /// Offset of `task_struct::se.sum_exec_runtime` (0: unknown, slices are timed with
-    /// bpf_ktime_get_ns only).
-    pub task_sum_exec_off: u32,
-    /// Without BTF: offsets of `pid` and `runtime` in the classic `sched_stat_runtime`
-    /// record, whose deltas are the scheduler's own accounting (0: not used).
-    pub tp_runtime_pid: u32,
-    pub tp_runtime_val: u32,
-    /// Offset of `task_struct::sched_info.run_delay` (0: unknown, or a mode without task
-    /// pointers): run-queue waits are then timed from the wakeup tracepoints.
-    pub task_run_delay_off: u32,
     /// 1: wakeup and preemption times are kept in task-local storage (`RUNNABLE`), read
     /// at switch-in (tp_btf mode: every program has trusted task pointers).
     pub use_task_storage: u32,
-    /// Classic `sched_process_exec` record: offsets of `pid` (the TID after exec) and
-    /// `old_pid` (before: a non-main thread that execs takes the leader's TID).
-    pub tp_exec_pid: u32,
-    pub tp_exec_old_pid: u32,
-    /// Offset of `task_struct::se.prev_sum_exec_runtime` (0: unknown): the runtime at
-    /// the running slice's switch-in, so a slice begun before the programs attached is
-    /// counted from the later of that switch-in and the window's opening.
-    pub task_prev_sum_exec_off: u32,
-    /// What is streamed through `EVENTS`: bits of [`record::on`] (0 for `tracer run`).
-    pub record: u32,
-    /// Offsets of `task_struct::prio` and of the task's CPU (`thread_info.cpu` or
-    /// `task_struct::cpu`; 0: unknown), read only when recording.
-    pub task_prio_off: u32,
-    pub task_cpu_off: u32,
-    /// Offset of `linux_binprm::filename` (the exec's path, recorded only).
-    pub bprm_filename_off: u32,
     /// 1: per-process/thread histograms count each value in the bucket of its power of
     /// two (`tracer serve`, whose classic bounds are powers of two and which keeps a
     /// histogram for every process: ~7x fewer `HIST_SCOPED` entries per process).
@@ -350,18 +325,138 @@ pub struct Config {
     /// (`ThreadStats::cgroup_id`; `tracer serve`). 0 for the other commands, whose
     /// programs the verifier then walks without the helper call.
     pub thread_cgroup: u32,
-    /// Offsets of `task_struct::signal` and `signal_struct::group_exec_task` (0:
-    /// unknown): a dying leader whose TID an exec from another thread takes keeps its
-    /// traced-set entry for that thread.
-    pub task_signal_off: u32,
-    pub signal_exec_task_off: u32,
-    /// Offset of `task_struct::sched_info.run_delay` read at a traced thread's blocked
-    /// switch-out where waits come from the wakeups (0: unknown): the base of a wait whose
-    /// wakeup and switch-in no program saw (see [`drop::UNSEEN_SWITCH_IN`] and
-    /// [`slice::unseen_wait`]).
-    pub task_wait_base_off: u32,
+    pub _pad: u32,
+}
+
+impl Accounting {
+    pub const ZERO: Accounting = Accounting {
+        cgroup_id: 0,
+        filter: 0,
+        hist_scope: 0,
+        n_counters: 0,
+        use_task_storage: 0,
+        hist_pow2: 0,
+        cgroup_node_only: 0,
+        thread_cgroup: 0,
+        _pad: 0,
+    };
+}
+
+/// Offsets in `struct task_struct` (and the structs it points to), from BTF; 0: unknown.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub tgid: u32,
+    pub comm: u32,
+    /// `__state`, read by perf-sched mode whose hooks carry no state.
+    pub state: u32,
+    /// `se.sum_exec_runtime` (0: slices are timed with bpf_ktime_get_ns only).
+    pub sum_exec: u32,
+    /// `se.prev_sum_exec_runtime`: the runtime at the running slice's switch-in, so a
+    /// slice begun before the programs attached is counted from the later of that
+    /// switch-in and the window's opening.
+    pub prev_sum_exec: u32,
+    /// `sched_info.run_delay` (0: unknown, or a mode without task pointers): run-queue
+    /// waits are then timed from the wakeup tracepoints.
+    pub run_delay: u32,
+    /// `sched_info.run_delay` read at a traced thread's blocked switch-out where waits
+    /// come from the wakeups (0: unknown): the base of a wait whose wakeup and switch-in
+    /// no program saw (see [`drop::UNSEEN_SWITCH_IN`] and [`slice::unseen_wait`]).
+    pub wait_base: u32,
+    /// `prio` and the task's CPU (`thread_info.cpu` or `task_struct::cpu`), read only
+    /// when recording.
+    pub prio: u32,
+    pub cpu: u32,
+    /// `task_struct::signal` and `signal_struct::group_exec_task`: a dying leader whose
+    /// TID an exec from another thread takes keeps its traced-set entry for that thread.
+    pub signal: u32,
+    pub signal_exec_task: u32,
+    /// Bits of the tp_btf/raw_tp `prev_state` argument meaning TASK_DEAD.
+    pub dead_mask: u32,
+    pub _pad: u32,
+}
+
+impl TaskOffsets {
+    pub const ZERO: TaskOffsets = TaskOffsets {
+        pid: 0,
+        tgid: 0,
+        comm: 0,
+        state: 0,
+        sum_exec: 0,
+        prev_sum_exec: 0,
+        run_delay: 0,
+        wait_base: 0,
+        prio: 0,
+        cpu: 0,
+        signal: 0,
+        signal_exec_task: 0,
+        dead_mask: 0,
+        _pad: 0,
+    };
+}
+
+/// Offsets in the classic tracepoint records, from tracefs `format` files (classic
+/// tracepoint mode only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TracepointOffsets {
+    pub switch_prev_state: u32,
+    /// Size in bytes of `prev_state` in the record (8 for `long`).
+    pub switch_prev_state_size: u32,
+    pub switch_next_pid: u32,
+    pub switch_next_comm: u32,
+    pub wakeup_pid: u32,
+    pub fork_child_pid: u32,
+    /// `prev_state` bits meaning the task is dead (EXIT_DEAD|EXIT_ZOMBIE).
+    pub dead_mask: u32,
+    /// `prev_state` bits meaning the task blocked (TASK_REPORT).
+    pub blocked_mask: u32,
+    /// `pid` and `runtime` in `sched_stat_runtime`, whose deltas are the scheduler's
+    /// own accounting (0: not used).
+    pub runtime_pid: u32,
+    pub runtime_val: u32,
+    /// `sched_process_exec`: `pid` (the TID after exec) and `old_pid` (before: a
+    /// non-main thread that execs takes the leader's TID).
+    pub exec_pid: u32,
+    pub exec_old_pid: u32,
+}
+
+impl TracepointOffsets {
+    pub const ZERO: TracepointOffsets = TracepointOffsets {
+        switch_prev_state: 0,
+        switch_prev_state_size: 0,
+        switch_next_pid: 0,
+        switch_next_comm: 0,
+        wakeup_pid: 0,
+        fork_child_pid: 0,
+        dead_mask: 0,
+        blocked_mask: 0,
+        runtime_pid: 0,
+        runtime_val: 0,
+        exec_pid: 0,
+        exec_old_pid: 0,
+    };
+}
+
+/// `tracer record` and `tracer slow`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordConfig {
     /// `tracer slow`: the shortest wait sent, ns.
     pub slow_min_ns: u64,
+    /// What is streamed through `EVENTS`: bits of [`record::on`] (0 for `tracer run`).
+    pub on: u32,
+    /// Offset of `linux_binprm::filename` (the exec's path, recorded only).
+    pub bprm_filename: u32,
+}
+
+impl RecordConfig {
+    pub const ZERO: RecordConfig = RecordConfig {
+        slow_min_ns: 0,
+        on: 0,
+        bprm_filename: 0,
+    };
 }
 
 // Layout checks: both sides depend on these sizes.
@@ -370,7 +465,7 @@ const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 80);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
-const _: () = assert!(core::mem::size_of::<Config>() == 152);
+const _: () = assert!(core::mem::size_of::<Config>() == 160);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirEvent>() == 24 + cgroup::PATH_LEN);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirFields>() == 16);
@@ -384,6 +479,10 @@ mod pod {
     unsafe impl aya::Pod for super::Tracked {}
     unsafe impl aya::Pod for super::Window {}
     unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::Accounting {}
+    unsafe impl aya::Pod for super::TaskOffsets {}
+    unsafe impl aya::Pod for super::TracepointOffsets {}
+    unsafe impl aya::Pod for super::RecordConfig {}
     unsafe impl aya::Pod for super::hist::HistKey {}
     unsafe impl aya::Pod for super::cgroup::MkdirEvent {}
     unsafe impl aya::Pod for super::cgroup::MkdirFields {}

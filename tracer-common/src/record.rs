@@ -2,14 +2,14 @@
 //! `EVENTS` ring buffer. Each starts with [`EventHead`] (timestamp, kind, CPU), so user
 //! space reads the kind before the rest; sizes are pinned below.
 
-/// `Config::record` bits. 0 (`tracer run`): the programs stream nothing, and the
+/// `RecordConfig::on` bits. 0 (`tracer run`): the programs stream nothing, and the
 /// verifier drops the record paths as dead code (`.rodata` is frozen).
 pub mod on {
     /// Every switch and wakeup of the traced set (`tracer record`).
     pub const SCHED: u32 = 1;
-    /// Run-queue waits of at least `Config::slow_min_ns` (`tracer slow`).
+    /// Run-queue waits of at least `RecordConfig::slow_min_ns` (`tracer slow`).
     pub const SLOW_RUNQ: u32 = 2;
-    /// Blocked (off-CPU) periods of at least `Config::slow_min_ns` (`tracer slow --off-cpu`).
+    /// Blocked (off-CPU) periods of at least `RecordConfig::slow_min_ns` (`tracer slow --off-cpu`).
     pub const SLOW_OFF_CPU: u32 = 4;
 }
 

@@ -1,7 +1,7 @@
 //! `tracer record` and `tracer slow`: events streamed to user space from the same
 //! switch and wakeup programs `tracer run` uses, after their accounting has run (so a
 //! slow wait is the very wait the accounting just timed). Everything here is behind
-//! `Config::record`: with it 0 (`tracer run`) the frozen `.rodata` lets the verifier
+//! `RecordConfig::on`: with it 0 (`tracer run`) the frozen `.rodata` lets the verifier
 //! drop these paths as dead code, and the ring buffer is created with one page.
 use aya_ebpf::{
     helpers::{
@@ -79,7 +79,7 @@ fn head(ts_ns: u64, k: u32) -> EventHead {
 
 #[inline(always)]
 fn prio(t: &Task) -> i16 {
-    match config().task_prio_off {
+    match config().task.prio {
         0 => 0,
         off => t.field::<i32>(off).unwrap_or(0) as i16,
     }
@@ -90,7 +90,7 @@ fn prio(t: &Task) -> i16 {
 #[inline(always)]
 fn comm(t: &Task) -> [u8; COMM_LEN] {
     if t.trusted {
-        if let Some(w) = t.field::<[u64; 2]>(config().task_comm_off) {
+        if let Some(w) = t.field::<[u64; 2]>(config().task.comm) {
             // SAFETY: 16 plain bytes either way.
             return unsafe { core::mem::transmute::<[u64; 2], [u8; COMM_LEN]>(w) };
         }
@@ -103,7 +103,7 @@ fn comm(t: &Task) -> [u8; COMM_LEN] {
 /// timestamp taken for the case the accounting leaves none.
 #[inline(always)]
 pub fn switch(prev: &Task, next: &Task) {
-    if config().record & on::SCHED == 0 {
+    if config().record.on & on::SCHED == 0 {
         return;
     }
     let Some(rc) = REC_CPU.get_ptr_mut(0) else {
@@ -111,7 +111,7 @@ pub fn switch(prev: &Task, next: &Task) {
     };
     // SAFETY: per-CPU slot; switches on a CPU do not nest.
     let rc = unsafe { &mut *rc };
-    let prev_traced = config().filter == filter::ALL || account::traced(prev).is_some();
+    let prev_traced = config().mode.filter == filter::ALL || account::traced(prev).is_some();
     let mut f = rc.flags & rec_cpu::SENT;
     if prev_traced {
         f |= rec_cpu::PREV_TRACED | rec_cpu::SEND;
@@ -125,7 +125,7 @@ pub fn switch(prev: &Task, next: &Task) {
 /// The same switch after the accounting, which has just timed the wait that ends.
 #[inline(always)]
 pub fn switch_done(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
-    let r = config().record;
+    let r = config().record.on;
     if r & on::SCHED != 0 {
         sched_switch(prev, preempt, prev_state, next);
     }
@@ -300,8 +300,8 @@ fn slow(prev: &Task, next: &Task) {
     };
     // SAFETY: map value or task storage of a thread switching in on this CPU.
     let s = unsafe { &*s };
-    let (k, wait, how_) = if c.record & on::SLOW_RUNQ != 0 {
-        let wait = if c.use_task_storage != 0 {
+    let (k, wait, how_) = if c.record.on & on::SLOW_RUNQ != 0 {
+        let wait = if c.mode.use_task_storage != 0 {
             // Timed by the accounting at this switch-in (`switch_in_at`).
             match CPU_STATE.get(0) {
                 Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
@@ -325,7 +325,7 @@ fn slow(prev: &Task, next: &Task) {
     } else {
         return;
     };
-    if wait == u64::MAX || wait < c.slow_min_ns {
+    if wait == u64::MAX || wait < c.record.slow_min_ns {
         return;
     }
     bump(stat::SENT);
@@ -356,10 +356,10 @@ fn slow(prev: &Task, next: &Task) {
 #[inline(always)]
 pub fn wakeup(p: &Task, new: bool, at: u64) {
     let c = config();
-    if c.record == 0 || account::traced(p).is_none() {
+    if c.record.on == 0 || account::traced(p).is_none() {
         return;
     }
-    if c.record & on::SLOW_RUNQ != 0 {
+    if c.record.on & on::SLOW_RUNQ != 0 {
         if let Some(s) = account::existing_entry(p) {
             // SAFETY: map value or task storage; its wakeup runs under its pi_lock.
             let s = unsafe { &mut *s };
@@ -370,7 +370,7 @@ pub fn wakeup(p: &Task, new: bool, at: u64) {
             }
         }
     }
-    if c.record & on::SCHED == 0 {
+    if c.record.on & on::SCHED == 0 {
         return;
     }
     // The accounting's own timestamp of this wakeup (where its wait starts).
@@ -396,7 +396,7 @@ fn send_wakeup(ts: u64, p: &Task, new: bool, waker: u32) {
     };
     let ptr = e.as_mut_ptr();
     let cpu = unsafe { bpf_get_smp_processor_id() };
-    let target = match config().task_cpu_off {
+    let target = match config().task.cpu {
         0 => cpu,
         off => p.field::<u32>(off).unwrap_or(cpu),
     };
@@ -418,7 +418,7 @@ fn send_wakeup(ts: u64, p: &Task, new: bool, waker: u32) {
 // ---------------------------------------------------------------- task events
 // Fork, exec, exit, rename and migration of the traced set (`tracer record` only). Their
 // programs are attached only when recording; exec shares the program `tracer run` has,
-// where the `Config::record` test is dead code with it 0.
+// where the `RecordConfig::on` test is dead code with it 0.
 
 /// Queues one task event; `fill` writes what the kind carries over zeroed fields.
 #[inline(always)]
@@ -450,7 +450,7 @@ fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
 
 #[inline(always)]
 fn recording(t: &Task) -> bool {
-    config().record & on::SCHED != 0 && account::traced(t).is_some()
+    config().record.on & on::SCHED != 0 && account::traced(t).is_some()
 }
 
 /// `task_newtask(task, clone_flags)`: a task created by `current`, sent when the parent
@@ -470,7 +470,7 @@ pub fn exec(p: &Task, old: u32, bprm: *const u8) {
     if !recording(p) {
         return;
     }
-    let off = config().bprm_filename_off;
+    let off = config().record.bprm_filename;
     send_task(kind::EXEC, p, |e| {
         e.old = old;
         if off != 0 && !bprm.is_null() {
@@ -517,7 +517,7 @@ pub fn migrate(p: &Task, dest_cpu: u32) {
         return;
     }
     let c = config();
-    let orig = match c.task_cpu_off {
+    let orig = match c.task.cpu {
         0 => u32::MAX,
         off => p.field::<u32>(off).unwrap_or(u32::MAX),
     };

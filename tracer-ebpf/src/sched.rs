@@ -78,7 +78,7 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
     let next = task_from_btf(next, trusted);
     // One read of the flag (a record program streams only when asked to).
     #[cfg(feature = "record")]
-    let rec = if REC { config().record } else { 0 };
+    let rec = if REC { config().record.on } else { 0 };
     #[cfg(feature = "record")]
     if rec != 0 {
         // Before the accounting: a dying thread leaves the traced set there.
@@ -102,7 +102,7 @@ pub fn wakeup<C: Args>(ctx: &C, new: bool) {
     let p = task_from_btf(ctx.ptr(0), C::TRUSTED);
     let at = account::wakeup(p, new);
     #[cfg(feature = "record")]
-    if config().record != 0 {
+    if config().record.on != 0 {
         record::wakeup(&p, new, at);
     }
     #[cfg(not(feature = "record"))]
@@ -128,7 +128,7 @@ fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
     let t = task_from_btf(p, trusted);
     account::exec(&t, old as u32);
     #[cfg(feature = "record")]
-    if config().record != 0 {
+    if config().record.on != 0 {
         record::exec(&t, old as u32, bprm);
     }
     #[cfg(not(feature = "record"))]
@@ -198,29 +198,29 @@ fn tid_only(tid: u32, comm: CommSrc) -> Task {
 #[inline(always)]
 pub fn switch_tp(ctx: &TracePointContext) {
     let c = config();
-    let state = if c.tp_switch_prev_state_size == 8 {
+    let state = if c.tp.switch_prev_state_size == 8 {
         // SAFETY: as rec_u32.
-        unsafe { ctx.read_at::<u64>(c.tp_switch_prev_state as usize) }.unwrap_or(0)
+        unsafe { ctx.read_at::<u64>(c.tp.switch_prev_state as usize) }.unwrap_or(0)
     } else {
-        rec_u32(ctx, c.tp_switch_prev_state) as u64
+        rec_u32(ctx, c.tp.switch_prev_state) as u64
     };
-    let leave = if state & c.tp_dead_mask as u64 != 0 {
+    let leave = if state & c.tp.dead_mask as u64 != 0 {
         Leave::Dead
-    } else if state & c.tp_blocked_mask as u64 != 0 {
+    } else if state & c.tp.blocked_mask as u64 != 0 {
         Leave::Blocked
     } else {
         Leave::Preempted
     };
     let next = tid_only(
-        rec_u32(ctx, c.tp_switch_next_pid),
-        CommSrc::Record(unsafe { (ctx.as_ptr() as *const u8).add(c.tp_switch_next_comm as usize) }),
+        rec_u32(ctx, c.tp.switch_next_pid),
+        CommSrc::Record(unsafe { (ctx.as_ptr() as *const u8).add(c.tp.switch_next_comm as usize) }),
     );
     account::switch(current_task(), leave, next);
 }
 
 #[inline(always)]
 pub fn wakeup_tp(ctx: &TracePointContext, new: bool) {
-    let woken = tid_only(rec_u32(ctx, config().tp_wakeup_pid), CommSrc::None);
+    let woken = tid_only(rec_u32(ctx, config().tp.wakeup_pid), CommSrc::None);
     let _ = account::wakeup(woken, new);
 }
 
@@ -229,22 +229,22 @@ pub fn wakeup_tp(ctx: &TracePointContext, new: bool) {
 #[inline(always)]
 pub fn stat_runtime_tp(ctx: &TracePointContext) {
     let c = config();
-    let pid = rec_u32(ctx, c.tp_runtime_pid);
+    let pid = rec_u32(ctx, c.tp.runtime_pid);
     // SAFETY: offset from the format file; read_at checks bounds.
-    let runtime = unsafe { ctx.read_at::<u64>(c.tp_runtime_val as usize) }.unwrap_or(0);
+    let runtime = unsafe { ctx.read_at::<u64>(c.tp.runtime_val as usize) }.unwrap_or(0);
     account::add_runtime(pid, runtime);
 }
 
 #[inline(always)]
 pub fn exec_tp(ctx: &TracePointContext) {
     let c = config();
-    let t = tid_only(rec_u32(ctx, c.tp_exec_pid), CommSrc::None);
-    account::exec(&t, rec_u32(ctx, c.tp_exec_old_pid));
+    let t = tid_only(rec_u32(ctx, c.tp.exec_pid), CommSrc::None);
+    account::exec(&t, rec_u32(ctx, c.tp.exec_old_pid));
 }
 
 #[inline(always)]
 pub fn fork_tp(ctx: &TracePointContext) {
-    let child = tid_only(rec_u32(ctx, config().tp_fork_child_pid), CommSrc::None);
+    let child = tid_only(rec_u32(ctx, config().tp.fork_child_pid), CommSrc::None);
     account::fork(current_task(), child);
 }
 
@@ -270,8 +270,8 @@ fn perf_task(trusted: bool) -> Task {
 pub fn perf_sched_out(trusted: bool) {
     let prev = perf_task(trusted);
     let c = config();
-    let state = prev.field::<u32>(c.task_state_off).unwrap_or(0);
-    let leave = if state & c.task_dead_mask != 0 {
+    let state = prev.field::<u32>(c.task.state).unwrap_or(0);
+    let leave = if state & c.task.dead_mask != 0 {
         Leave::Dead
     } else if state == 0 {
         Leave::Preempted

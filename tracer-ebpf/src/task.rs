@@ -10,44 +10,7 @@ use tracer_common::{Config, COMM_LEN};
 
 /// Load-time configuration; user space overwrites it in `.rodata` before load.
 #[no_mangle]
-static CONFIG: Config = Config {
-    cgroup_id: 0,
-    filter: 0,
-    hist_scope: 0,
-    n_counters: 0,
-    task_dead_mask: 0,
-    task_pid_off: 0,
-    task_tgid_off: 0,
-    task_comm_off: 0,
-    tp_switch_prev_state: 0,
-    tp_switch_prev_state_size: 0,
-    tp_switch_next_pid: 0,
-    tp_switch_next_comm: 0,
-    tp_wakeup_pid: 0,
-    tp_fork_child_pid: 0,
-    tp_dead_mask: 0,
-    tp_blocked_mask: 0,
-    task_state_off: 0,
-    task_sum_exec_off: 0,
-    tp_runtime_pid: 0,
-    tp_runtime_val: 0,
-    task_run_delay_off: 0,
-    use_task_storage: 0,
-    tp_exec_pid: 0,
-    tp_exec_old_pid: 0,
-    task_prev_sum_exec_off: 0,
-    record: 0,
-    task_prio_off: 0,
-    task_cpu_off: 0,
-    bprm_filename_off: 0,
-    hist_pow2: 0,
-    cgroup_node_only: 0,
-    thread_cgroup: 0,
-    task_signal_off: 0,
-    signal_exec_task_off: 0,
-    task_wait_base_off: 0,
-    slow_min_ns: 0,
-};
+static CONFIG: Config = Config::ZERO;
 
 #[inline(always)]
 pub fn config() -> &'static Config {
@@ -80,7 +43,7 @@ impl Task {
         if self.tgid != 0 || self.ptr.is_null() {
             self.tgid
         } else {
-            self.field::<u32>(config().task_tgid_off).unwrap_or(0)
+            self.field::<u32>(config().task.tgid).unwrap_or(0)
         }
     }
 
@@ -108,7 +71,7 @@ impl Task {
     /// At switch-out `update_curr()` has already run for the task leaving.
     #[inline(always)]
     pub fn sum_exec(&self) -> u64 {
-        match config().task_sum_exec_off {
+        match config().task.sum_exec {
             0 => 0,
             off => self.field::<u64>(off).unwrap_or(0),
         }
@@ -119,10 +82,10 @@ impl Task {
     #[inline(always)]
     pub fn running_slice(&self) -> Option<u64> {
         let c = config();
-        if c.task_prev_sum_exec_off == 0 || c.task_sum_exec_off == 0 {
+        if c.task.prev_sum_exec == 0 || c.task.sum_exec == 0 {
             return None;
         }
-        let prev = self.field::<u64>(c.task_prev_sum_exec_off)?;
+        let prev = self.field::<u64>(c.task.prev_sum_exec)?;
         self.sum_exec().checked_sub(prev)
     }
 
@@ -131,7 +94,7 @@ impl Task {
     /// there (`sched_info_arrive()` runs after the tracepoint).
     #[inline(always)]
     pub fn run_delay(&self) -> Option<u64> {
-        match config().task_run_delay_off {
+        match config().task.run_delay {
             0 => None,
             off => self.field::<u64>(off),
         }
@@ -172,9 +135,9 @@ pub fn task_from_btf(p: *const u8, trusted: bool) -> Task {
         tgid: 0,
         ptr: p,
         trusted,
-        comm: CommSrc::Kernel(unsafe { p.add(c.task_comm_off as usize) }),
+        comm: CommSrc::Kernel(unsafe { p.add(c.task.comm as usize) }),
     };
-    t.tid = t.field::<u32>(c.task_pid_off).unwrap_or(0);
+    t.tid = t.field::<u32>(c.task.pid).unwrap_or(0);
     t
 }
 
@@ -216,7 +179,7 @@ pub enum Leave {
 /// `prev_state` became an argument in 5.18 (see `compat` in user space).
 #[inline(always)]
 pub fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
-    if prev_state & config().task_dead_mask != 0 {
+    if prev_state & config().task.dead_mask != 0 {
         Leave::Dead
     } else if preempt != 0 || prev_state == 0 {
         Leave::Preempted

@@ -23,12 +23,12 @@ pub(super) fn hist_add(kind: u32, id: u32, v: u64) {
     let c = config();
     // A value's power of two (its first sub-bucket; values below SUB have exact buckets
     // and keep them): the same classic power-of-two buckets, far fewer keys per process.
-    let b = if c.hist_pow2 != 0 && v >= SUB {
+    let b = if c.mode.hist_pow2 != 0 && v >= SUB {
         bucket_index(1u64 << msb(v))
     } else {
         bucket_index(v)
     };
-    if c.hist_scope == scope::ALL {
+    if c.mode.hist_scope == scope::ALL {
         if let Some(p) = HIST.get_ptr_mut(kind * N_BUCKETS as u32 + b as u32) {
             // SAFETY: per-CPU slot.
             unsafe { *p += 1 };
@@ -60,7 +60,7 @@ pub(super) fn hist_add(kind: u32, id: u32, v: u64) {
 /// Whether `t`'s entry lives in task-local storage (tp_btf mode) rather than `THREADS`.
 #[inline(always)]
 pub(super) fn in_storage(t: &Task) -> bool {
-    config().use_task_storage != 0 && t.trusted
+    config().mode.use_task_storage != 0 && t.trusted
 }
 
 /// A number no other entry has: this CPU's count of entries made, with the CPU on top.
@@ -216,7 +216,7 @@ pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
     } else {
         let _ = THREADS.remove(tid);
     }
-    if config().filter != filter::ALL && !exec_takes_tid(t) {
+    if config().mode.filter != filter::ALL && !exec_takes_tid(t) {
         let _ = TRACKED.remove(tid);
     }
 }
@@ -229,10 +229,10 @@ pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
 #[inline(always)]
 pub(super) fn exec_takes_tid(t: &Task) -> bool {
     let c = config();
-    if c.task_signal_off == 0 || c.signal_exec_task_off == 0 || t.tid != t.tgid() {
+    if c.task.signal == 0 || c.task.signal_exec_task == 0 || t.tid != t.tgid() {
         return false;
     }
-    let Some(sig) = t.field::<u64>(c.task_signal_off) else {
+    let Some(sig) = t.field::<u64>(c.task.signal) else {
         return false;
     };
     if sig == 0 {
@@ -241,7 +241,7 @@ pub(super) fn exec_takes_tid(t: &Task) -> bool {
     // SAFETY: bpf_probe_read_kernel validates the address.
     let exec_task = unsafe {
         aya_ebpf::helpers::bpf_probe_read_kernel(
-            (sig as *const u8).add(c.signal_exec_task_off as usize) as *const u64,
+            (sig as *const u8).add(c.task.signal_exec_task as usize) as *const u64,
         )
     }
     .unwrap_or(0);

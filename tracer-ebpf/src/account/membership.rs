@@ -15,7 +15,7 @@ pub fn traced(t: &Task) -> Option<u32> {
     if t.tid == 0 {
         return None; // the idle task of every CPU
     }
-    if config().filter == filter::ALL {
+    if config().mode.filter == filter::ALL {
         return Some(t.tgid);
     }
     // SAFETY: the value is copied out at once.
@@ -32,8 +32,8 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
     if prev.tid == 0 {
         return false;
     }
-    let inside = if c.cgroup_node_only != 0 {
-        (unsafe { bpf_get_current_cgroup_id() }) == c.cgroup_id
+    let inside = if c.mode.cgroup_node_only != 0 {
+        (unsafe { bpf_get_current_cgroup_id() }) == c.mode.cgroup_id
     } else {
         CGROUP_TARGET.current_task_under_cgroup(0).unwrap_or(false)
     };
@@ -56,7 +56,7 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
 /// Whether `prev` (`current`) is in the traced set now.
 #[inline(always)]
 pub fn member(prev: &Task) -> bool {
-    if config().filter == filter::CGROUP {
+    if config().mode.filter == filter::CGROUP {
         cgroup_member(prev)
     } else {
         traced(prev).is_some()
@@ -66,7 +66,7 @@ pub fn member(prev: &Task) -> bool {
 /// A new thread or process: it joins the traced set when its parent's set inherits.
 #[inline(always)]
 pub fn fork(parent: Task, child: Task) {
-    if config().filter == filter::ALL {
+    if config().mode.filter == filter::ALL {
         return;
     }
     // SAFETY: copied out at once.
@@ -97,7 +97,7 @@ pub fn fork(parent: Task, child: Task) {
 /// traced set moves with it.
 #[inline(always)]
 pub fn follow_exec(old: u32, new: u32) {
-    if config().filter == filter::ALL {
+    if config().mode.filter == filter::ALL {
         return;
     }
     // SAFETY: copied out at once.

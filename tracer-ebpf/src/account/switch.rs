@@ -75,7 +75,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // The slice began at a switch-in this CPU saw (not at the window's opening).
     let seen_in = cs.slice_start_ns > 1 && cs.tid == prev.tid && cs.traced != 0;
     let at_open = cs.slice_start_ns == 0;
-    let cgroup_mode = c.filter == filter::CGROUP;
+    let cgroup_mode = c.mode.filter == filter::CGROUP;
     if !at_open && cs.traced != 0 && cs.tid != prev.tid {
         // The task the last switch here put on this CPU left it by a switch the kernel
         // never reported (see `drop::UNSEEN_SWITCH_OUT`): its slice is lost.
@@ -145,7 +145,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // reads /proc, which a thread dying at the window's close no longer has.
         s.comm = prev.comm.read();
     }
-    if c.thread_cgroup != 0 {
+    if c.mode.thread_cgroup != 0 {
         // `prev` is `current`: the cgroup it ran in (`tracer serve` only). A move shows
         // here first: the time before this slice was the previous cgroup's (a slice in
         // which it moved counts for the new one).
@@ -156,7 +156,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             s.cgroup_id = cg;
         }
     }
-    let id = scoped_id(c.hist_scope, prev.tid, prev.tgid);
+    let id = scoped_id(c.mode.hist_scope, prev.tid, prev.tgid);
 
     let sum = prev.sum_exec();
     // The slice as a flag and a plain number: an `Option` here leaves its payload
@@ -177,7 +177,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // there is timed from the wakeup kept in the entry. (From `running`, not the
     // slice chosen below: the verifier then walks the two choices one after the
     // other, not every pair of them.)
-    let wait = if c.use_task_storage != 0 {
+    let wait = if c.mode.use_task_storage != 0 {
         if seen_in {
             cs.wait_ns
         } else {
@@ -199,8 +199,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     // Where neither end of the wait was seen, the scheduler's own figure for it: the
     // growth of `run_delay` since the blocked switch-out whose value is the base.
-    let wait = if wait == slice::UNKNOWN && start == 0 && c.task_wait_base_off != 0 {
-        let rd = prev.field::<u64>(c.task_wait_base_off).unwrap_or(0);
+    let wait = if wait == slice::UNKNOWN && start == 0 && c.task.wait_base != 0 {
+        let rd = prev.field::<u64>(c.task.wait_base).unwrap_or(0);
         let base = if s.flags & HAVE_RUN_DELAY != 0 {
             s.last_run_delay
         } else {
@@ -271,7 +271,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         s.slices += 1;
         hist_add(KIND_ON_CPU, id, slice);
     }
-    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         if cs.counter_base[i] != 0 {
             if let Some(v) = read_counter(i) {
@@ -285,17 +285,17 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         Leave::Preempted => {
             s.involuntary += 1;
             s.off_state = OFF_PREEMPTED;
-            if c.task_run_delay_off == 0 {
+            if c.task.run_delay == 0 {
                 s.runnable_ns = now;
             }
         }
         Leave::Blocked => {
             s.voluntary += 1;
             s.off_state = OFF_BLOCKED;
-            if c.task_wait_base_off != 0 {
+            if c.task.wait_base != 0 {
                 // The base of the next wait, should the kernel report neither its
                 // wakeup nor its switch-in (see `slice::unseen_wait`).
-                if let Some(rd) = prev.field::<u64>(c.task_wait_base_off) {
+                if let Some(rd) = prev.field::<u64>(c.task.wait_base) {
                     s.last_run_delay = rd;
                     s.flags |= HAVE_RUN_DELAY;
                 }
@@ -330,7 +330,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     cs.sum_in = slice::UNKNOWN;
     let c = config();
     if traced(&next).is_none() {
-        if c.filter == filter::CGROUP && next.tid != 0 {
+        if c.mode.filter == filter::CGROUP && next.tid != 0 {
             // It may join the cgroup before it leaves the CPU (`cgroup_member`): its
             // slice then counts from here, so the start must be known.
             if now == 0 {
@@ -377,7 +377,7 @@ fn switch_in_at(next: Task, mut now: u64) {
             s.runnable_ns = 0;
         }
     }
-    let n_counters = (c.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
     }
@@ -387,7 +387,7 @@ fn switch_in_at(next: Task, mut now: u64) {
 /// (classic tracepoints) the task at hand would be `current`, the one leaving.
 #[inline(always)]
 fn sum_in(next: &Task) -> u64 {
-    if next.ptr.is_null() || config().task_sum_exec_off == 0 {
+    if next.ptr.is_null() || config().task.sum_exec == 0 {
         slice::UNKNOWN
     } else {
         next.sum_exec()

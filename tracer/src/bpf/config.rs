@@ -20,13 +20,13 @@ pub(super) fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
             "this kernel's sched_switch tracepoint has no prev_state argument (before 5.18)"
         ));
     }
-    cfg.task_pid_off = kbtf.member_offset("task_struct", "pid")?;
-    cfg.task_tgid_off = kbtf.member_offset("task_struct", "tgid")?;
-    cfg.task_comm_off = kbtf.member_offset("task_struct", "comm")?;
-    cfg.task_dead_mask = compat::TASK_DEAD;
-    cfg.task_sum_exec_off = sum_exec_offset(kbtf).unwrap_or(0);
-    cfg.task_prev_sum_exec_off = prev_sum_exec_offset(kbtf).unwrap_or(0);
-    (cfg.task_signal_off, cfg.signal_exec_task_off) = compat::exec_task_offsets(kbtf);
+    cfg.task.pid = kbtf.member_offset("task_struct", "pid")?;
+    cfg.task.tgid = kbtf.member_offset("task_struct", "tgid")?;
+    cfg.task.comm = kbtf.member_offset("task_struct", "comm")?;
+    cfg.task.dead_mask = compat::TASK_DEAD;
+    cfg.task.sum_exec = sum_exec_offset(kbtf).unwrap_or(0);
+    cfg.task.prev_sum_exec = prev_sum_exec_offset(kbtf).unwrap_or(0);
+    (cfg.task.signal, cfg.task.signal_exec_task) = compat::exec_task_offsets(kbtf);
     Ok(())
 }
 
@@ -60,7 +60,7 @@ pub(super) fn runq_source(
         }
         (RunqFrom::Schedstat, _) => RunqSource::RunDelay,
         (RunqFrom::Wakeup, ProbeMode::TpBtf) if storage_ok => {
-            cfg.use_task_storage = 1;
+            cfg.mode.use_task_storage = 1;
             RunqSource::TaskStorage
         }
         (RunqFrom::Wakeup, _) => RunqSource::ThreadEntry,
@@ -72,43 +72,43 @@ pub(super) fn tracefs_config(cfg: &mut Config, root: &Root) -> Result<()> {
     let dir = tracefs::tracefs_dir(root)?;
     let sw = tracefs::event_format(&dir, "sched", "sched_switch")?;
     let st = sw.field("prev_state")?;
-    cfg.tp_switch_prev_state = st.offset;
-    cfg.tp_switch_prev_state_size = st.size;
-    cfg.tp_switch_next_pid = sw.field("next_pid")?.offset;
-    cfg.tp_switch_next_comm = sw.field("next_comm")?.offset;
+    cfg.tp.switch_prev_state = st.offset;
+    cfg.tp.switch_prev_state_size = st.size;
+    cfg.tp.switch_next_pid = sw.field("next_pid")?.offset;
+    cfg.tp.switch_next_comm = sw.field("next_comm")?.offset;
     let wk = tracefs::event_format(&dir, "sched", "sched_wakeup")?;
-    cfg.tp_wakeup_pid = wk.field("pid")?.offset;
+    cfg.tp.wakeup_pid = wk.field("pid")?.offset;
     let wn = tracefs::event_format(&dir, "sched", "sched_wakeup_new")?;
-    if wn.field("pid")?.offset != cfg.tp_wakeup_pid {
+    if wn.field("pid")?.offset != cfg.tp.wakeup_pid {
         return Err(anyhow!(
             "sched_wakeup and sched_wakeup_new records differ in layout"
         ));
     }
     let ex = tracefs::event_format(&dir, "sched", "sched_process_exec")?;
-    cfg.tp_exec_pid = ex.field("pid")?.offset;
-    cfg.tp_exec_old_pid = ex.field("old_pid")?.offset;
+    cfg.tp.exec_pid = ex.field("pid")?.offset;
+    cfg.tp.exec_old_pid = ex.field("old_pid")?.offset;
     let fk = tracefs::event_format(&dir, "sched", "sched_process_fork")?;
-    cfg.tp_fork_child_pid = fk.field("child_pid")?.offset;
+    cfg.tp.fork_child_pid = fk.field("child_pid")?.offset;
     // Slices follow the scheduler's own accounting: with kernel BTF through
     // se.sum_exec_runtime, else through the sched_stat_runtime tracepoint.
     if let Ok(kbtf) = KernelBtf::from_file(&root.path(VMLINUX_BTF)) {
-        cfg.task_sum_exec_off = sum_exec_offset(&kbtf).unwrap_or(0);
-        cfg.task_prev_sum_exec_off = prev_sum_exec_offset(&kbtf).unwrap_or(0);
-        (cfg.task_signal_off, cfg.signal_exec_task_off) = compat::exec_task_offsets(&kbtf);
-        cfg.task_wait_base_off = compat::run_delay_offset(&kbtf).unwrap_or(0);
+        cfg.task.sum_exec = sum_exec_offset(&kbtf).unwrap_or(0);
+        cfg.task.prev_sum_exec = prev_sum_exec_offset(&kbtf).unwrap_or(0);
+        (cfg.task.signal, cfg.task.signal_exec_task) = compat::exec_task_offsets(&kbtf);
+        cfg.task.wait_base = compat::run_delay_offset(&kbtf).unwrap_or(0);
     }
-    if cfg.task_sum_exec_off == 0 {
+    if cfg.task.sum_exec == 0 {
         if let Ok(rt) = tracefs::event_format(&dir, "sched", "sched_stat_runtime") {
             if let (Ok(pid), Ok(val)) = (rt.field("pid"), rt.field("runtime")) {
                 if val.size == 8 {
-                    cfg.tp_runtime_pid = pid.offset;
-                    cfg.tp_runtime_val = val.offset;
+                    cfg.tp.runtime_pid = pid.offset;
+                    cfg.tp.runtime_val = val.offset;
                 }
             }
         }
     }
-    cfg.tp_dead_mask = compat::TP_STATE_DEAD_MASK;
-    cfg.tp_blocked_mask = compat::TP_STATE_BLOCKED_MASK;
+    cfg.tp.dead_mask = compat::TP_STATE_DEAD_MASK;
+    cfg.tp.blocked_mask = compat::TP_STATE_BLOCKED_MASK;
     Ok(())
 }
 

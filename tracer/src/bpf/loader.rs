@@ -37,8 +37,8 @@ impl CgroupTarget {
     /// The programs' view of it: the id, and DIR's fd in `CGROUP_TARGET` for
     /// `bpf_current_task_under_cgroup` when its descendants count too.
     pub(crate) fn configure(&self, cfg: &mut Config) {
-        cfg.cgroup_id = self.id;
-        cfg.cgroup_node_only = self.node_only as u32;
+        cfg.mode.cgroup_id = self.id;
+        cfg.mode.cgroup_node_only = self.node_only as u32;
     }
 
     pub(crate) fn store(&self, ebpf: &mut Ebpf) -> Result<()> {
@@ -155,12 +155,15 @@ impl Tracer {
         seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<Tracer> {
         let mut cfg = Config {
-            filter: crate::bpf::config::filter_abi(opts.filter),
-            hist_scope: crate::bpf::config::scope_abi(opts.hist_scope),
-            n_counters: opts.n_counters,
-            hist_pow2: opts.hist_pow2 as u32,
-            thread_cgroup: opts.thread_cgroups as u32,
-            ..Default::default()
+            mode: tracer_common::Accounting {
+                filter: crate::bpf::config::filter_abi(opts.filter),
+                hist_scope: crate::bpf::config::scope_abi(opts.hist_scope),
+                n_counters: opts.n_counters,
+                hist_pow2: opts.hist_pow2 as u32,
+                thread_cgroup: opts.thread_cgroups as u32,
+                ..Default::default()
+            },
+            ..Config::ZERO
         };
         let mkdir_fields = if opts.thread_cgroups {
             crate::bpf::cgroups::mkdir_fields(root)?
@@ -180,14 +183,14 @@ impl Tracer {
                 config::btf_config(&mut cfg, &kbtf)?;
                 storage_ok = compat::task_storage_safe_in_scheduler(&kbtf);
                 if opts.runq_from == RunqFrom::Schedstat {
-                    cfg.task_run_delay_off = compat::run_delay_offset(&kbtf).ok_or_else(|| {
+                    cfg.task.run_delay = compat::run_delay_offset(&kbtf).ok_or_else(|| {
                         anyhow!("--runq-from schedstat: task_struct has no sched_info (CONFIG_SCHED_INFO off)")
                     })?;
                 } else {
-                    cfg.task_wait_base_off = compat::run_delay_offset(&kbtf).unwrap_or(0);
+                    cfg.task.wait_base = compat::run_delay_offset(&kbtf).unwrap_or(0);
                 }
                 if mode == ProbeMode::PerfSched {
-                    cfg.task_state_off =
+                    cfg.task.state =
                         kbtf.member_offset("task_struct", compat::task_state_member(&kbtf))?;
                 }
                 log::debug!("{}: offsets from BTF after {:?}", mode.name(), t.elapsed());
@@ -257,8 +260,8 @@ impl Tracer {
         };
         let needs = Needs {
             fork: with_fork,
-            wakeup: cfg.task_run_delay_off == 0,
-            stat_runtime: cfg.tp_runtime_val != 0,
+            wakeup: cfg.task.run_delay == 0,
+            stat_runtime: cfg.tp.runtime_val != 0,
             record: opts.record.on != 0,
             record_tasks: opts.record.on & tracer_common::record::on::SCHED != 0,
             // Attached per snapshot; stays loaded after detach() so the final report can

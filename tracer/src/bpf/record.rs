@@ -43,13 +43,13 @@ pub fn config(
         ));
     }
     let kbtf = crate::sys::btf::KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))?;
-    cfg.record = rec.on;
-    cfg.slow_min_ns = rec.slow_min_ns;
-    cfg.task_prio_off = kbtf.member_offset("task_struct", "prio")?;
+    cfg.record.on = rec.on;
+    cfg.record.slow_min_ns = rec.slow_min_ns;
+    cfg.task.prio = kbtf.member_offset("task_struct", "prio")?;
     // The exec's path; without it the exec event still has the new comm.
-    cfg.bprm_filename_off = kbtf.member_offset("linux_binprm", "filename").unwrap_or(0);
+    cfg.record.bprm_filename = kbtf.member_offset("linux_binprm", "filename").unwrap_or(0);
     // The CPU moved from task_struct into thread_info with THREAD_INFO_IN_TASK (5.16).
-    cfg.task_cpu_off = if kbtf.has_member("task_struct", "cpu") {
+    cfg.task.cpu = if kbtf.has_member("task_struct", "cpu") {
         kbtf.member_offset("task_struct", "cpu")?
     } else {
         kbtf.member_offset("task_struct", "thread_info")

@@ -61,12 +61,18 @@ impl OffcpuTracer {
             ));
         }
         let mut cfg = Config {
-            filter: crate::bpf::config::filter_abi(opts.filter),
-            task_pid_off: kbtf.member_offset("task_struct", "pid")?,
-            task_tgid_off: kbtf.member_offset("task_struct", "tgid")?,
-            task_comm_off: kbtf.member_offset("task_struct", "comm")?,
-            task_dead_mask: compat::TASK_DEAD,
-            ..Default::default()
+            mode: tracer_common::Accounting {
+                filter: crate::bpf::config::filter_abi(opts.filter),
+                ..Default::default()
+            },
+            task: tracer_common::TaskOffsets {
+                pid: kbtf.member_offset("task_struct", "pid")?,
+                tgid: kbtf.member_offset("task_struct", "tgid")?,
+                comm: kbtf.member_offset("task_struct", "comm")?,
+                dead_mask: compat::TASK_DEAD,
+                ..Default::default()
+            },
+            ..Config::ZERO
         };
         drop(kbtf);
         if let Some(cg) = &opts.cgroup {
