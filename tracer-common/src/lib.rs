@@ -177,6 +177,9 @@ pub struct CpuState {
     /// `sched_info.run_delay` of `tid` read at its switch-in, before the scheduler added
     /// the wait that just ended: the base for a thread seen for the first time.
     pub run_delay_in: u64,
+    /// The run-queue wait that ended at this slice's switch-in, when its start was kept
+    /// in task-local storage (`u64::MAX`: none or not known there).
+    pub wait_ns: u64,
     /// TID running on this CPU (0: idle or untraced).
     pub tid: u32,
     /// 1 when `tid` is traced and its slice is being timed.
@@ -459,7 +462,7 @@ impl RecordConfig {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 72);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 80);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
 const _: () = assert!(core::mem::size_of::<Config>() == 160);

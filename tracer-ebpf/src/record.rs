@@ -302,12 +302,9 @@ fn slow(prev: &Task, next: &Task) {
     let s = unsafe { &*s };
     let (k, wait, how_) = if c.record.on & on::SLOW_RUNQ != 0 {
         let wait = if c.mode.use_task_storage != 0 {
-            // To the switch-in the accounting timed (`switch_in_at`); the wakeup stays in
-            // the entry until the switch-out.
+            // Timed by the accounting at this switch-in (`switch_in_at`).
             match CPU_STATE.get(0) {
-                Some(cs) if cs.tid == next.tid && cs.traced != 0 => {
-                    slice::wait_from(s.runnable_ns, cs.slice_start_ns)
-                }
+                Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
                 _ => u64::MAX,
             }
         } else if s.runnable_ns != 0 && now > s.runnable_ns {

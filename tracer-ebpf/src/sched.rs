@@ -65,24 +65,13 @@ fn current<C: Args>() -> Task {
 /// start-up (it cost ~50 ms there, even when skipped).
 #[inline(always)]
 pub fn switch<C: Args, const REC: bool>(ctx: &C) {
-    on_switch::<REC>(ctx.arg(0), ctx.ptr(1), ctx.ptr(2), ctx.arg(3), C::TRUSTED);
+    on_switch::<REC>(ctx.arg(0), ctx.ptr(2), ctx.arg(3), C::TRUSTED);
 }
 
 #[inline(always)]
-fn on_switch<const REC: bool>(
-    preempt: u64,
-    prev: *const u8,
-    next: *const u8,
-    prev_state: u64,
-    trusted: bool,
-) {
+fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
     let prev = if trusted {
-        // tp_btf passes `prev` (`current`) as a trusted pointer: its ids are two plain
-        // loads, not the two helper calls `current_task_btf` makes.
-        let mut t = task_from_btf(prev, true);
-        t.tgid = t.field::<u32>(config().task.tgid).unwrap_or(0);
-        t.comm = CommSrc::Current;
-        t
+        current_task_btf()
     } else {
         current_task()
     };

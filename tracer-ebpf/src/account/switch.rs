@@ -168,15 +168,22 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         0
     };
-    // What ended when this slice began. The run-queue wait is the scheduler's own
-    // (`sched_info.run_delay` grew by it at this slice's start, `--runq-from schedstat`,
-    // no wakeup programs), or it is timed here from the wakeup (or preemption) time kept
-    // in the entry (`runnable_ns`, which the switch-in leaves alone: no second entry
-    // lookup per switch) to the switch-in. A switch-in not seen (see
-    // `drop::UNSEEN_SWITCH_IN`) happened when the scheduler's runtime of this slice says
-    // (`unseen_in`). (From `running`, not the slice chosen below: the verifier then
-    // walks the two choices one after the other, not every pair of them.)
-    let wait = if let Some(rd) = prev.run_delay() {
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
+    // scheduler's runtime of this slice says (`unseen_in`): the wait that ended
+    // there is timed from the wakeup kept in the entry. (From `running`, not the
+    // slice chosen below: the verifier then walks the two choices one after the
+    // other, not every pair of them.)
+    let wait = if c.mode.use_task_storage != 0 {
+        if seen_in {
+            cs.wait_ns
+        } else {
+            slice::wait_from(s.runnable_ns, unseen_in)
+        }
+    } else if let Some(rd) = prev.run_delay() {
         let base = if s.flags & HAVE_RUN_DELAY != 0 {
             s.last_run_delay
         } else if seen_in {
@@ -357,6 +364,19 @@ fn switch_in_at(next: Task, mut now: u64) {
     } else {
         next.run_delay().unwrap_or(u64::MAX)
     };
+    cs.wait_ns = u64::MAX;
+    if in_storage(&next) {
+        // The wait ends here; its start is in the task's storage (no hash lookup).
+        // SAFETY: a trusted task pointer (tp_btf argument).
+        if let Some(s) = unsafe { TASK_STATS.get(next.ptr, None) } {
+            // SAFETY: the task's storage; only its own switches and wakeups touch it.
+            let s = unsafe { &mut *s };
+            if s.runnable_ns != 0 && now > s.runnable_ns {
+                cs.wait_ns = now - s.runnable_ns;
+            }
+            s.runnable_ns = 0;
+        }
+    }
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
