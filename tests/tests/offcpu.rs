@@ -338,8 +338,11 @@ fn agrees_with_offcputime() {
         .spawn()
         .unwrap();
     let pid = child.id().to_string();
+    // Its stack map keeps no REUSE_STACKID: a stack whose hash bucket another took is
+    // refused every time ("[Missed Kernel Stack]"; at the default 1024 buckets it lost all
+    // of w-futex's 811 ms once). 65536 buckets make that rare.
     let oc = Command::new("offcputime")
-        .args(["-p", &pid, "7"])
+        .args(["--stack-storage-size", "65536", "-p", &pid, "7"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

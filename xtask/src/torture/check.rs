@@ -27,7 +27,7 @@ use crate::json::{Items, Json};
 /// a last wait as long as the CPU stays busy (335 ms seen, seed 5). The record is the
 /// only truth a thread leaves (no zombie to read), so these are the allowance: the
 /// slices as seen, the wait no longer than the window had left after the record.
-const EXIT_SLICES: f64 = 8.0;
+const EXIT_SLICES: f64 = tracer_truth::EXIT_SLICES as f64;
 /// Run-queue waits timed from wakeups exceed run_delay by at most one tick (CONFIG_HZ=250
 /// here) per wait: see the clock-update skip in README "How it works".
 const TICK_NS: f64 = 4e6;
