@@ -88,6 +88,65 @@ pub const fn bucket_upper(i: usize) -> u64 {
     bucket_lower(i + 1) - 1
 }
 
+/// Slots of a per-thread histogram ([`ThreadHist`]): every value below `SUB` in slot 0,
+/// then one slot per power of two up to `MAX_MSB`, then the overflow. Enough for
+/// exposition bounds that are powers of two of at least `SUB` ns (`tracer serve`'s):
+/// each value then counts under the same bound as at full resolution.
+pub const SLOTS: usize = (MAX_MSB - SUB_BITS + 2) as usize + 1;
+
+/// The slot of a value (see [`SLOTS`]).
+#[inline(always)]
+pub const fn slot(v: u64) -> usize {
+    if v < SUB {
+        return 0;
+    }
+    let m = msb(v);
+    if m > MAX_MSB {
+        return SLOTS - 1;
+    }
+    (m - SUB_BITS + 1) as usize
+}
+
+/// The full-resolution bucket a slot's counts go to: that of the slot's largest value,
+/// so each value counts under the first power-of-two bound at or above it (a value that
+/// is itself a power of two, under the next one).
+pub const fn slot_bucket(s: usize) -> usize {
+    if s >= SLOTS - 1 {
+        return N_BUCKETS - 1;
+    }
+    bucket_index((1u64 << (s as u32 + SUB_BITS)) - 1)
+}
+
+/// The bucket of `v`'s power of two at the same bounds (see [`slot_bucket`]): that of
+/// the largest value with `v`'s highest bit, which is `v` below `SUB`.
+#[inline(always)]
+pub const fn pow2_bucket(v: u64) -> usize {
+    if v < SUB {
+        return v as usize;
+    }
+    bucket_index(v | ((1u64 << msb(v)) - 1))
+}
+
+/// A thread's power-of-two histograms (`tracer serve` in task-storage mode): kept in
+/// the task's own storage, so a switch updates them with no hash lookup; user space
+/// folds them per process. A dying thread sends them through the exit ring.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ThreadHist {
+    pub tid: u32,
+    pub tgid: u32,
+    /// By kind ([`KIND_ON_CPU`], ...), then [`slot`].
+    pub counts: [[u64; SLOTS]; N_KINDS as usize],
+}
+
+impl ThreadHist {
+    pub const ZERO: ThreadHist = ThreadHist {
+        tid: 0,
+        tgid: 0,
+        counts: [[0; SLOTS]; N_KINDS as usize],
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +190,34 @@ mod tests {
         for v in 0..SUB {
             assert_eq!(bucket_index(v), v as usize);
         }
+    }
+
+    #[test]
+    fn slots_count_under_the_same_power_of_two_bounds() {
+        // Bounds that are powers of two of SUB ns or more (serve's): a value counts
+        // under the same bound from its slot, from its power-of-two bucket and, but at
+        // an exact power of two (which goes one bound up), at full resolution, up to 2^MAX_MSB ns (37 minutes).
+        let bounds: [u64; 38] = core::array::from_fn(|i| 1u64 << (i as u32 + SUB_BITS));
+        let under = |b: usize| bounds.partition_point(|&x| x < bucket_upper(b));
+        let mut x = 7u64;
+        for i in 0..200_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let v = if i < 4096 { i } else { x >> (x % 64) };
+            let s = slot(v);
+            assert!(s < SLOTS);
+            assert_eq!(
+                under(slot_bucket(s)),
+                under(pow2_bucket(v)),
+                "{v} in slot {s}"
+            );
+            // (The top octave's last bucket is open-ended: all of it is above every bound.)
+            if (!v.is_power_of_two() || v < SUB) && v < 1u64 << MAX_MSB {
+                assert_eq!(under(slot_bucket(s)), under(bucket_index(v)), "{v}");
+            }
+        }
+        assert_eq!(slot(u64::MAX), SLOTS - 1);
+        assert_eq!(slot_bucket(SLOTS - 1), N_BUCKETS - 1);
     }
 }

@@ -325,7 +325,10 @@ pub struct Accounting {
     /// (`ThreadStats::cgroup_id`; `tracer serve`). 0 for the other commands, whose
     /// programs the verifier then walks without the helper call.
     pub thread_cgroup: u32,
-    pub _pad: u32,
+    /// 1: per-process histograms are kept per thread in task storage (`TASK_HIST`,
+    /// `hist::ThreadHist`) and folded in user space, instead of in `HIST_SCOPED`: no
+    /// hash lookup per switch (`tracer serve` in task-storage mode).
+    pub hist_in_task: u32,
 }
 
 impl Accounting {
@@ -338,7 +341,7 @@ impl Accounting {
         hist_pow2: 0,
         cgroup_node_only: 0,
         thread_cgroup: 0,
-        _pad: 0,
+        hist_in_task: 0,
     };
 }
 
@@ -462,6 +465,7 @@ impl RecordConfig {
 // Layout checks: both sides depend on these sizes.
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
+const _: () = assert!(core::mem::size_of::<hist::ThreadHist>() == 944);
 const _: () = assert!(core::mem::size_of::<CpuState>() == 80);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);

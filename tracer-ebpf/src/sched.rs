@@ -325,3 +325,32 @@ pub fn dump_threads(ctx: *mut core::ffi::c_void) {
         );
     }
 }
+
+/// `iter/task`: each task's `ThreadHist` where it has one (`tracer serve` with
+/// `hist_in_task`), under its TID and TGID now.
+#[cfg(feature = "serve")]
+#[inline(always)]
+pub fn dump_hists(ctx: *mut core::ffi::c_void) {
+    // SAFETY: as in `dump_threads`.
+    let (meta, task) = unsafe {
+        let c = ctx as *const [*const u8; 2];
+        ((*c)[0], (*c)[1])
+    };
+    if task.is_null() {
+        return;
+    }
+    // SAFETY: a trusted task pointer from the iterator.
+    let Some(h) = (unsafe { maps::TASK_HIST.get(task, None) }) else {
+        return;
+    };
+    // SAFETY: `meta->seq` is the first field of `struct bpf_iter_meta`; `h` is the
+    // task's storage, written straight from there.
+    unsafe {
+        let seq = core::ptr::read_volatile(meta as *const *mut aya_ebpf::bindings::seq_file);
+        aya_ebpf::helpers::generated::bpf_seq_write(
+            seq,
+            h as *const core::ffi::c_void,
+            core::mem::size_of::<tracer_common::hist::ThreadHist>() as u32,
+        );
+    }
+}

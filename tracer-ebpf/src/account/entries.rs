@@ -6,7 +6,7 @@ use aya_ebpf::helpers::{
 };
 use tracer_common::{
     drop, filter,
-    hist::{bucket_index, msb, HistKey, N_BUCKETS, SUB},
+    hist::{bucket_index, pow2_bucket, slot, HistKey, ThreadHist, N_BUCKETS},
     scope, ExitRecord, ThreadStats,
 };
 
@@ -18,13 +18,25 @@ use crate::{
     task::config,
     Task,
 };
+/// Counts `v` in histogram `kind` of `id` (the traced set, a process or a thread), or
+/// in the thread's own histograms `th` where those are kept (`hist_in_task`).
 #[inline(always)]
-pub(super) fn hist_add(kind: u32, id: u32, v: u64) {
+pub(super) fn hist_add(kind: u32, id: u32, v: u64, th: *mut ThreadHist) {
     let c = config();
+    if !th.is_null() {
+        // SAFETY: the task storage of the thread leaving; only its switch-outs write it.
+        let counts = unsafe { &mut (*th).counts };
+        if let Some(k) = counts.get_mut(kind as usize) {
+            if let Some(n) = k.get_mut(slot(v)) {
+                *n += 1;
+            }
+        }
+        return;
+    }
     // A value's power of two (its first sub-bucket; values below SUB have exact buckets
     // and keep them): the same classic power-of-two buckets, far fewer keys per process.
-    let b = if c.mode.hist_pow2 != 0 && v >= SUB {
-        bucket_index(1u64 << msb(v))
+    let b = if c.mode.hist_pow2 != 0 {
+        pow2_bucket(v)
     } else {
         bucket_index(v)
     };
@@ -55,6 +67,56 @@ pub(super) fn hist_add(kind: u32, id: u32, v: u64) {
             }
         }
     }
+}
+
+/// The histograms of `t` (the thread leaving, `current`) in its own task storage, made
+/// on first use; null where they are not kept there (see `hist_add`).
+#[inline(always)]
+pub(super) fn thread_hist(t: &Task) -> *mut ThreadHist {
+    #[cfg(feature = "serve")]
+    if config().mode.hist_in_task != 0 && in_storage(t) {
+        // SAFETY: a trusted task pointer.
+        return match unsafe { crate::maps::TASK_HIST.get_or_zero(t.ptr) } {
+            Some(h) => {
+                // SAFETY: as above. Its TID and TGID now (an exec may have changed the TID).
+                unsafe {
+                    (*h).tid = t.tid;
+                    (*h).tgid = t.tgid;
+                }
+                h
+            }
+            None => {
+                count_drop(drop::HIST_FULL);
+                core::ptr::null_mut()
+            }
+        };
+    }
+    let _ = t;
+    core::ptr::null_mut()
+}
+
+/// A dying thread's own histograms (`hist_in_task`) go to user space through the exit
+/// ring, and its storage is freed: its process's totals keep them.
+#[inline(always)]
+pub(super) fn flush_hist(t: &Task) {
+    #[cfg(feature = "serve")]
+    if config().mode.hist_in_task != 0 && in_storage(t) {
+        use crate::maps::TASK_HIST;
+        // SAFETY: a trusted task pointer (`current`).
+        if let Some(h) = unsafe { TASK_HIST.get(t.ptr, None) } {
+            match EXITED.reserve::<ThreadHist>(0) {
+                Some(mut e) => {
+                    // SAFETY: the reservation holds one ThreadHist; `h` is task storage.
+                    unsafe { core::ptr::copy_nonoverlapping(h, e.as_mut_ptr(), 1) };
+                    e.submit(0);
+                }
+                None => count_drop(drop::EXIT_RINGBUF_FULL),
+            }
+            // SAFETY: as above.
+            unsafe { TASK_HIST.delete(t.ptr) };
+        }
+    }
+    let _ = t;
 }
 
 /// Whether `t`'s entry lives in task-local storage (tp_btf mode) rather than `THREADS`.
@@ -208,6 +270,7 @@ pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
         s.comm = comm;
     }
     flush_record(t, s);
+    flush_hist(t);
     if in_storage(t) {
         // A zombie stays visible to the task iterator until reaped: its totals are in
         // the ring buffer now, so the iterator must not report them again.

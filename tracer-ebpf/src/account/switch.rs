@@ -58,6 +58,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
                 if let Some(s) = existing_entry(&prev) {
                     // SAFETY: task storage of the task leaving.
                     flush_record_as(cs.tid, REAPED_BY_EXEC, unsafe { &*s });
+                    flush_hist(&prev);
                     // SAFETY: a trusted task pointer (`current`).
                     unsafe { TASK_STATS.delete(prev.ptr) };
                 }
@@ -157,6 +158,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
     }
     let id = scoped_id(c.mode.hist_scope, prev.tid, prev.tgid);
+    let th = thread_hist(&prev);
 
     let sum = prev.sum_exec();
     // The slice as a flag and a plain number: an `Option` here leaves its payload
@@ -217,7 +219,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     if wait != slice::UNKNOWN {
         s.runq_wait_ns += wait;
         s.runq_waits += 1;
-        hist_add(KIND_RUNQ, id, wait);
+        hist_add(KIND_RUNQ, id, wait, th);
     }
     let cpu = unsafe { bpf_get_smp_processor_id() };
     if s.last_cpu != u32::MAX && s.last_cpu != cpu {
@@ -258,7 +260,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         } else {
             s.blocked_ns += d;
         }
-        hist_add(KIND_OFF_CPU, id, d);
+        hist_add(KIND_OFF_CPU, id, d, th);
     }
     let gap = sl.gap;
     // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
@@ -269,7 +271,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     if has_slice {
         s.on_cpu_ns += slice;
         s.slices += 1;
-        hist_add(KIND_ON_CPU, id, slice);
+        hist_add(KIND_ON_CPU, id, slice, th);
     }
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {

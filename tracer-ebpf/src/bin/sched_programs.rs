@@ -236,6 +236,15 @@ pub fn dump_threads(ctx: *mut core::ffi::c_void) -> i32 {
     0
 }
 
+/// `iter/task` over the per-thread histograms (see `sched::dump_hists`).
+#[cfg(feature = "serve")]
+#[no_mangle]
+#[link_section = "iter/task"]
+pub fn dump_hists(ctx: *mut core::ffi::c_void) -> i32 {
+    sched::dump_hists(ctx);
+    0
+}
+
 #[link_section = "license"]
 #[no_mangle]
 static LICENSE: [u8; 4] = *b"GPL\0";

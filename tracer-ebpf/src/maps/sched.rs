@@ -109,6 +109,26 @@ impl<T> TaskStorage<T> {
         }
     }
 
+    /// The task's value, created zeroed when it has none yet.
+    ///
+    /// # Safety
+    /// As for [`Self::get`].
+    #[inline(always)]
+    pub unsafe fn get_or_zero(&self, task: *const u8) -> Option<*mut T> {
+        // A NULL value with BPF_LOCAL_STORAGE_GET_F_CREATE: the kernel zeroes it.
+        let p = aya_ebpf::helpers::generated::bpf_task_storage_get(
+            self as *const Self as *mut core::ffi::c_void,
+            task as *mut _,
+            core::ptr::null_mut(),
+            1,
+        );
+        if p.is_null() {
+            None
+        } else {
+            Some(p as *mut T)
+        }
+    }
+
     /// Frees the task's value.
     ///
     /// # Safety
@@ -128,3 +148,11 @@ impl<T> TaskStorage<T> {
 #[link_section = ".maps"]
 #[no_mangle]
 pub static TASK_STATS: TaskStorage<ThreadStats> = TaskStorage::new();
+
+/// Per-thread power-of-two histograms (`Accounting::hist_in_task`, `tracer serve`):
+/// updated at the thread's switch-outs with no hash lookup, handed over through
+/// `EXITED` when it dies, read with the `dump_hists` task iterator.
+#[cfg(feature = "serve")]
+#[link_section = ".maps"]
+#[no_mangle]
+pub static TASK_HIST: TaskStorage<tracer_common::hist::ThreadHist> = TaskStorage::new();

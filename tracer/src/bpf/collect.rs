@@ -12,12 +12,16 @@ use aya::{
     maps::{MapData, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracer_common::{hist::HistKey, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
+use tracer_common::{
+    hist::{HistKey, ThreadHist},
+    CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
+};
 
 use super::read;
 use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
+    thread_hist::{self, ProcHists},
     window::{add_open_off_periods, never_ran},
 };
 use crate::sys::root::Root;
@@ -53,6 +57,9 @@ pub struct Collector {
     exited: BTreeMap<ThreadKey, ThreadRecord>,
     /// Per-thread histograms harvested from threads that died (`-L`).
     exited_hists: BTreeMap<u32, HistSet>,
+    /// Per-process histograms are folded from the threads' own (`Tracer::hist_in_task`):
+    /// what the dead threads handed over, per process, until it dies.
+    thread_hists: Option<ProcHists>,
     /// TIDs whose scoped histograms still have to be harvested.
     dead_pending: Vec<u32>,
     /// Where the kernel keeps run-queue waits, so the wait before a slice still running
@@ -95,6 +102,7 @@ impl Collector {
             generations: HashMap::new(),
             exited: BTreeMap::new(),
             exited_hists: BTreeMap::new(),
+            thread_hists: None,
             dead_pending: Vec::new(),
             last_live: HashSet::new(),
             rereads: 0,
@@ -105,6 +113,12 @@ impl Collector {
             open_ns,
             idle,
         })
+    }
+
+    /// Folds the per-process histograms from the threads' own (see `thread_hists`).
+    pub fn with_thread_hists(mut self, on: bool) -> Self {
+        self.thread_hists = on.then(ProcHists::default);
+        self
     }
 
     /// A descriptor that polls readable when death records wait in the ring buffer:
@@ -128,6 +142,15 @@ impl Collector {
     /// Takes the death records out of the ring buffer (call often: it is bounded).
     pub fn drain(&mut self) {
         while let Some(item) = self.ring.next() {
+            if item.len() == std::mem::size_of::<ThreadHist>() {
+                // A dying thread's own histograms: its process keeps them.
+                if let Some(dead) = &mut self.thread_hists {
+                    for h in thread_hist::parse(&item) {
+                        dead.add(&h);
+                    }
+                }
+                continue;
+            }
             if item.len() < std::mem::size_of::<ExitRecord>() {
                 continue;
             }
@@ -213,6 +236,22 @@ impl Collector {
         // from this snapshot (and in the next), never counted twice (kernel and pending).
         let (mut hist, mut scoped) = if self.hist_scope == HistScope::All {
             (read::hist_all(ebpf)?, BTreeMap::new())
+        } else if let Some(dead) = &self.thread_hists {
+            // The live threads' own, plus what the dead ones handed over (drained
+            // above): a thread that dies during the read is in neither until the next
+            // (a dip the reader's `raise_to` absorbs), never in both.
+            let mut procs = dead.clone();
+            let live = read::thread_hists(ebpf)?;
+            self.scoped_entries = live.len();
+            for h in &live {
+                procs.add(h);
+            }
+            let scoped = procs.to_sets();
+            let mut hist = HistSet::new();
+            for set in scoped.values() {
+                hist.merge(set);
+            }
+            (hist, scoped)
         } else {
             self.harvest_dead_hists(ebpf)?;
             let (mut scoped, entries) = read::hist_scoped(ebpf)?;
@@ -530,6 +569,12 @@ impl Collector {
         ebpf: &mut Ebpf,
         ids: &std::collections::HashSet<u32>,
     ) -> Result<usize> {
+        if let Some(dead) = &mut self.thread_hists {
+            // Their live threads' histograms went with the threads' storage.
+            let n = dead.len();
+            dead.forget(ids);
+            return Ok(n - dead.len());
+        }
         let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
             ebpf.map_mut("HIST_SCOPED")
                 .context("HIST_SCOPED map missing")?,

@@ -78,6 +78,10 @@ pub struct LoadOptions {
     /// Each thread's cgroup id at every switch-out, and the `cgroup_mkdir` program
     /// configured for [`crate::bpf::cgroups`] (`tracer serve`).
     pub thread_cgroups: bool,
+    /// Per-process histograms kept per thread in task storage where the mode has it
+    /// (`Accounting::hist_in_task`; serve's object only): needs `hist_pow2` and bounds
+    /// of at least `hist::SUB` ns. [`Tracer::hist_in_task`] says whether it took.
+    pub thread_hists: bool,
 }
 
 /// Loaded and attached programs with their maps.
@@ -91,6 +95,9 @@ pub struct Tracer {
     pub attach: &'static str,
     /// Where run-queue waits come from in this mode.
     pub runq: RunqSource,
+    /// Per-process histograms are the threads' own (`LoadOptions::thread_hists` in
+    /// task-storage mode): read with the `dump_hists` iterator, not `HIST_SCOPED`.
+    pub hist_in_task: bool,
     /// The programs loaded (from the table), until detached.
     programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
@@ -199,6 +206,12 @@ impl Tracer {
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
         }
         let runq = config::runq_source(mode, opts.runq_from, storage_ok, &mut cfg)?;
+        let hist_in_task = opts.thread_hists
+            && opts.thread_cgroups
+            && opts.hist_pow2
+            && opts.hist_scope == HistScope::Process
+            && runq == RunqSource::TaskStorage;
+        cfg.mode.hist_in_task = hist_in_task as u32;
         if opts.record.on != 0 {
             crate::bpf::record::config(&mut cfg, &opts.record, mode, runq, root)?;
         }
@@ -242,7 +255,7 @@ impl Tracer {
                 .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
                 .map_max_entries(
                     "HIST_SCOPED",
-                    if opts.hist_scope == HistScope::All {
+                    if opts.hist_scope == HistScope::All || hist_in_task {
                         1
                     } else {
                         65536
@@ -267,6 +280,7 @@ impl Tracer {
             // Attached per snapshot; stays loaded after detach() so the final report can
             // still read the threads.
             iter: runq == RunqSource::TaskStorage,
+            hist_iter: hist_in_task,
         };
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), &needs)?
@@ -301,6 +315,7 @@ impl Tracer {
             // The switch program (or perf's hooks) comes first.
             attach: progs[0].attach.name(),
             runq,
+            hist_in_task,
             // The iterator stays loaded after detach(): the final report reads it.
             programs: progs
                 .into_iter()

@@ -28,18 +28,32 @@ pub fn live_threads(ebpf: &mut Ebpf, runq: RunqSource) -> Result<Vec<(u32, Threa
             BpfHashMap::try_from(ebpf.map("THREADS").context("THREADS map missing")?)?;
         return Ok(live.iter().filter_map(|item| item.ok()).collect());
     }
+    Ok(parse_records(&run_iter(ebpf, "dump_threads")?))
+}
+
+/// Every live thread's own histograms (`Tracer::hist_in_task`), by the `dump_hists`
+/// task iterator.
+pub fn thread_hists(ebpf: &mut Ebpf) -> Result<Vec<tracer_common::hist::ThreadHist>> {
+    Ok(crate::model::thread_hist::parse(&run_iter(
+        ebpf,
+        "dump_hists",
+    )?))
+}
+
+/// Everything a task iterator writes, from a fresh instance.
+fn run_iter(ebpf: &mut Ebpf, name: &str) -> Result<Vec<u8>> {
     let it: &mut Iter = ebpf
-        .program_mut("dump_threads")
-        .context("dump_threads program missing")?
+        .program_mut(name)
+        .with_context(|| format!("{name} program missing"))?
         .try_into()?;
-    let link_id = it.attach().context("attaching the thread iterator")?;
+    let link_id = it.attach().with_context(|| format!("attaching {name}"))?;
     let link = it.take_link(link_id)?;
     let mut bytes = Vec::new();
     link.into_file()
-        .context("creating a thread iterator")?
+        .with_context(|| format!("creating {name}"))?
         .read_to_end(&mut bytes)
-        .context("reading the thread iterator")?;
-    Ok(parse_records(&bytes))
+        .with_context(|| format!("reading {name}"))?;
+    Ok(bytes)
 }
 
 /// Every CPU's `CpuState`, in CPU order.

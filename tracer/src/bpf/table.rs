@@ -91,6 +91,9 @@ pub struct Needs {
     pub record_tasks: bool,
     /// Entries in task-local storage: the live threads are read by the task iterator.
     pub iter: bool,
+    /// Per-thread histograms in task storage (`Accounting::hist_in_task`), read by
+    /// their own task iterator.
+    pub hist_iter: bool,
 }
 
 /// A probe mode as the table sees it: perf-sched with the way its hooks attach (fentry,
@@ -166,6 +169,9 @@ pub fn programs(mode: Mode, needs: &Needs) -> Vec<Prog> {
     }
     if needs.iter {
         v.push(prog("dump_threads", Iter, "task"));
+    }
+    if needs.hist_iter {
+        v.push(prog("dump_hists", Iter, "task"));
     }
     v
 }

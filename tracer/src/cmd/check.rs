@@ -92,6 +92,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         record: Default::default(),
         hist_pow2: false,
         thread_cgroups: false,
+        thread_hists: false,
     };
     match Tracer::start(&opts, root, &mut |_| Ok(())) {
         Ok(mut t) => {

@@ -13,6 +13,7 @@ pub mod series;
 pub mod snapshot;
 pub mod stacks;
 pub mod targets;
+pub mod thread_hist;
 pub mod window;
 pub mod words;
 pub mod workload;

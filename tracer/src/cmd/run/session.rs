@@ -124,6 +124,7 @@ pub(super) fn setup(
         record: args.hook.load(),
         hist_pow2: false,
         thread_cgroups: false,
+        thread_hists: false,
     };
     let mut threads = Vec::new();
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {

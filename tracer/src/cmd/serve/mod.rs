@@ -163,6 +163,10 @@ async fn serve(
         // map holds ~30x more processes before it is full.
         hist_pow2: bounds_ns.iter().all(|b| b.is_power_of_two()),
         thread_cgroups: true,
+        // The same bounds from each thread's own histograms (task storage): no hash
+        // lookup per switch, and a read that grows with the threads, not the buckets.
+        thread_hists: bounds_ns.iter().all(|b| b.is_power_of_two())
+            && bounds_ns.iter().all(|&b| b >= tracer_common::hist::SUB),
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
     let opened = tracer.opened_at();
@@ -204,7 +208,8 @@ async fn serve(
         root.clone(),
         opened,
         Default::default(),
-    )?;
+    )?
+    .with_thread_hists(tracer.hist_in_task);
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
     if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
         log::warn!("could not lock privileges after attaching: {e}");
