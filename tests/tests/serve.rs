@@ -589,7 +589,10 @@ fn churn_leaves_memory_maps_and_series_flat_and_counters_monotonic() {
             start.elapsed().as_secs_f64(),
             rss_kib,
             get("tracer_map_entries{map=\"threads\"}"),
-            get("tracer_map_entries{map=\"hist_scoped\"}"),
+            // One of the two, by probe mode (see `tracer_map_entries` in docs/serve.md).
+            sample(&body, "tracer_map_entries{map=\"hist_scoped\"}")
+                .or_else(|| sample(&body, "tracer_map_entries{map=\"task_hist\"}"))
+                .expect("tracer_map_entries of the histograms"),
             series,
             get("tracer_series{scope=\"cgroup\"}"),
         ));

@@ -306,8 +306,12 @@ pub struct Exposition {
     pub programs: Vec<ProgramStats>,
     /// Live entries in the per-thread map.
     pub map_entries: usize,
-    /// Entries in the per-process histogram map (one per process, kind and bucket).
+    /// Entries in the per-process histogram map (one per process, kind and bucket), or
+    /// the threads with histograms of their own (see `hist_map`).
     pub hist_entries: usize,
+    /// Where the kernel keeps the per-process histograms: "hist_scoped" (a hash map of
+    /// 65536 entries) or "task_hist" (each thread's task storage, one entry per thread).
+    pub hist_map: &'static str,
     /// The tracer's own CPU time (user + system), seconds, and resident memory.
     pub self_cpu_s: f64,
     pub self_rss_bytes: u64,

@@ -205,6 +205,7 @@ fn every_family() -> crate::model::series::Exposition {
         }],
         map_entries: 3,
         hist_entries: 2,
+        hist_map: "hist_scoped",
         self_cpu_s: 0.5,
         self_rss_bytes: 1 << 20,
         vcpu_dispatch: vec![(0, [8, 1, 2, 3, 2, 4, 3, 1])],

@@ -229,6 +229,11 @@ async fn serve(
         programs: Vec::new(),
         map_entries: 0,
         hist_entries: 0,
+        hist_map: if tracer.hist_in_task {
+            "task_hist"
+        } else {
+            "hist_scoped"
+        },
         self_cpu_s: 0.0,
         self_rss_bytes: 0,
         vcpu_dispatch: Vec::new(),

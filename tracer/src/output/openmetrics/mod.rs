@@ -376,11 +376,12 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
         enc,
         "tracer_map_entries",
         "Entries in the kernel maps that grow with the machine: per-thread totals (live \
-         threads) and per-process histograms (one per process, kind and bucket)",
+         threads) and per-process histograms (hist_scoped: one per process, kind and \
+         bucket; task_hist: one per live thread)",
         None,
         &[
             (labels(&[("map", "threads")]), x.map_entries as f64),
-            (labels(&[("map", "hist_scoped")]), x.hist_entries as f64),
+            (labels(&[("map", x.hist_map)]), x.hist_entries as f64),
         ],
     )?;
     gauge(
@@ -487,6 +488,7 @@ mod tests {
             programs: Vec::new(),
             map_entries: 3,
             hist_entries: 2,
+            hist_map: "hist_scoped",
             self_cpu_s: 0.5,
             self_rss_bytes: 1 << 20,
             vcpu_dispatch: Vec::new(),
