@@ -173,6 +173,25 @@ pub(super) fn print(rows: &[RecRow], load: &Load, runs: usize) {
             median(&r.life_cpu_s),
         );
     }
+    // Issue 27's targets: at most half of perf's throughput loss, at most 8 bytes a switch.
+    let perf = rows.iter().find(|r| r.key == "perf-sched-record");
+    if let (Some(t), Some(p)) = (rows.iter().find(|r| r.key == "tracer-record"), perf) {
+        println!("Targets (tracer record)");
+        for (what, value, limit, unit) in [
+            (
+                "throughput loss vs perf sched record's",
+                t.loss_pct() / p.loss_pct(),
+                0.5,
+                "x",
+            ),
+            ("bytes per switch", median(&t.bytes_per_switch), 8.0, "B"),
+        ] {
+            println!(
+                "  {what:<42} {value:>8.2} {unit} (target <= {limit}): {}",
+                if value <= limit { "met" } else { "MISSED" }
+            );
+        }
+    }
 }
 
 /// The rows as JSON, every run kept.

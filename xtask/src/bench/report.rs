@@ -250,25 +250,47 @@ impl Report<'_> {
         }
     }
 
-    /// (text, JSON record) of each target check on the tracer rows.
+    /// (text, JSON record) of each target check on the tracer rows (issue 27's table:
+    /// ratios measured in this run, the floor's and the peers' rows beside the tracer's).
     pub(super) fn targets(&self) -> Vec<(String, Target)> {
         let mut out = Vec::new();
         for r in self
             .rows
             .iter()
-            .filter(|r| r.tool_key.starts_with("tracer"))
+            .filter(|r| r.tool_key.starts_with("tracer") || r.tool_key == "offcpu")
         {
             let s = self.summary(r);
-            let checks: [(&str, f64, f64, &str); 8] = [
-                ("ns/switch vs cpudist+runqlat", s.x_libbpf, 0.35, "x"),
-                ("  net of bpf_stats overhead", s.net_x_libbpf, 0.35, "x"),
-                ("ns/switch vs floor (aim)", s.x_floor, 3.0, "x"),
-                ("throughput loss", s.loss_pct, 3.0, "%"),
-                ("  BPF share of the load's CPU", s.bpf_share_pct, 3.0, "%"),
-                ("user CPU", s.cpu_pct, 0.5, "% of one CPU"),
-                ("peak RSS", s.rss_mib, 40.0, "MiB"),
-                ("start-up", s.startup_ms, 100.0, "ms"),
-            ];
+            let floor_loss = self
+                .find(r.load, "floor")
+                .map_or(f64::NAN, |f| self.summary(f).loss_pct);
+            let peer_startup = self
+                .find(r.load, r.versus)
+                .map_or(f64::NAN, |p| self.summary(p).startup_ms);
+            let checks: Vec<(&str, f64, f64, &str)> = if r.tool_key == "offcpu" {
+                vec![("ns/switch vs offcputime", s.x_libbpf, 0.5, "x")]
+            } else {
+                vec![
+                    ("ns/switch vs cpudist+runqlat", s.x_libbpf, 0.18, "x"),
+                    ("  net of bpf_stats overhead", s.net_x_libbpf, 0.18, "x"),
+                    ("ns/switch vs floor", s.x_floor, 3.0, "x"),
+                    (
+                        "throughput loss vs floor's",
+                        s.loss_pct / floor_loss,
+                        2.0,
+                        "x",
+                    ),
+                    ("  BPF share of the load's CPU", s.bpf_share_pct, 3.0, "%"),
+                    ("user CPU", s.cpu_pct, 0.5, "% of one CPU"),
+                    ("peak RSS", s.rss_mib, 40.0, "MiB"),
+                    ("start-up (wall)", s.startup_ms, 100.0, "ms"),
+                    (
+                        "start-up vs the peer's (wall)",
+                        s.startup_ms / peer_startup,
+                        2.0,
+                        "x",
+                    ),
+                ]
+            };
             for (what, value, limit, unit) in checks {
                 let met = value <= limit;
                 out.push((
