@@ -23,18 +23,27 @@ use crate::{
 #[inline(always)]
 pub(super) fn hist_add(kind: u32, id: u32, v: u64, th: *mut ThreadHist) {
     let c = config();
-    if !th.is_null() {
-        // SAFETY: the task storage of the thread leaving; only its switch-outs write it.
-        let counts = unsafe { &mut (*th).counts };
-        if let Some(k) = counts.get_mut(kind as usize) {
-            if let Some(n) = k.get_mut(slot(v)) {
-                *n += 1;
+    if c.mode.hist_in_task != 0 {
+        // (Decided by the configuration, not by `th`: the verifier then drops the hash
+        // path below from the program.) A thread whose histograms could not be made
+        // loses the value, counted as the hash map's would be.
+        if th.is_null() {
+            count_drop(drop::HIST_FULL);
+        } else {
+            // SAFETY: the task storage of the thread leaving; only its switch-outs
+            // write it.
+            let counts = unsafe { &mut (*th).counts };
+            if let Some(k) = counts.get_mut(kind as usize) {
+                if let Some(n) = k.get_mut(slot(v)) {
+                    *n += 1;
+                }
             }
         }
         return;
     }
-    // A value's power of two (its first sub-bucket; values below SUB have exact buckets
-    // and keep them): the same classic power-of-two buckets, far fewer keys per process.
+    // A value's power of two (the bucket of its octave's largest value; values below
+    // SUB keep their exact buckets): the same counts under power-of-two bounds, far
+    // fewer keys per process (see `hist::pow2_bucket`).
     let b = if c.mode.hist_pow2 != 0 {
         pow2_bucket(v)
     } else {
@@ -85,10 +94,7 @@ pub(super) fn thread_hist(t: &Task) -> *mut ThreadHist {
                 }
                 h
             }
-            None => {
-                count_drop(drop::HIST_FULL);
-                core::ptr::null_mut()
-            }
+            None => core::ptr::null_mut(),
         };
     }
     let _ = t;
