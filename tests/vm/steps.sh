@@ -278,6 +278,29 @@ auto_hist() {
         --duration-ms 1500 --out "$P/truth"
 }
 
+# serve_hists: tracer serve (auto mode) on the loopback, scraped once after a short-thread
+# churn has ended: the mode it picks, and the churn's slices in its process's histograms
+# (each thread's own in task storage where tp-btf has it, else the per-process hash).
+serve_hists() {
+    busybox ip link set lo up
+    tracer serve --listen 127.0.0.1:9464 &
+    pid=$!
+    i=0
+    while ! busybox wget -q -O /dev/null http://127.0.0.1:9464/metrics 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -gt 600 ] && break
+        sleep 0.1
+    done
+    $W churn --per-sec 100 --duration-ms 1500 --out "$P/truth" &
+    w=$!
+    wait $w
+    echo "$w" >"$P/pid"
+    sleep 2
+    busybox wget -q -O "$P/metrics" http://127.0.0.1:9464/metrics
+    kill -INT $pid
+    wait $pid
+}
+
 # dtl_state TAG: the DTL settings and the tracer's state file, as parts TAG-*.
 dtl_state() {
     cat /proc/powerpc/vcpudispatch_stats >"$P/$1-stats" 2>&1
@@ -353,6 +376,7 @@ for mode in tp-btf raw-tp tracepoint perf-sched; do
 done
 step run-perf-sched-kprobe traced perf-sched "$KPROBE_ENV"
 step auto-hist auto_hist
+step serve-hists serve_hists
 if [ -e /proc/powerpc/vcpudispatch_stats ]; then
     step dtl-basic dtl_basic
     step dtl-freq dtl_freq

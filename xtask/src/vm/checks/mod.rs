@@ -7,6 +7,7 @@ mod auto;
 mod common;
 mod dtl;
 mod pmu;
+mod serve;
 mod threads;
 mod tracer_check;
 
@@ -38,6 +39,7 @@ pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
         v.push(check_mode(g, mode, o));
     }
     v.extend(check_auto(g, o));
+    v.push(serve::check_serve(g, o));
     let cpus = g
         .step("facts-boot")
         .map(facts)
