@@ -9,15 +9,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::model::targets::HistScope;
 use anyhow::{Context as _, Result};
 use aya::{
-    maps::{MapData, PerCpuHashMap, RingBuf},
+    maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::{
-    hist::{HistKey, ThreadHist},
-    CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY,
-};
+use tracer_common::{hist::ThreadHist, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
 
 use super::read;
+
+mod hists;
 use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
@@ -60,6 +59,9 @@ pub struct Collector {
     /// Per-process histograms are folded from the threads' own (`Tracer::hist_in_task`):
     /// what the dead threads handed over, per process, until it dies.
     thread_hists: Option<ProcHists>,
+    /// Each live thread's comm is read again from /proc at every snapshot (a rename or
+    /// exec since its entry was made); `tracer serve` names processes itself, once.
+    proc_comms: bool,
     /// TIDs whose scoped histograms still have to be harvested.
     dead_pending: Vec<u32>,
     /// Where the kernel keeps run-queue waits, so the wait before a slice still running
@@ -103,6 +105,7 @@ impl Collector {
             exited: BTreeMap::new(),
             exited_hists: BTreeMap::new(),
             thread_hists: None,
+            proc_comms: true,
             dead_pending: Vec::new(),
             last_live: HashSet::new(),
             rereads: 0,
@@ -118,6 +121,13 @@ impl Collector {
     /// Folds the per-process histograms from the threads' own (see `thread_hists`).
     pub fn with_thread_hists(mut self, on: bool) -> Self {
         self.thread_hists = on.then(ProcHists::default);
+        self
+    }
+
+    /// Keeps the comm each entry has instead of reading every live thread's from /proc
+    /// at every snapshot (`tracer serve`, which reads each process's once).
+    pub fn without_proc_comms(mut self) -> Self {
+        self.proc_comms = false;
         self
     }
 
@@ -234,37 +244,7 @@ impl Collector {
         self.drain();
         // Histograms first: an event the kernel settles while we read is then missing
         // from this snapshot (and in the next), never counted twice (kernel and pending).
-        let (mut hist, mut scoped) = if self.hist_scope == HistScope::All {
-            (read::hist_all(ebpf)?, BTreeMap::new())
-        } else if let Some(dead) = &self.thread_hists {
-            // The live threads' own, plus what the dead ones handed over (drained
-            // above): a thread that dies during the read is in neither until the next
-            // (a dip the reader's `raise_to` absorbs), never in both.
-            let mut procs = dead.clone();
-            let live = read::thread_hists(ebpf)?;
-            self.scoped_entries = live.len();
-            for h in &live {
-                procs.add(h);
-            }
-            let scoped = procs.to_sets();
-            let mut hist = HistSet::new();
-            for set in scoped.values() {
-                hist.merge(set);
-            }
-            (hist, scoped)
-        } else {
-            self.harvest_dead_hists(ebpf)?;
-            let (mut scoped, entries) = read::hist_scoped(ebpf)?;
-            self.scoped_entries = entries;
-            for (id, h) in &self.exited_hists {
-                scoped.entry(*id).or_default().merge(h);
-            }
-            let mut hist = HistSet::new();
-            for set in scoped.values() {
-                hist.merge(set);
-            }
-            (hist, scoped)
-        };
+        let (mut hist, mut scoped) = self.read_hists(ebpf)?;
         // The threads and the slices running on the CPUs, read consistently: a slice
         // the kernel closes while the live entries are read is in those entries or not,
         // depending on timing. Read again while a traced slice changed across the read
@@ -330,8 +310,10 @@ impl Collector {
                 key = (key.0, self.generations.get(&key.0).copied().unwrap_or(0));
             }
             // The comm now, not at the entry's creation (an exec since, a rename).
-            if let Some(c) = crate::sys::procfs::comm(&self.root, key.0, key.0) {
-                set_comm(&mut stats.comm, &c);
+            if self.proc_comms {
+                if let Some(c) = crate::sys::procfs::comm(&self.root, key.0, key.0) {
+                    set_comm(&mut stats.comm, &c);
+                }
             }
             live_by_tid.insert(key.0, key);
             threads.insert(
@@ -525,69 +507,12 @@ impl Collector {
         }
     }
 
-    /// `-L`: moves the histograms of dead threads out of the kernel map so it stays
-    /// bounded under churn.
-    fn harvest_dead_hists(&mut self, ebpf: &mut Ebpf) -> Result<()> {
-        if self.dead_pending.is_empty() {
-            return Ok(());
-        }
-        let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
-            ebpf.map_mut("HIST_SCOPED")
-                .context("HIST_SCOPED map missing")?,
-        )?;
-        let dead: std::collections::HashSet<u32> = self.dead_pending.drain(..).collect();
-        let keys: Vec<HistKey> = map
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| dead.contains(&k.id))
-            .collect();
-        for k in keys {
-            if let Ok(v) = map.get(&k, 0) {
-                let n: u64 = v.iter().sum();
-                let set = self.exited_hists.entry(k.id).or_default();
-                if let Some(h) = set.kind_mut(k.kind as u32) {
-                    h.add_bucket(k.bucket as usize, n);
-                }
-            }
-            let _ = map.remove(&k);
-        }
-        Ok(())
-    }
-
     /// Forgets the threads that died, once a long-lived reader (`tracer serve`) has
     /// counted them: its memory stays flat under churn. Their TIDs' generations go too.
     pub fn forget_exited(&mut self) {
         self.exited.clear();
         self.exited_hists.clear();
         self.generations.clear();
-    }
-
-    /// Removes the per-process histograms of `ids` (processes that died, whose growth was
-    /// counted) from the kernel map, which would otherwise fill up under churn.
-    pub fn forget_scoped(
-        &mut self,
-        ebpf: &mut Ebpf,
-        ids: &std::collections::HashSet<u32>,
-    ) -> Result<usize> {
-        if let Some(dead) = &mut self.thread_hists {
-            // Their live threads' histograms went with the threads' storage.
-            let n = dead.len();
-            dead.forget(ids);
-            return Ok(n - dead.len());
-        }
-        let mut map: PerCpuHashMap<_, HistKey, u64> = PerCpuHashMap::try_from(
-            ebpf.map_mut("HIST_SCOPED")
-                .context("HIST_SCOPED map missing")?,
-        )?;
-        let keys: Vec<HistKey> = map
-            .keys()
-            .filter_map(|k| k.ok())
-            .filter(|k| ids.contains(&k.id))
-            .collect();
-        for k in &keys {
-            let _ = map.remove(k);
-        }
-        Ok(keys.len())
     }
 
     /// Threads with an entry in the kernel right now (bounded-usage checks).
