@@ -232,9 +232,14 @@ fn top_shows_the_threads_cpu_use_and_restores_the_terminal_on_q() {
     t.keys(&["/"]);
     t.literal(&pid.to_string());
     t.keys(&["Enter", "Enter", "<", "<", "Down"]);
-    let s = t.wait(10, "the expanded, PID-sorted table", |s| {
-        s.contains("PIDv") && rows(s).len() >= 4
-    });
+    // Until the last key has taken effect too: the selection on a thread, whose detail
+    // pane is titled by its TID (a screen read between the keys once caught the
+    // process still selected).
+    let s = t.wait(
+        10,
+        "the expanded, PID-sorted table, a thread selected",
+        |s| s.contains("PIDv") && rows(s).len() >= 4 && s.contains(" TID "),
+    );
     let r = rows(&s);
     assert_eq!(r[0].0, pid, "the process first:\n{s}");
     let tids: Vec<u32> = r[1..].iter().map(|x| x.0).collect();
