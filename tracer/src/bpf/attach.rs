@@ -9,6 +9,7 @@ use aya::{
 };
 
 use super::table::{Attach, Prog};
+use crate::sys::btf::{KernelBtf, Named};
 
 impl Prog {
     fn program_mut<'e>(&self, ebpf: &'e mut Ebpf) -> Result<&'e mut Program> {
@@ -160,4 +161,21 @@ fn unload(p: &mut Program) -> Result<()> {
         _ => {}
     }
     Ok(())
+}
+
+/// The kernel's BTF as far as loading `progs` needs it: the type ids of their attach
+/// points, from the index the loader made (see [`KernelBtf::id_stub`]).
+pub fn attach_btf(kbtf: &KernelBtf, progs: &[Prog]) -> Result<Btf> {
+    let names: Vec<(Named, String)> = progs
+        .iter()
+        .filter_map(|p| match p.attach {
+            Attach::TpBtf => Some((Named::Typedef, format!("btf_trace_{}", p.target))),
+            Attach::Fentry => Some((Named::Func, p.target.to_string())),
+            Attach::Iter => Some((Named::Func, format!("bpf_iter_{}", p.target))),
+            Attach::RawTp | Attach::Tracepoint | Attach::Kprobe => None,
+        })
+        .collect();
+    let names: Vec<(Named, &str)> = names.iter().map(|(k, n)| (*k, n.as_str())).collect();
+    Btf::parse(&kbtf.id_stub(&names), aya::Endianness::default())
+        .context("the kernel's BTF ids of the attach points")
 }

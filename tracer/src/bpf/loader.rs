@@ -98,6 +98,8 @@ pub struct Tracer {
     /// Per-process histograms are the threads' own (`LoadOptions::thread_hists` in
     /// task-storage mode): read with the `dump_hists` iterator, not `HIST_SCOPED`.
     pub hist_in_task: bool,
+    /// What the kernel's BTF says of the scheduler, where the loader read the BTF.
+    pub sched_btf: Option<crate::model::scheduler::BtfFacts>,
     /// The programs loaded (from the table), until detached.
     programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
@@ -184,21 +186,22 @@ impl Tracer {
         let t = std::time::Instant::now();
         let mut sched_hook_event = None;
         let mut storage_ok = false;
+        let mut kbtf = None;
         match mode {
             ProbeMode::TpBtf | ProbeMode::RawTp | ProbeMode::PerfSched => {
-                let kbtf = KernelBtf::from_file(&root.path(VMLINUX_BTF))?;
-                config::btf_config(&mut cfg, &kbtf)?;
-                storage_ok = compat::task_storage_safe_in_scheduler(&kbtf);
+                let kbtf = kbtf.insert(KernelBtf::from_file(&root.path(VMLINUX_BTF))?);
+                config::btf_config(&mut cfg, kbtf)?;
+                storage_ok = compat::task_storage_safe_in_scheduler(kbtf);
                 if opts.runq_from == RunqFrom::Schedstat {
-                    cfg.task.run_delay = compat::run_delay_offset(&kbtf).ok_or_else(|| {
+                    cfg.task.run_delay = compat::run_delay_offset(kbtf).ok_or_else(|| {
                         anyhow!("--runq-from schedstat: task_struct has no sched_info (CONFIG_SCHED_INFO off)")
                     })?;
                 } else {
-                    cfg.task.wait_base = compat::run_delay_offset(&kbtf).unwrap_or(0);
+                    cfg.task.wait_base = compat::run_delay_offset(kbtf).unwrap_or(0);
                 }
                 if mode == ProbeMode::PerfSched {
                     cfg.task.state =
-                        kbtf.member_offset("task_struct", compat::task_state_member(&kbtf))?;
+                        kbtf.member_offset("task_struct", compat::task_state_member(kbtf))?;
                 }
                 log::debug!("{}: offsets from BTF after {:?}", mode.name(), t.elapsed());
             }
@@ -265,12 +268,6 @@ impl Tracer {
                 .context("loading the eBPF object")?
         };
         log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());
-        let kernel_btf = match mode {
-            ProbeMode::TpBtf | ProbeMode::PerfSched => {
-                Some(Btf::from_sys_fs().context("parsing kernel BTF")?)
-            }
-            _ => None,
-        };
         let needs = Needs {
             fork: with_fork,
             wakeup: cfg.task.run_delay == 0,
@@ -282,6 +279,24 @@ impl Tracer {
             iter: runq == RunqSource::TaskStorage,
             hist_iter: hist_in_task,
         };
+        // The ids of the attach points, from the index already made (aya's own parse of
+        // the kernel's BTF is its loader's, which it cannot lend).
+        let kernel_btf = match (mode, &kbtf) {
+            (ProbeMode::TpBtf, Some(kbtf)) => Some(attach::attach_btf(
+                kbtf,
+                &table::programs(table::Mode::TpBtf, &needs),
+            )?),
+            (ProbeMode::PerfSched, Some(kbtf)) => {
+                let mut progs = table::perf_hooks(table::Attach::Fentry).to_vec();
+                progs.extend(table::programs(
+                    table::Mode::PerfSched(table::Attach::Fentry),
+                    &needs,
+                ));
+                Some(attach::attach_btf(kbtf, &progs)?)
+            }
+            _ => None,
+        };
+        log::debug!("{}: attach ids after {:?}", mode.name(), t.elapsed());
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), &needs)?
         } else {
@@ -316,6 +331,7 @@ impl Tracer {
             attach: progs[0].attach.name(),
             runq,
             hist_in_task,
+            sched_btf: kbtf.as_ref().map(crate::bpf::scheduler::btf_facts),
             // The iterator stays loaded after detach(): the final report reads it.
             programs: progs
                 .into_iter()

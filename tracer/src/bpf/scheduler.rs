@@ -15,22 +15,32 @@ use crate::{
 const SMALL_FILE: u64 = 64 << 10;
 const DEBUGFS: &str = "/sys/kernel/debug";
 
-/// The header's `scheduler`; what cannot be read is said in `notices`.
-pub fn detect(root: &Root, notices: &mut Vec<String>) -> Scheduler {
-    let (s, notes) = decide(&read_facts(root));
+/// The header's `scheduler`; what cannot be read is said in `notices`. `btf`: the
+/// facts the loader took from the kernel's BTF, if it read it (it is not read twice).
+pub fn detect(root: &Root, btf: Option<BtfFacts>, notices: &mut Vec<String>) -> Scheduler {
+    let (s, notes) = decide(&read_facts(root, btf));
     notices.extend(notes);
     s
 }
 
-/// Everything [`decide`] reads, from the system under `root`.
-pub fn read_facts(root: &Root) -> Facts {
+/// What the kernel's BTF says of its fair class.
+pub fn btf_facts(b: &KernelBtf) -> BtfFacts {
+    BtfFacts {
+        eevdf: compat::fair_class_is_eevdf(b),
+        delayed_dequeue: compat::can_delay_dequeue(b),
+    }
+}
+
+/// Everything [`decide`] reads, from the system under `root` (the BTF facts from `btf`
+/// where given).
+pub fn read_facts(root: &Root, btf: Option<BtfFacts>) -> Facts {
     Facts {
-        btf: KernelBtf::from_file(&root.path(VMLINUX_BTF))
-            .map(|b| BtfFacts {
-                eevdf: compat::fair_class_is_eevdf(&b),
-                delayed_dequeue: compat::can_delay_dequeue(&b),
-            })
-            .map_err(|e| e.to_string()),
+        btf: match btf {
+            Some(b) => Ok(b),
+            None => KernelBtf::from_file(&root.path(VMLINUX_BTF))
+                .map(|b| btf_facts(&b))
+                .map_err(|e| e.to_string()),
+        },
         release: procfs::kernel_release(root),
         features: features(root),
         ext: sched_ext(root),
@@ -142,7 +152,7 @@ mod tests {
             ],
         );
         let mut notices = Vec::new();
-        let s = detect(&root, &mut notices);
+        let s = detect(&root, None, &mut notices);
         std::fs::remove_dir_all(dir).unwrap();
         // No BTF in the tree: the features decide the class.
         assert_eq!(s.class.as_deref(), Some("EEVDF"));
@@ -150,6 +160,26 @@ mod tests {
         assert_eq!((s.ext, s.ext_state), (None, None));
         assert_eq!(s.source, "sched/features");
         assert!(notices.is_empty(), "{notices:?}");
+    }
+
+    /// The loader's BTF facts are taken as they are: no second read of the BTF (the
+    /// tree has none: a read there decides from the release instead).
+    #[test]
+    fn the_loaders_btf_facts_are_used() {
+        let (dir, root) = tree("loader", &[("/proc/sys/kernel/osrelease", "6.18.4\n")]);
+        let facts = BtfFacts {
+            eevdf: true,
+            delayed_dequeue: true,
+        };
+        let mut with = Vec::new();
+        let s = detect(&root, Some(facts), &mut with);
+        let mut without = Vec::new();
+        let t = detect(&root, None, &mut without);
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(s.class.as_deref(), Some("EEVDF"));
+        assert_eq!(s.source, "BTF sched_entity");
+        assert!(!with.iter().any(|n| n.contains("BTF")), "{with:?}");
+        assert_ne!(t.source, "BTF sched_entity", "{without:?}");
     }
 
     #[test]
@@ -165,7 +195,7 @@ mod tests {
                 ),
             ],
         );
-        let s = detect(&root, &mut Vec::new());
+        let s = detect(&root, None, &mut Vec::new());
         std::fs::remove_dir_all(dir).unwrap();
         assert_eq!(s.class.as_deref(), Some("CFS"));
         assert_eq!(s.delay_dequeue, Some(false));
@@ -184,7 +214,7 @@ mod tests {
             ],
         );
         let mut notices = Vec::new();
-        let s = detect(&root, &mut notices);
+        let s = detect(&root, None, &mut notices);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(s.class.as_deref(), Some("EEVDF"), "from the release");
         assert_eq!(s.ext.as_deref(), Some("lavd"));

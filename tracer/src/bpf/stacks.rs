@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::{HashMap as BpfHashMap, PerCpuArray, StackTraceMap},
-    Btf, Ebpf,
+    Ebpf,
 };
 use tracer_common::{
     offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig},
@@ -74,7 +74,6 @@ impl OffcpuTracer {
             },
             ..Config::ZERO
         };
-        drop(kbtf);
         if let Some(cg) = &opts.cgroup {
             cg.configure(&mut cfg);
         }
@@ -88,8 +87,9 @@ impl OffcpuTracer {
             .map_max_entries("OFFCPU", opts.sum_entries)
             .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
-        let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
         let progs = table::offcpu_programs(with_fork);
+        let btf = attach::attach_btf(&kbtf, &progs)?;
+        drop(kbtf);
         attach::load_all(&mut ebpf, &progs, Some(&btf))?;
         if let Some(cg) = &opts.cgroup {
             cg.store(&mut ebpf)?;

@@ -1,8 +1,8 @@
 //! `tracer floor`: the benchmark's cost floor, an empty sched_switch program.
 use anyhow::{Context as _, Result};
-use aya::Btf;
 
 use crate::bpf::{
+    attach,
     object::{new_loader, Family},
     table,
 };
@@ -10,12 +10,14 @@ use crate::cmd::session::{
     ends::{self, End, Ends, Inbox, Wake, Work},
     signals,
 };
+use crate::sys::btf::{KernelBtf, VMLINUX_BTF};
 use crate::sys::root::Root;
 
 /// Attaches only the empty `floor_switch` program for `duration` (or until a signal), then prints how many switches it counted: the benchmark's cost floor.
 pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     crate::sys::privileges::check()?;
-    let btf = Btf::from_sys_fs().context("parsing kernel BTF")?;
+    let kbtf = KernelBtf::from_file(std::path::Path::new(VMLINUX_BTF))?;
+    let btf = attach::attach_btf(&kbtf, &[table::FLOOR])?;
     let mut ebpf = new_loader()
         .load(Family::Floor.object())
         .context("loading the floor's eBPF object")?;

@@ -475,5 +475,8 @@ impl KernelBtf {
     }
 }
 
+mod stub;
+pub use stub::Named;
+
 #[cfg(test)]
 mod tests;

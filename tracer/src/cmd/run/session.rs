@@ -201,7 +201,7 @@ pub(super) fn setup(
                 reason: why.clone(),
             })
             .collect(),
-        scheduler: crate::bpf::scheduler::detect(root, &mut notices),
+        scheduler: crate::bpf::scheduler::detect(root, tracer.sched_btf, &mut notices),
         system_wide: plan.filter == Filter::All,
         // Task-local storage has no capacity to run out of.
         max_threads: if runq == RunqSource::TaskStorage {

@@ -331,3 +331,65 @@ fn live_vmlinux() {
     );
     assert!(btf.typedef_proto_params("btf_trace_sched_wakeup").is_some());
 }
+
+/// aya finds each wanted name of the stub at the id the full blob gives it.
+fn stub_ids_agree(full: &[u8], names: &[(Named, &str)]) {
+    let endian = aya::Endianness::default();
+    let whole = aya::Btf::parse(full, endian).expect("aya parses the full blob");
+    let stub = KernelBtf::from_bytes(full).unwrap().id_stub(names);
+    let small = aya::Btf::parse(&stub, endian).expect("aya parses the stub");
+    for &(n, name) in names {
+        let kind = match n {
+            Named::Typedef => aya_obj::btf::BtfKind::Typedef,
+            Named::Func => aya_obj::btf::BtfKind::Func,
+        };
+        let want = whole.id_by_type_name_kind(name, kind).ok();
+        let got = small.id_by_type_name_kind(name, kind).ok();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn the_id_stub_keeps_the_kernel_ids() {
+    let mut b = Builder::new(cfg!(target_endian = "big"));
+    let int = b.int("int", 4, 32);
+    let proto = b.add("", KIND_FUNC_PROTO, false, 0, int, &[]);
+    b.add("first_fn", KIND_FUNC, false, 0, proto, &[]);
+    b.add("btf_trace_a", KIND_TYPEDEF, false, 0, int, &[]);
+    b.add("E", KIND_ENUM, false, 2, 4, &[0, 1, 0, 2]);
+    // A typedef and a function of one name: each is found by its own kind.
+    b.add("both", KIND_TYPEDEF, false, 0, int, &[]);
+    b.add("both", KIND_FUNC, false, 0, proto, &[]);
+    b.add("bpf_iter_task", KIND_FUNC, false, 0, proto, &[]);
+    let full = b.finish();
+    stub_ids_agree(
+        &full,
+        &[
+            (Named::Typedef, "btf_trace_a"),
+            (Named::Func, "first_fn"),
+            (Named::Typedef, "both"),
+            (Named::Func, "both"),
+            (Named::Func, "bpf_iter_task"),
+            (Named::Func, "absent"),
+        ],
+    );
+    // Nothing wanted: an empty but valid blob.
+    let empty = KernelBtf::from_bytes(&full).unwrap().id_stub(&[]);
+    assert!(aya::Btf::parse(&empty, aya::Endianness::default()).is_ok());
+}
+
+#[test]
+#[ignore = "needs the running kernel's BTF (/sys/kernel/btf/vmlinux); cargo xtask test runs it"]
+fn the_id_stub_of_vmlinux_keeps_its_ids() {
+    let full = std::fs::read("/sys/kernel/btf/vmlinux").expect("vmlinux BTF");
+    stub_ids_agree(
+        &full,
+        &[
+            (Named::Typedef, "btf_trace_sched_switch"),
+            (Named::Typedef, "btf_trace_sched_wakeup"),
+            (Named::Typedef, "btf_trace_sched_process_exec"),
+            (Named::Func, "bpf_iter_task"),
+            (Named::Func, "finish_task_switch"),
+        ],
+    );
+}
