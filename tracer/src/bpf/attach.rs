@@ -10,6 +10,7 @@ use aya::{
 
 use super::table::{Attach, Prog};
 use crate::sys::btf::{KernelBtf, Named};
+use crate::sys::startup;
 
 impl Prog {
     fn program_mut<'e>(&self, ebpf: &'e mut Ebpf) -> Result<&'e mut Program> {
@@ -107,16 +108,19 @@ pub fn load_all(ebpf: &mut Ebpf, progs: &[Prog], btf: Option<&Btf>) -> Result<()
         let t = std::time::Instant::now();
         p.load(ebpf, btf)
             .with_context(|| format!("loading {}", p.name))?;
-        let insns = ebpf
-            .program(p.name)
-            .and_then(|p| p.info().ok())
-            .and_then(|i| i.verified_instruction_count());
-        log::debug!(
-            "{}: verified in {:?}, {} instructions processed",
-            p.name,
-            t.elapsed(),
-            insns.map_or("?".to_string(), |n| n.to_string())
-        );
+        if log::log_enabled!(target: startup::TARGET, log::Level::Info) {
+            // The verifier's count (veristat's "insns processed"), from the kernel.
+            let insns = ebpf
+                .program(p.name)
+                .and_then(|p| p.info().ok())
+                .and_then(|i| i.verified_instruction_count());
+            startup::stage(format_args!(
+                "{} verified in {:.1} ms, {} instructions processed",
+                p.name,
+                t.elapsed().as_secs_f64() * 1e3,
+                insns.map_or("?".to_string(), |n| n.to_string())
+            ));
+        }
     }
     Ok(())
 }

@@ -22,6 +22,7 @@ use crate::{
     sys::btf::{KernelBtf, VMLINUX_BTF},
     sys::clock::monotonic_ns,
     sys::root::Root,
+    sys::startup,
 };
 
 /// `--cgroup DIR`: the directory's cgroup v2 id, and whether only DIR itself counts
@@ -183,7 +184,6 @@ impl Tracer {
             cg.configure(&mut cfg);
         }
         let with_fork = opts.filter != Filter::All;
-        let t = std::time::Instant::now();
         let mut sched_hook_event = None;
         let mut storage_ok = false;
         let mut kbtf = None;
@@ -203,7 +203,10 @@ impl Tracer {
                     cfg.task.state =
                         kbtf.member_offset("task_struct", compat::task_state_member(kbtf))?;
                 }
-                log::debug!("{}: offsets from BTF after {:?}", mode.name(), t.elapsed());
+                startup::stage(format_args!(
+                    "{}: kernel BTF indexed, offsets resolved",
+                    mode.name()
+                ));
             }
             ProbeMode::Tracepoint => config::tracefs_config(&mut cfg, root)?,
             ProbeMode::Auto => unreachable!("auto is expanded by start()"),
@@ -232,7 +235,10 @@ impl Tracer {
         };
         let mut ebpf = {
             let mut loader = new_loader();
-            log::debug!("{}: loader ready after {:?}", mode.name(), t.elapsed());
+            startup::stage(format_args!(
+                "{}: loader ready (aya parsed the BTF)",
+                mode.name()
+            ));
             loader
                 .override_global("CONFIG", &cfg, true)
                 .override_global(
@@ -267,7 +273,7 @@ impl Tracer {
                 .load(family.object())
                 .context("loading the eBPF object")?
         };
-        log::debug!("{}: maps created after {:?}", mode.name(), t.elapsed());
+        startup::stage(format_args!("{}: object parsed, maps created", mode.name()));
         let needs = Needs {
             fork: with_fork,
             wakeup: cfg.task.run_delay == 0,
@@ -296,7 +302,7 @@ impl Tracer {
             }
             _ => None,
         };
-        log::debug!("{}: attach ids after {:?}", mode.name(), t.elapsed());
+        startup::stage(format_args!("{}: attach ids found", mode.name()));
         let progs = if mode == ProbeMode::PerfSched {
             perf_sched_programs(&mut ebpf, kernel_btf.as_ref(), &needs)?
         } else {
@@ -309,7 +315,7 @@ impl Tracer {
             attach::load_all(&mut ebpf, &progs, kernel_btf.as_ref())?;
             progs
         };
-        log::debug!("{}: programs verified after {:?}", mode.name(), t.elapsed());
+        startup::stage(format_args!("{}: programs verified", mode.name()));
         if let Some(cg) = &opts.cgroup {
             cg.store(&mut ebpf)?;
         }
@@ -322,7 +328,7 @@ impl Tracer {
         let t0 = crate::bpf::window::write(&mut ebpf, monotonic_ns(), 0)?;
         attach::attach_all(&mut ebpf, rest)?;
         let attached_at = monotonic_ns();
-        log::debug!("{}: attached after {:?}", mode.name(), t.elapsed());
+        startup::stage(format_args!("{}: attached", mode.name()));
         Ok(Tracer {
             ebpf,
             mode,

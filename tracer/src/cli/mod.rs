@@ -38,6 +38,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "DIR")]
     pub root: Option<PathBuf>,
 
+    /// Print each start-up stage (BTF, object, each program's verification with its
+    /// instruction count, attach) with its wall and CPU time, to stderr.
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -543,12 +548,27 @@ pub mod generate;
 pub mod man;
 pub mod record;
 
+/// Warnings (RUST_LOG to see more); `--verbose` adds the start-up stages, written as
+/// plain lines.
+fn init_log(verbose: bool) {
+    use std::io::Write as _;
+    let filter = if verbose { "warn,startup=info" } else { "warn" };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
+        .format(|buf, r| {
+            if r.target() == crate::sys::startup::TARGET {
+                writeln!(buf, "start-up: {}", r.args())
+            } else {
+                writeln!(buf, "[{:<5} {}] {}", r.level(), r.target(), r.args())
+            }
+        })
+        .init();
+}
+
 pub fn main() -> i32 {
     crate::sys::launch::note_inherited_state();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .format_timestamp(None)
-        .init();
+    crate::sys::startup::begin();
     let cli = Cli::parse();
+    init_log(cli.verbose);
     let root = cli.root.clone().map(Root::new).unwrap_or_default();
     use crate::cmd::resolve_workload as resolve;
     let result = match cli.command {

@@ -15,6 +15,7 @@ pub mod privileges;
 pub mod procfs;
 pub mod root;
 pub mod selfstat;
+pub mod startup;
 pub mod symbolize;
 pub mod tracefs;
 pub mod webconfig;
