@@ -63,6 +63,8 @@ pub(super) struct FdProg {
     pub(super) tag: String,
     pub(super) run_cnt: u64,
     pub(super) run_time_ns: u64,
+    /// The verifier's instructions processed (veristat's count; fdinfo since 5.16).
+    pub(super) verified_insns: Option<u64>,
 }
 
 /// What one process holds: its BPF programs (by id, with their statistics) and its attach
@@ -104,6 +106,7 @@ pub(super) fn scan_fds(pid: u32) -> Result<FdScan> {
                         tag: field("prog_tag").unwrap_or_default().to_string(),
                         run_cnt: number("run_cnt").unwrap_or(0),
                         run_time_ns: number("run_time_ns").unwrap_or(0),
+                        verified_insns: number("verified_insns"),
                     },
                 );
             }

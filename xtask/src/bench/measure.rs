@@ -29,6 +29,9 @@ pub(super) struct Row {
     pub(super) other_with: Vec<f64>,
     pub(super) ns_per_switch: Vec<f64>,
     pub(super) startup_ms: Vec<f64>,
+    /// The tool's CPU time (user + system: the verifier's work is system time) from
+    /// spawn to attached.
+    pub(super) startup_cpu_ms: Vec<f64>,
     pub(super) rss_kib: Vec<u64>,
     pub(super) cpu_ticks: u64,
     pub(super) cpu_sched_ns: u64,
@@ -41,6 +44,8 @@ pub(super) struct Row {
     pub(super) load_ticks: u64,
     /// Per program: (runs, run-time ns) summed over the statistics-on loads.
     pub(super) progs: BTreeMap<String, (u64, u64)>,
+    /// Per program: the verifier's instructions processed (the last run's).
+    pub(super) verified: BTreeMap<String, u64>,
     pub(super) switch_prog: String,
     pub(super) foreign: BTreeSet<String>,
 }
@@ -73,6 +78,7 @@ pub(super) fn step(
     let stats = BpfStats::on()?;
     let mut run = start_tool(tool, Some(expect), bpftool, logs)?;
     row.startup_ms.push(run.startup.as_secs_f64() * 1e3);
+    row.startup_cpu_ms.push(run.startup_cpu_ns as f64 / 1e6);
     row.switch_prog = run.switch_name.clone();
     row.foreign.extend(run.foreign.iter().cloned());
 
@@ -118,6 +124,9 @@ pub(super) fn step(
         let e = row.progs.entry(name.clone()).or_default();
         e.0 += cnt;
         e.1 += ns;
+        if let Some(v) = b[*idx].progs.get(id).and_then(|p| p.verified_insns) {
+            row.verified.insert(name.clone(), v);
+        }
     }
     let (switches, _) = delta(0, run.switch_id);
     ensure!(

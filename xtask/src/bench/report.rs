@@ -39,6 +39,7 @@ pub(super) struct Summary {
     pub(super) cpu_pct_schedstat: f64,
     pub(super) rss_mib: f64,
     pub(super) startup_ms: f64,
+    pub(super) startup_cpu_ms: f64,
 }
 
 pub(super) struct Report<'a> {
@@ -106,6 +107,7 @@ impl Report<'_> {
             cpu_pct_schedstat: r.cpu_sched_ns as f64 / 1e9 / r.cpu_wall * 100.0,
             rss_mib: r.rss_kib.iter().copied().max().unwrap_or(0) as f64 / 1024.0,
             startup_ms: median(&r.startup_ms),
+            startup_cpu_ms: median(&r.startup_cpu_ms),
         }
     }
 
@@ -133,6 +135,7 @@ impl Report<'_> {
             "(schedstat)",
             "RSS MiB",
             "start-up ms",
+            "(CPU ms)",
         ];
         let mut table = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
         for r in &self.rows {
@@ -150,6 +153,7 @@ impl Report<'_> {
                 format!("{:.2}", s.cpu_pct_schedstat),
                 format!("{:.1}", s.rss_mib),
                 format!("{:.1}", s.startup_ms),
+                format!("{:.1}", s.startup_cpu_ms),
             ]);
         }
         print_table(&table);
@@ -192,6 +196,7 @@ impl Report<'_> {
             "runs/switch",
             "ns/run",
             "ns/switch",
+            "verified insns",
         ])];
         for r in &self.rows {
             for (name, &(runs, ns)) in &r.progs {
@@ -206,6 +211,7 @@ impl Report<'_> {
                         format!("{:.1}", ns as f64 / runs as f64)
                     },
                     format!("{:.1}", ns as f64 / r.switches as f64),
+                    r.verified.get(name).map_or("-".into(), |v| v.to_string()),
                 ]);
             }
         }
@@ -263,9 +269,9 @@ impl Report<'_> {
             let floor_loss = self
                 .find(r.load, "floor")
                 .map_or(f64::NAN, |f| self.summary(f).loss_pct);
-            let peer_startup = self
-                .find(r.load, r.versus)
-                .map_or(f64::NAN, |p| self.summary(p).startup_ms);
+            let peer = self.find(r.load, r.versus).map(|p| self.summary(p));
+            let peer_startup = peer.as_ref().map_or(f64::NAN, |p| p.startup_ms);
+            let peer_startup_cpu = peer.as_ref().map_or(f64::NAN, |p| p.startup_cpu_ms);
             let checks: Vec<(&str, f64, f64, &str)> = if r.tool_key == "offcpu" {
                 vec![("ns/switch vs offcputime", s.x_libbpf, 0.5, "x")]
             } else {
@@ -292,6 +298,12 @@ impl Report<'_> {
                     (
                         "start-up vs the peer's (wall)",
                         s.startup_ms / peer_startup,
+                        2.0,
+                        "x",
+                    ),
+                    (
+                        "start-up CPU vs the peer's",
+                        s.startup_cpu_ms / peer_startup_cpu,
                         2.0,
                         "x",
                     ),

@@ -103,6 +103,8 @@ struct Method {
     user_cpu: &'static str,
     rss: &'static str,
     startup: &'static str,
+    startup_cpu: &'static str,
+    verified_insns: &'static str,
     net: &'static str,
     bpf_share_of_load_cpu: &'static str,
     other_cpus_busy: &'static str,
@@ -117,6 +119,8 @@ const METHOD: Method = Method {
     user_cpu: "utime+stime of the tool's processes (/proc/PID/stat, clock ticks) over both loads of each run / their wall time; user_cpu_pct_schedstat: same from /proc/PID/task/*/schedstat ns",
     rss: "VmHWM (/proc/PID/status) just before stopping, summed over the tool's processes; max over runs",
     startup: "spawn (fork+exec) to: every process holds as many bpf_link fds (perf_event fds for bpftrace) and programs as in an untimed warm-up start, and its sched_switch program has run_cnt > 0 in /proc/PID/fdinfo; polled every 0.5 ms with BPF stats on",
+    startup_cpu: "the tool's processes' CPU time (user + system, /proc/PID/task/*/schedstat: the verifier's work is charged to the loading process) at the moment start-up ends; median of runs",
+    verified_insns: "per program, the verifier's instructions processed (veristat's count) from /proc/PID/fdinfo verified_insns (5.16+)",
     net: "bpf_stats brackets every program run with two sched_clock() reads; an empty program (r0 = 1; exit, bpftrace's code for an empty sched_switch probe) measured the same way gives that overhead per run, and net_ns_per_switch = ns_per_switch - overhead * (all the tool's program runs / switches)",
     bpf_share_of_load_cpu: "(sum of the tool's run_time_ns - overhead * runs) / (the load's own CPU time in the stats-on run - the same): the throughput loss the programs alone explain, not disturbed by other work on the machine",
     other_cpus_busy: "per load run: busy ticks of /proc/stat (user+nice+system+irq+softirq+steal) minus the load's own CPU time (cutime+cstime of xtask once reaped), per second: what the tool, the -p target, xtask and everything else on the machine used meanwhile",
@@ -147,6 +151,7 @@ struct RowResult {
     peak_rss_mib: f64,
     rss_kib_samples: Vec<u64>,
     startup_ms: Spread,
+    startup_cpu_ms: Spread,
     foreign_programs_ignored: Vec<String>,
 }
 
@@ -158,6 +163,8 @@ struct ProgramRuns {
     ns_per_run: f64,
     runs_per_switch: f64,
     ns_per_switch: f64,
+    /// The verifier's instructions processed (fdinfo `verified_insns`).
+    verified_insns: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -194,6 +201,7 @@ impl Report<'_> {
                     ns_per_run: round(ns as f64 / runs.max(1) as f64, 2),
                     runs_per_switch: round(runs as f64 / r.switches as f64, 4),
                     ns_per_switch: round(ns as f64 / r.switches as f64, 2),
+                    verified_insns: r.verified.get(name).copied(),
                 })
                 .collect();
             RowResult {
@@ -226,6 +234,7 @@ impl Report<'_> {
                 peak_rss_mib: round(s.rss_mib, 2),
                 rss_kib_samples: r.rss_kib.clone(),
                 startup_ms: spread(&r.startup_ms, 2),
+                startup_cpu_ms: spread(&r.startup_cpu_ms, 2),
                 foreign_programs_ignored: r.foreign.iter().cloned().collect(),
             }
         });

@@ -126,6 +126,8 @@ pub(super) struct Running {
     pub(super) switch_name: String,
     pub(super) foreign: Vec<String>,
     pub(super) startup: Duration,
+    /// CPU time of the tool's processes when it was found attached (schedstat ns).
+    pub(super) startup_cpu_ns: u64,
 }
 
 pub(super) fn start_tool(
@@ -143,7 +145,7 @@ pub(super) fn start_tool(
     // Attached: see the `bench` module documentation (bench/mod.rs). Without an expectation (the warm-up), any of
     // the process's programs having run is enough, and we then give it a second to finish.
     let deadline = t0 + Duration::from_secs(60);
-    let startup = loop {
+    let (startup, startup_cpu_ns) = loop {
         let mut ready = true;
         for (i, p) in procs.iter_mut().enumerate() {
             p.check_alive()?;
@@ -165,7 +167,13 @@ pub(super) fn start_tool(
             };
         }
         if ready {
-            break t0.elapsed();
+            break (
+                t0.elapsed(),
+                procs
+                    .iter()
+                    .map(|p| super::inspect::sched_ns(p.pid()))
+                    .sum(),
+            );
         }
         interrupted()?;
         ensure!(
@@ -229,6 +237,7 @@ pub(super) fn start_tool(
         switch_name,
         foreign,
         startup,
+        startup_cpu_ns,
     })
 }
 
