@@ -19,13 +19,6 @@ pub const KIND_RUNQ: u32 = 1;
 pub const KIND_OFF_CPU: u32 = 2;
 pub const N_KINDS: u32 = 3;
 
-/// Counts of the whole traced set's three histograms, one CPU's: `kind * N_BUCKETS +
-/// bucket`. One per-CPU value (29,184 bytes, under the kernel's 32 KiB per-CPU limit),
-/// so user space reads every CPU's counts in one `bpf()` call, not one per bucket
-/// (3,648 a read); a read is then also nearly instantaneous, which narrows the time
-/// between it and the read of the threads.
-pub type HistAll = [u64; N_KINDS as usize * N_BUCKETS];
-
 /// Key of the per-process / per-thread histogram map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

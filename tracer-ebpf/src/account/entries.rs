@@ -50,11 +50,9 @@ pub(super) fn hist_add(kind: u32, id: u32, v: u64, th: *mut ThreadHist) {
         bucket_index(v)
     };
     if c.mode.hist_scope == scope::ALL {
-        if let Some(h) = HIST.get_ptr_mut(0) {
-            // SAFETY: this CPU's value; only this CPU's programs write it.
-            if let Some(n) = unsafe { &mut *h }.get_mut(kind as usize * N_BUCKETS + b) {
-                *n += 1;
-            }
+        if let Some(p) = HIST.get_ptr_mut(kind * N_BUCKETS as u32 + b as u32) {
+            // SAFETY: per-CPU slot.
+            unsafe { *p += 1 };
         }
         return;
     }

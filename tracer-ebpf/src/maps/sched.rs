@@ -5,7 +5,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, PerfEventArray, RingBuf},
 };
 use tracer_common::{
-    hist::{HistAll, HistKey},
+    hist::{HistKey, N_BUCKETS, N_KINDS},
     CpuState, ThreadStats, Window,
 };
 
@@ -26,9 +26,9 @@ pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536,
 #[map]
 pub static EXITED: RingBuf = RingBuf::with_byte_size(2 * 1024 * 1024, 0);
 
-/// Histograms of the whole traced set: one value per CPU (see `HistAll`).
+/// Histograms of the whole traced set: `kind * N_BUCKETS + bucket`.
 #[map]
-pub static HIST: PerCpuArray<HistAll> = PerCpuArray::with_max_entries(1, 0);
+pub static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(N_KINDS * N_BUCKETS as u32, 0);
 
 /// Per-process or per-thread histograms (`-P`, `-L`). Preallocated: without, inserts
 /// from sched_switch (IRQs off) fail while the allocator's per-CPU cache refills. User

@@ -11,7 +11,7 @@ use aya::{
 };
 use tracer_common::{
     drop,
-    hist::{HistAll, HistKey, N_BUCKETS, N_KINDS},
+    hist::{HistKey, N_BUCKETS, N_KINDS},
     CpuState, ThreadStats,
 };
 
@@ -65,26 +65,20 @@ pub fn cpu_states(ebpf: &Ebpf) -> Result<Vec<CpuState>> {
 
 /// The system-wide histograms (`HIST`), summed over the CPUs.
 pub fn hist_all(ebpf: &Ebpf) -> Result<HistSet> {
-    let arr: PerCpuArray<_, HistAll> =
+    let arr: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
-    Ok(hist_of_cpus(arr.get(&0, 0)?.iter()))
-}
-
-/// The three histograms of every CPU's counts, summed.
-fn hist_of_cpus<'a>(cpus: impl Iterator<Item = &'a HistAll>) -> HistSet {
-    let mut sum: Box<HistAll> = Box::new([0; N_KINDS as usize * N_BUCKETS]);
-    for cpu in cpus {
-        for (s, n) in sum.iter_mut().zip(cpu.iter()) {
-            *s += n;
-        }
-    }
     let mut hist = HistSet::new();
-    for (i, &n) in sum.iter().enumerate().filter(|(_, &n)| n != 0) {
-        if let Some(h) = hist.kind_mut((i / N_BUCKETS) as u32) {
-            h.add_bucket(i % N_BUCKETS, n);
+    for kind in 0..N_KINDS {
+        let h = hist.kind_mut(kind).expect("kind in range");
+        for b in 0..N_BUCKETS {
+            let idx = kind * N_BUCKETS as u32 + b as u32;
+            let n: u64 = arr.get(&idx, 0)?.iter().sum();
+            if n != 0 {
+                h.add_bucket(b, n);
+            }
         }
     }
-    hist
+    Ok(hist)
 }
 
 /// The per-thread or per-process histograms (`HIST_SCOPED`), by id, and the map's
