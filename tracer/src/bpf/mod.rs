@@ -1,6 +1,7 @@
 //! The kernel programs: loading and attaching them per probe mode, kernel quirks
 //! (`compat`), and reading their maps into [`crate::model::snapshot::Snapshot`]s.
 pub mod attach;
+mod batch;
 pub mod cgroups;
 pub mod collect;
 pub mod compat;

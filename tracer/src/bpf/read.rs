@@ -1,7 +1,7 @@
 //! The raw reads of the scheduling family's maps, each one place: the live threads'
 //! entries, the per-CPU states, the histograms and the drop counters. What they mean
 //! together (a consistent snapshot) is `collect`'s.
-use std::{collections::BTreeMap, io::Read as _};
+use std::{collections::BTreeMap, io::Read as _, os::fd::AsFd as _};
 
 use anyhow::{Context as _, Result};
 use aya::{
@@ -65,20 +65,30 @@ pub fn cpu_states(ebpf: &Ebpf) -> Result<Vec<CpuState>> {
 
 /// The system-wide histograms (`HIST`), summed over the CPUs.
 pub fn hist_all(ebpf: &Ebpf) -> Result<HistSet> {
-    let arr: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.map("HIST").context("HIST map missing")?)?;
+    let counts = percpu_sums(ebpf, "HIST", N_KINDS * N_BUCKETS as u32)?;
     let mut hist = HistSet::new();
-    for kind in 0..N_KINDS {
-        let h = hist.kind_mut(kind).expect("kind in range");
-        for b in 0..N_BUCKETS {
-            let idx = kind * N_BUCKETS as u32 + b as u32;
-            let n: u64 = arr.get(&idx, 0)?.iter().sum();
-            if n != 0 {
-                h.add_bucket(b, n);
-            }
+    for (i, &n) in counts.iter().enumerate().filter(|(_, &n)| n != 0) {
+        if let Some(h) = hist.kind_mut((i / N_BUCKETS) as u32) {
+            h.add_bucket(i % N_BUCKETS, n);
         }
     }
     Ok(hist)
+}
+
+/// Keys `0..n` of the per-CPU u64 array `name`, each summed over the CPUs: in one call
+/// ([`super::batch`]), or key by key where the kernel has no batch lookup.
+fn percpu_sums(ebpf: &Ebpf, name: &str, n: u32) -> Result<Vec<u64>> {
+    let map = ebpf
+        .map(name)
+        .with_context(|| format!("{name} map missing"))?;
+    if let (aya::maps::Map::PerCpuArray(data), Ok(cpus)) = (map, aya::util::nr_cpus()) {
+        match super::batch::percpu_u64_sums(data.fd().as_fd(), n, cpus) {
+            Ok(v) => return Ok(v),
+            Err(e) => log::debug!("{name}: no batch lookup ({e}); reading key by key"),
+        }
+    }
+    let arr: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+    (0..n).map(|k| Ok(arr.get(&k, 0)?.iter().sum())).collect()
 }
 
 /// The per-thread or per-process histograms (`HIST_SCOPED`), by id, and the map's
@@ -102,11 +112,12 @@ pub fn hist_scoped(ebpf: &Ebpf) -> Result<(BTreeMap<u32, HistSet>, usize)> {
 
 /// The drop counters (`tracer_common::drop`), summed over the CPUs.
 pub fn drops(ebpf: &Ebpf) -> Result<[u64; drop::COUNT as usize]> {
-    let drops_map: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.map("DROPS").context("DROPS map missing")?)?;
     let mut drops = [0u64; drop::COUNT as usize];
-    for (i, d) in drops.iter_mut().enumerate() {
-        *d = drops_map.get(&(i as u32), 0)?.iter().sum();
+    for (d, n) in drops
+        .iter_mut()
+        .zip(percpu_sums(ebpf, "DROPS", drop::COUNT)?)
+    {
+        *d = n;
     }
     Ok(drops)
 }
