@@ -99,19 +99,29 @@ pub const OFF_PREEMPTED: u32 = 2;
 impl ThreadStats {
     /// The totals counted from zero again, the bases of the next slice, wait and
     /// off-CPU period kept: a thread going on under another TID after an exec.
+    ///
+    /// One volatile store per field: plain ones are merged by LLVM into a call to the
+    /// eBPF build's byte-loop `memset`, which the verifier walks 96 times over.
     #[inline(always)]
     pub fn restart(&mut self) {
-        self.on_cpu_ns = 0;
-        self.slices = 0;
-        self.voluntary = 0;
-        self.involuntary = 0;
-        self.runq_wait_ns = 0;
-        self.runq_waits = 0;
-        self.off_cpu_ns = 0;
-        self.blocked_ns = 0;
-        self.preempted_ns = 0;
-        self.migrations = 0;
-        self.counters = [0; MAX_SLICE_COUNTERS];
+        #[inline(always)]
+        fn zero(x: &mut u64) {
+            // SAFETY: a store through a unique reference.
+            unsafe { core::ptr::write_volatile(x, 0) }
+        }
+        zero(&mut self.on_cpu_ns);
+        zero(&mut self.slices);
+        zero(&mut self.voluntary);
+        zero(&mut self.involuntary);
+        zero(&mut self.runq_wait_ns);
+        zero(&mut self.runq_waits);
+        zero(&mut self.off_cpu_ns);
+        zero(&mut self.blocked_ns);
+        zero(&mut self.preempted_ns);
+        zero(&mut self.migrations);
+        for c in &mut self.counters {
+            zero(c);
+        }
     }
 
     pub const fn zeroed() -> Self {

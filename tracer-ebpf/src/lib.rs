@@ -28,6 +28,7 @@ pub mod account;
 pub mod cgroups;
 #[cfg(any(feature = "scheduling", feature = "offcpu"))]
 pub mod maps;
+pub mod mem;
 #[cfg(feature = "record")]
 pub mod record;
 #[cfg(feature = "scheduling")]

@@ -5,7 +5,7 @@
 //! drop these paths as dead code, and the ring buffer is created with one page.
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_str_bytes,
     },
     macros::map,
@@ -347,7 +347,7 @@ fn slow(prev: &Task, next: &Task) {
         // is `current`): the entry's copy is from its creation, before any exec or
         // rename.
         (*p).comm = comm(next);
-        (*p).prev_comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        (*p).prev_comm = crate::task::current_comm();
     }
     e.submit(0);
 }
@@ -437,7 +437,7 @@ fn send_task(k: u32, t: &Task, fill: impl FnOnce(&mut TaskEvent)) {
     // SAFETY: the reservation holds one TaskEvent; the fixed fields are written here,
     // the rest zeroed first.
     unsafe {
-        core::ptr::write_bytes(p as *mut u8, 0, core::mem::size_of::<TaskEvent>());
+        crate::mem::zero(p);
         (*p).head = head(ts, k);
         (*p).tid = t.tid;
         (*p).tgid = t.tgid();
@@ -503,9 +503,7 @@ pub fn rename(t: &Task, new_comm: *const u8) {
     }
     send_task(kind::RENAME, t, |e| {
         e.old_comm = e.comm;
-        // SAFETY: a probe read validates the address.
-        e.comm = unsafe { bpf_probe_read_kernel(new_comm as *const [u8; COMM_LEN]) }
-            .unwrap_or([0; COMM_LEN]);
+        e.comm = crate::task::read_comm(new_comm);
     });
 }
 

@@ -3,8 +3,8 @@
 //! Task field offsets and tracepoint record offsets come from user space in `CONFIG`
 //! (resolved from kernel BTF and tracefs at load time).
 use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
-    generated::bpf_get_current_task_btf,
+    bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel,
+    generated::{self, bpf_get_current_task_btf},
 };
 use tracer_common::{Config, COMM_LEN};
 
@@ -101,6 +101,20 @@ impl Task {
     }
 }
 
+/// `current`'s comm. aya-ebpf's `bpf_get_current_comm` first zeroes its buffer with a
+/// call to its byte-loop `memset`, which the verifier walked 16 times over on every path
+/// (2,200 of the switch program's instructions processed); the helper itself writes all
+/// of the buffer, zeroes where it fails (`kernel/bpf/helpers.c`).
+#[inline(always)]
+pub fn current_comm() -> [u8; COMM_LEN] {
+    let mut comm = core::mem::MaybeUninit::<[u8; COMM_LEN]>::uninit();
+    // SAFETY: the helper fills the buffer (ARG_PTR_TO_UNINIT_MEM), whatever it returns.
+    unsafe {
+        generated::bpf_get_current_comm(comm.as_mut_ptr().cast(), COMM_LEN as u32);
+        comm.assume_init()
+    }
+}
+
 #[derive(Clone, Copy)]
 pub enum CommSrc {
     None,
@@ -116,12 +130,27 @@ impl CommSrc {
     #[inline(always)]
     pub fn read(self) -> [u8; COMM_LEN] {
         let p = match self {
-            CommSrc::None => return [0; COMM_LEN],
-            CommSrc::Current => return bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+            // Zeroes by the helper's failed read of address 0: a literal `[0; 16]` stored
+            // to a map value became a `memset` call the verifier walks byte by byte.
+            CommSrc::None => core::ptr::null(),
+            CommSrc::Current => return current_comm(),
             CommSrc::Kernel(p) | CommSrc::Record(p) => p,
         };
-        // SAFETY: bpf_probe_read_kernel validates the address.
-        unsafe { bpf_probe_read_kernel(p as *const [u8; COMM_LEN]) }.unwrap_or([0; COMM_LEN])
+        read_comm(p)
+    }
+}
+
+/// The comm at kernel address `p`, all zeroes if it cannot be read. Not aya-ebpf's
+/// `bpf_probe_read_kernel(..).unwrap_or([0; 16])`: its zeroes became `memset` calls the
+/// verifier walks byte by byte; the helper zeroes the buffer itself where it fails.
+#[inline(always)]
+pub fn read_comm(p: *const u8) -> [u8; COMM_LEN] {
+    let mut comm = core::mem::MaybeUninit::<[u8; COMM_LEN]>::uninit();
+    // SAFETY: the helper validates `p` and fills the buffer (ARG_PTR_TO_UNINIT_MEM),
+    // with zeroes when the read fails (`bpf_probe_read_kernel_common`).
+    unsafe {
+        generated::bpf_probe_read_kernel(comm.as_mut_ptr().cast(), COMM_LEN as u32, p.cast());
+        comm.assume_init()
     }
 }
 

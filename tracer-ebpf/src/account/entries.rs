@@ -1,9 +1,7 @@
 //! Per-thread entries (task-local storage or the `THREADS` hash), their histograms and
 //! counters, and the totals a thread hands over when it dies.
 use aya_ebpf::bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_NOEXIST};
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_smp_processor_id, bpf_perf_event_read_value,
-};
+use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_perf_event_read_value};
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, pow2_bucket, slot, HistKey, ThreadHist, N_BUCKETS},
@@ -16,7 +14,7 @@ use crate::{
         TASK_STATS, THREADS, TRACKED, WINDOW,
     },
     task::config,
-    Task,
+    CommSrc, Task,
 };
 /// Counts `v` in histogram `kind` of `id` (the traced set, a process or a thread), or
 /// in the thread's own histograms `th` where those are kept (`hist_in_task`).
@@ -177,7 +175,7 @@ pub(super) fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mu
     let sp = SCRATCH.get_ptr_mut(0)?;
     // SAFETY: per-CPU slot, only this program on this CPU uses it until it returns.
     let s = unsafe {
-        core::ptr::write_bytes(sp, 0, 1);
+        crate::mem::zero(sp);
         &mut *sp
     };
     s.last_cpu = u32::MAX;
@@ -187,7 +185,10 @@ pub(super) fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mu
         None => window().0,
     };
     s.tgid = if tgid != 0 { tgid } else { t.tgid() };
-    s.comm = t.comm.read();
+    // Already zero when there is no name to read (written, the zeroes were a `memset`).
+    if !matches!(t.comm, CommSrc::None) {
+        s.comm = t.comm.read();
+    }
     if in_storage(t) {
         // SAFETY: as above; the kernel copies `s` into the new storage.
         let p = unsafe { TASK_STATS.get(t.ptr, Some(s)) };
@@ -216,17 +217,15 @@ pub(super) fn read_counter(i: usize) -> Option<u64> {
     } else {
         &SLICE_COUNTER1 as *const _ as *mut core::ffi::c_void
     };
-    let mut v = bpf_perf_event_value {
-        counter: 0,
-        enabled: 0,
-        running: 0,
-    };
-    // SAFETY: the map is a perf event array; the buffer is ours.
+    // Uninitialised: zeroing it became a byte-loop `memset` call the verifier walks on
+    // every path; the helper writes the whole buffer (zeroes where it fails).
+    let mut v = core::mem::MaybeUninit::<bpf_perf_event_value>::uninit();
+    // SAFETY: the map is a perf event array; the buffer is ours (ARG_PTR_TO_UNINIT_MEM).
     let r = unsafe {
         bpf_perf_event_read_value(
             map,
             BPF_F_CURRENT_CPU,
-            &mut v,
+            v.as_mut_ptr(),
             core::mem::size_of::<bpf_perf_event_value>() as u32,
         )
     };
@@ -234,7 +233,8 @@ pub(super) fn read_counter(i: usize) -> Option<u64> {
         count_drop(drop::COUNTER_READ);
         return None;
     }
-    Some(v.counter)
+    // SAFETY: filled by the helper, which returned 0.
+    Some(unsafe { v.assume_init() }.counter)
 }
 
 /// The address of `current`'s task_struct (`prev`): from its BTF pointer, else one
@@ -272,9 +272,7 @@ pub(super) fn scoped_id(scope_: u32, tid: u32, tgid: u32) -> u32 {
 pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
     let tid = t.tid;
     // The dying thread is `current`: its comm now is the final one (after any exec).
-    if let Ok(comm) = bpf_get_current_comm() {
-        s.comm = comm;
-    }
+    s.comm = crate::task::current_comm();
     flush_record(t, s);
     flush_hist(t);
     if in_storage(t) {
@@ -334,7 +332,7 @@ pub(super) fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
             unsafe {
                 (*p).tid = tid;
                 (*p).became = became;
-                core::ptr::copy_nonoverlapping(s as *const ThreadStats, &mut (*p).stats, 1);
+                crate::mem::copy(s as *const ThreadStats, &mut (*p).stats);
             }
             e.submit(0);
         }

@@ -366,7 +366,10 @@ fn switch_in_at(next: Task, mut now: u64) {
     } else {
         next.run_delay().unwrap_or(u64::MAX)
     };
-    cs.wait_ns = u64::MAX;
+    // Volatile: beside `run_delay_in`'s fallback, LLVM merged the two all-ones stores
+    // into a `memset` call, a byte loop the verifier walks (see `crate::mem`).
+    // SAFETY: a store through a unique reference.
+    unsafe { core::ptr::write_volatile(&mut cs.wait_ns, u64::MAX) };
     if in_storage(&next) {
         // The wait ends here; its start is in the task's storage (no hash lookup).
         // SAFETY: a trusted task pointer (tp_btf argument).

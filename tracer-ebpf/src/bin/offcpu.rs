@@ -13,17 +13,14 @@
 
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, StackTrace},
     programs::{tracing::StackIdContext as _, BtfTracePointContext},
 };
-use tracer_common::{
-    offcpu::{
-        offdrop, OffKey, OffStart, OffVal, OffcpuConfig, STACK_COLLISION, STACK_FULL,
-        STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
-    },
-    COMM_LEN,
+use tracer_common::offcpu::{
+    offdrop, OffKey, OffStart, OffVal, OffcpuConfig, STACK_COLLISION, STACK_FULL, STACK_NOT_TAKEN,
+    STATE_BLOCKED, STATE_PREEMPTED,
 };
 
 use tracer_ebpf::{
@@ -121,7 +118,7 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
                 STACK_NOT_TAKEN
             },
             state,
-            comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+            comm: tracer_ebpf::task::current_comm(),
         };
         if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
             add_drop(offdrop::START_FULL, 1);

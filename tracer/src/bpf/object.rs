@@ -81,6 +81,38 @@ mod tests {
         v
     }
 
+    /// aya-ebpf's `memset`, `memcpy` and `memmove` are byte loops the verifier walks
+    /// once per byte on every path that calls them (35k of the default switch program's
+    /// 63.5k instructions processed on 2026-12-04): no program may call them; zero and
+    /// copy with `tracer_ebpf::mem`, or leave buffers to the helpers that fill them.
+    #[test]
+    fn no_program_calls_the_byte_loops() {
+        use object::{ObjectSection as _, RelocationTarget};
+        for f in [
+            Family::Sched,
+            Family::Record,
+            Family::Serve,
+            Family::Offcpu,
+            Family::Floor,
+        ] {
+            let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(f.object())
+                .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()));
+            let mut calls = Vec::new();
+            for sec in elf.sections() {
+                for (off, r) in sec.relocations() {
+                    let RelocationTarget::Symbol(i) = r.target() else {
+                        continue;
+                    };
+                    let name = elf.symbol_by_index(i).and_then(|s| s.name()).unwrap_or("");
+                    if ["memset", "memcpy", "memmove"].contains(&name) {
+                        calls.push(format!("{} +{off:#x}: {name}", sec.name().unwrap_or("?")));
+                    }
+                }
+            }
+            assert!(calls.is_empty(), "{}: {calls:#?}", f.file_name());
+        }
+    }
+
     /// `tracer run` once made record's event ring and counters and serve's cgroup ring;
     /// each command's object now holds its own maps and no other command's.
     #[test]
