@@ -2,7 +2,7 @@
 //! tests send a real Prometheus: every panel's expressions, the variables' label_values
 //! queries, Grafana's variables substituted, and what an alert's condition compares.
 //! Pure, so that a query the tests skip by a parsing slip shows up here.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -22,6 +22,29 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("__interval", "5s"),
     ("__range", "1m"),
 ];
+
+/// A pod's container as the kubelet's log directories name it.
+pub struct KubeletName<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub uid: &'a str,
+    pub container: &'a str,
+    /// The full container id.
+    pub id: &'a str,
+}
+
+/// The kubelet's log directories under `dir` that name `pods` (what `tracer serve
+/// --kubelet-logs` reads): `pods/<namespace>_<pod>_<uid>/<container>/` and
+/// `containers/<pod>_<namespace>_<container>-<id>.log`.
+pub fn kubelet_logs(dir: &Path, pods: &[KubeletName]) {
+    for p in pods {
+        let pod_dir = format!("{}_{}_{}", p.namespace, p.pod, p.uid);
+        std::fs::create_dir_all(dir.join("pods").join(pod_dir).join(p.container)).unwrap();
+        let log = format!("{}_{}_{}-{}.log", p.pod, p.namespace, p.container, p.id);
+        std::fs::create_dir_all(dir.join("containers")).unwrap();
+        std::fs::write(dir.join("containers").join(log), "").unwrap();
+    }
+}
 
 /// The dashboard, parsed (panics with the file's error: the test's subject is broken).
 pub fn dashboard() -> Value {

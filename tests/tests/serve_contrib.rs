@@ -15,8 +15,8 @@ use std::{
 use serde_json::Value;
 use tracer_tests::{
     contrib::{
-        alert_signal, contrib_dir, dashboard, label_values, panel_queries, query_variables,
-        substitute, VARIABLES,
+        alert_signal, contrib_dir, dashboard, kubelet_logs, label_values, panel_queries,
+        query_variables, substitute, KubeletName, VARIABLES,
     },
     prometheus::{curl, free_port, sample_value, Prometheus, Stopped},
     require_root, tracer_bin,
@@ -40,17 +40,6 @@ struct Pod {
     uid: String,
     container: &'static str,
     id: String,
-}
-
-/// The kubelet's log directories that name `pods` (what --kubelet-logs reads).
-fn kubelet_logs(dir: &Path, pods: &[Pod]) {
-    for p in pods {
-        let pod_dir = format!("{}_{}_{}", p.namespace, p.name, p.uid);
-        std::fs::create_dir_all(dir.join("pods").join(pod_dir).join(p.container)).unwrap();
-        let log = format!("{}_{}_{}-{}.log", p.name, p.namespace, p.container, p.id);
-        std::fs::create_dir_all(dir.join("containers")).unwrap();
-        std::fs::write(dir.join("containers").join(log), "").unwrap();
-    }
 }
 
 /// A busy-sleep process that first moves itself into each cgroup of `procs`.
@@ -140,7 +129,17 @@ fn every_dashboard_query_and_rule_returns_data_from_a_real_scrape() {
         procs.push(files);
     }
     let logs = dir.join("logs");
-    kubelet_logs(&logs, &pods);
+    let named: Vec<KubeletName> = pods
+        .iter()
+        .map(|p| KubeletName {
+            namespace: p.namespace,
+            pod: &p.name,
+            uid: &p.uid,
+            container: p.container,
+            id: &p.id,
+        })
+        .collect();
+    kubelet_logs(&logs, &named);
     let _loads = [
         load(&procs[0], 5, 1, &dir.join("a.truth")),
         load(&procs[1], 2, 3, &dir.join("b.truth")),
