@@ -8,6 +8,7 @@ pub mod cgroup;
 pub mod hist;
 pub mod offcpu;
 pub mod record;
+pub mod runqlen;
 pub mod slice;
 
 /// Length of `task_struct::comm` (TASK_COMM_LEN).
@@ -483,6 +484,8 @@ const _: () = assert!(core::mem::size_of::<Config>() == 160);
 const _: () = assert!(core::mem::size_of::<hist::HistKey>() == 8);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirEvent>() == 24 + cgroup::PATH_LEN);
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirFields>() == 16);
+const _: () = assert!(core::mem::size_of::<runqlen::Fields>() == 24);
+const _: () = assert!(core::mem::size_of::<runqlen::Hist>() == 16 + 8 * runqlen::SLOTS);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -500,4 +503,6 @@ mod pod {
     unsafe impl aya::Pod for super::hist::HistKey {}
     unsafe impl aya::Pod for super::cgroup::MkdirEvent {}
     unsafe impl aya::Pod for super::cgroup::MkdirFields {}
+    unsafe impl aya::Pod for super::runqlen::Fields {}
+    unsafe impl aya::Pod for super::runqlen::Hist {}
 }

@@ -32,6 +32,8 @@ pub mod mem;
 #[cfg(feature = "record")]
 pub mod record;
 #[cfg(feature = "scheduling")]
+pub mod runqlen;
+#[cfg(feature = "scheduling")]
 pub mod sched;
 #[cfg(any(feature = "scheduling", feature = "offcpu"))]
 pub mod task;

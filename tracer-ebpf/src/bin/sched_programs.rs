@@ -4,9 +4,10 @@
 //! serve's own are compiled with their feature only.
 
 use aya_ebpf::{
-    macros::{btf_tracepoint, fentry, kprobe, raw_tracepoint, tracepoint},
+    macros::{btf_tracepoint, fentry, kprobe, perf_event, raw_tracepoint, tracepoint},
     programs::{
-        BtfTracePointContext, FEntryContext, ProbeContext, RawTracePointContext, TracePointContext,
+        BtfTracePointContext, FEntryContext, PerfEventContext, ProbeContext, RawTracePointContext,
+        TracePointContext,
     },
 };
 #[cfg(feature = "serve")]
@@ -83,6 +84,15 @@ pub fn rec_rename_btf(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_migrate_task")]
 pub fn rec_migrate_btf(ctx: BtfTracePointContext) -> u32 {
     sched::rec_migrate(&ctx);
+    0
+}
+
+// ---------------------------------------------------------------- perf timer
+
+/// `--runqlen`: this CPU's run-queue length, at 99 Hz (any probe mode).
+#[perf_event]
+pub fn runqlen_sample(_ctx: PerfEventContext) -> u32 {
+    tracer_ebpf::runqlen::sample();
     0
 }
 

@@ -4,7 +4,10 @@ use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    programs::{BtfTracePoint, FEntry, Iter, KProbe, Program, RawTracePoint, TracePoint},
+    programs::{
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        BtfTracePoint, FEntry, Iter, KProbe, PerfEvent, Program, RawTracePoint, TracePoint,
+    },
     Btf, Ebpf,
 };
 
@@ -48,6 +51,10 @@ impl Prog {
                 let p: &mut Iter = prog.try_into()?;
                 p.load(self.target, btf()?)?;
             }
+            Attach::PerfTimer => {
+                let p: &mut PerfEvent = prog.try_into()?;
+                p.load()?;
+            }
         }
         Ok(())
     }
@@ -77,6 +84,19 @@ impl Prog {
                 p.attach(self.target, 0)?;
             }
             (Attach::Iter, Program::Iter(_)) => {}
+            (Attach::PerfTimer, Program::PerfEvent(p)) => {
+                let cpus =
+                    aya::util::online_cpus().map_err(|(what, e)| anyhow!("reading {what}: {e}"))?;
+                for cpu in cpus {
+                    p.attach(
+                        PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                        PerfEventScope::AllProcessesOneCpu { cpu },
+                        SamplePolicy::Frequency(tracer_common::runqlen::FREQ_HZ),
+                        false,
+                    )
+                    .with_context(|| format!("a {} timer on CPU {cpu}", self.target))?;
+                }
+            }
             (kind, _) => return Err(anyhow!("{} is not a {} program", self.name, kind.name())),
         }
         Ok(())
@@ -96,6 +116,7 @@ impl Prog {
             Program::FEntry(p) => p.fd().ok()?.as_fd().as_raw_fd(),
             Program::KProbe(p) => p.fd().ok()?.as_fd().as_raw_fd(),
             Program::Iter(p) => p.fd().ok()?.as_fd().as_raw_fd(),
+            Program::PerfEvent(p) => p.fd().ok()?.as_fd().as_raw_fd(),
             _ => return None,
         };
         Some(fd)
@@ -162,6 +183,7 @@ fn unload(p: &mut Program) -> Result<()> {
         Program::FEntry(p) => p.unload()?,
         Program::KProbe(p) => p.unload()?,
         Program::Iter(p) => p.unload()?,
+        Program::PerfEvent(p) => p.unload()?,
         _ => {}
     }
     Ok(())
@@ -176,7 +198,7 @@ pub fn attach_btf(kbtf: &KernelBtf, progs: &[Prog]) -> Result<Btf> {
             Attach::TpBtf => Some((Named::Typedef, format!("btf_trace_{}", p.target))),
             Attach::Fentry => Some((Named::Func, p.target.to_string())),
             Attach::Iter => Some((Named::Func, format!("bpf_iter_{}", p.target))),
-            Attach::RawTp | Attach::Tracepoint | Attach::Kprobe => None,
+            Attach::RawTp | Attach::Tracepoint | Attach::Kprobe | Attach::PerfTimer => None,
         })
         .collect();
     let names: Vec<(Named, &str)> = names.iter().map(|(k, n)| (*k, n.as_str())).collect();

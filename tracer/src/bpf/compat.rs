@@ -138,3 +138,39 @@ pub const SCHED_FEATURES: [&str; 2] = [
 /// whether it runs every fair task in `switch_all`, and the loaded scheduler's name in
 /// `root/ops` while one is loaded.
 pub const SCHED_EXT_DIR: &str = "/sys/kernel/sched_ext";
+
+/// `--runqlen`'s fields: the CPU's run queue through `current->se.cfs_rq->rq` (both
+/// members exist only with CONFIG_FAIR_GROUP_SCHED, which every systemd distribution
+/// enables), its `nr_running`, and how many of them sleep but stay queued since delayed
+/// dequeue (v6.12, above): v6.14 counts them as `cfs_rq.h_nr_queued` less
+/// `h_nr_runnable` ("sched/fair: Add new cfs_rq.h_nr_runnable", with
+/// `h_nr_running` renamed `h_nr_queued`), v6.13 kept `h_nr_delayed` ("sched/eevdf: More
+/// PELT vs DELAYED_DEQUEUE"), v6.12 none. The flag says whether delayed tasks are told
+/// apart (false on 6.12: they count as waiting).
+pub fn runqlen_fields(
+    btf: &KernelBtf,
+) -> Result<(tracer_common::runqlen::Fields, bool), crate::error::TracerError> {
+    let off = |s: &str, m: &str| btf.member_offset(s, m);
+    let rq_cfs = off("rq", "cfs")?;
+    let in_cfs = |m: &str| off("cfs_rq", m).ok().map(|o| rq_cfs + o).unwrap_or(0);
+    let mut f = tracer_common::runqlen::Fields {
+        task_cfs_rq: off("task_struct", "se")? + off("sched_entity", "cfs_rq")?,
+        cfs_rq_rq: off("cfs_rq", "rq")?,
+        rq_nr_running: off("rq", "nr_running")?,
+        ..Default::default()
+    };
+    let told = if btf.has_member("cfs_rq", "h_nr_runnable") {
+        f.rq_cfs_queued = in_cfs("h_nr_queued");
+        f.rq_cfs_runnable = in_cfs("h_nr_runnable");
+        f.rq_cfs_queued != 0
+    } else if btf.has_member("cfs_rq", "h_nr_delayed") {
+        f.rq_cfs_delayed = in_cfs("h_nr_delayed");
+        true
+    } else {
+        !can_delay_dequeue(btf)
+    };
+    if f.rq_cfs_runnable != 0 && f.rq_cfs_queued == 0 {
+        f.rq_cfs_runnable = 0;
+    }
+    Ok((f, told))
+}

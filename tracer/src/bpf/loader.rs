@@ -83,6 +83,8 @@ pub struct LoadOptions {
     /// (`Accounting::hist_in_task`; serve's object only): needs `hist_pow2` and bounds
     /// of at least `hist::SUB` ns. [`Tracer::hist_in_task`] says whether it took.
     pub thread_hists: bool,
+    /// `--runqlen`: sample each CPU's run-queue length.
+    pub runqlen: bool,
 }
 
 /// Loaded and attached programs with their maps.
@@ -101,6 +103,9 @@ pub struct Tracer {
     pub hist_in_task: bool,
     /// What the kernel's BTF says of the scheduler, where the loader read the BTF.
     pub sched_btf: Option<crate::model::scheduler::BtfFacts>,
+    /// `--runqlen`: whether tasks kept queued by delayed dequeue are told apart from
+    /// waiting ones (None: not sampling).
+    pub runqlen_delayed_told: Option<bool>,
     /// The programs loaded (from the table), until detached.
     programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
@@ -221,6 +226,11 @@ impl Tracer {
         if opts.record.on != 0 {
             crate::bpf::record::config(&mut cfg, &opts.record, mode, runq, root)?;
         }
+        let runqlen = if opts.runqlen {
+            Some(crate::bpf::runqlen::fields(kbtf.as_ref(), root)?)
+        } else {
+            None
+        };
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
@@ -233,6 +243,7 @@ impl Tracer {
         } else {
             Family::Sched
         };
+        let runqlen_fields = runqlen.map(|r| r.0).unwrap_or_default();
         let mut ebpf = {
             let mut loader = new_loader();
             startup::stage(format_args!(
@@ -246,6 +257,7 @@ impl Tracer {
                     &mkdir_fields,
                     family == Family::Serve,
                 )
+                .override_global("RUNQLEN_FIELDS", &runqlen_fields, false)
                 .map_max_entries(
                     "CGROUP_EVENTS",
                     crate::bpf::cgroups::ring_bytes(opts.thread_cgroups),
@@ -284,6 +296,7 @@ impl Tracer {
             // still read the threads.
             iter: runq == RunqSource::TaskStorage,
             hist_iter: hist_in_task,
+            runqlen: opts.runqlen,
         };
         // The ids of the attach points, from the index already made (aya's own parse of
         // the kernel's BTF is its loader's, which it cannot lend).
@@ -338,6 +351,7 @@ impl Tracer {
             runq,
             hist_in_task,
             sched_btf: kbtf.as_ref().map(crate::bpf::scheduler::btf_facts),
+            runqlen_delayed_told: runqlen.map(|r| r.1),
             // The iterator stays loaded after detach(): the final report reads it.
             programs: progs
                 .into_iter()

@@ -10,6 +10,7 @@ pub mod loader;
 pub mod object;
 pub mod read;
 pub mod record;
+pub mod runqlen;
 pub mod scheduler;
 pub mod stacks;
 pub mod table;

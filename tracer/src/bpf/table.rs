@@ -18,6 +18,9 @@ pub enum Attach {
     Kprobe,
     /// BPF iterator over `target` (e.g. `task`): loaded at start, attached per read.
     Iter,
+    /// A timer on every online CPU (the software `cpu-clock` event sampling at
+    /// `tracer_common::runqlen::FREQ_HZ`); `target` names it for messages.
+    PerfTimer,
 }
 
 impl Attach {
@@ -30,6 +33,7 @@ impl Attach {
             Attach::Fentry => "fentry",
             Attach::Kprobe => "kprobe",
             Attach::Iter => "iter",
+            Attach::PerfTimer => "perf_event",
         }
     }
 
@@ -94,6 +98,8 @@ pub struct Needs {
     /// Per-thread histograms in task storage (`Accounting::hist_in_task`), read by
     /// their own task iterator.
     pub hist_iter: bool,
+    /// `--runqlen`: the run-queue length sampler (any mode).
+    pub runqlen: bool,
 }
 
 /// A probe mode as the table sees it: perf-sched with the way its hooks attach (fentry,
@@ -172,6 +178,9 @@ pub fn programs(mode: Mode, needs: &Needs) -> Vec<Prog> {
     }
     if needs.hist_iter {
         v.push(prog("dump_hists", Iter, "task"));
+    }
+    if needs.runqlen {
+        v.push(prog("runqlen_sample", PerfTimer, "cpu-clock"));
     }
     v
 }
@@ -268,6 +277,29 @@ mod tests {
                 "sched_exec_btf"
             ]
         );
+    }
+
+    #[test]
+    fn the_runqlen_sampler_is_loaded_only_when_asked_in_every_mode() {
+        let off = Needs {
+            wakeup: true,
+            ..Default::default()
+        };
+        let on = Needs {
+            runqlen: true,
+            ..off
+        };
+        for mode in [
+            Mode::TpBtf,
+            Mode::RawTp,
+            Mode::Tracepoint,
+            Mode::PerfSched(Attach::Kprobe),
+        ] {
+            assert!(!names(&programs(mode, &off)).contains(&"runqlen_sample"));
+            let v = programs(mode, &on);
+            let p = v.iter().find(|p| p.name == "runqlen_sample").unwrap();
+            assert_eq!((p.attach, p.role), (Attach::PerfTimer, Role::Counts));
+        }
     }
 
     #[test]

@@ -257,6 +257,10 @@ pub struct RunArgs {
     /// y: latency, colour: count) to FILE as SVG when the run ends (needs -i).
     #[arg(long, value_name = "FILE", requires = "interval")]
     pub heatmap: Option<PathBuf>,
+    /// Sample each CPU's run-queue length at 99 Hz: tasks waiting for the CPU (not the
+    /// running one), as a histogram and a mean per CPU.
+    #[arg(long)]
+    pub runqlen: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -520,6 +524,7 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             max_threads: a.probe.max_threads,
             hook: Default::default(),
             heatmap: a.heatmap,
+            runqlen: a.runqlen,
         }
     }
 }

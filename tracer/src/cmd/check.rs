@@ -93,6 +93,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         hist_pow2: false,
         thread_cgroups: false,
         thread_hists: false,
+        runqlen: false,
     };
     match Tracer::start(&opts, root, &mut |_| Ok(())) {
         Ok(mut t) => {

@@ -59,6 +59,7 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         max_threads: c.max_threads,
         heatmap: None,
         hook: Default::default(),
+        runqlen: false,
     };
     // The command's output would scribble over the screen: it goes to a file, named at
     // the end (and removed if the command wrote nothing). A private one: a random name

@@ -8,6 +8,7 @@ pub mod events;
 pub mod hist;
 pub mod options;
 pub mod report;
+pub mod runqlen;
 pub mod scheduler;
 pub mod series;
 pub mod snapshot;

@@ -22,6 +22,9 @@ pub struct Sections {
     /// A `--cgroup` target's quota throttling and CPU pressure over the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_cpu: Option<crate::model::cgroup_cpu::CgroupCpuReport>,
+    /// `--runqlen`: each CPU's run-queue length over the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runqlen: Option<Vec<crate::model::runqlen::RunqlenCpu>>,
 }
 
 /// The trace `tracer record` wrote: events, bytes, and losses per CPU.

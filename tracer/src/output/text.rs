@@ -123,6 +123,10 @@ pub fn format_text(r: &Report) -> String {
             .map(crate::output::hypervisor::format_text),
         r.sections.record.as_ref().map(|s| s.text()),
         r.sections.cgroup_cpu.as_ref().map(|c| c.text()),
+        r.sections
+            .runqlen
+            .as_deref()
+            .map(crate::model::runqlen::text),
     ];
     for text in sections.iter().flatten().filter(|t| !t.is_empty()) {
         out += "\n";

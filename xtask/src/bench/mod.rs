@@ -231,6 +231,14 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             &["--runq-from", "schedstat"],
             "libbpf",
         ),
+        // `--runqlen`: the default row plus the 99 Hz run-queue length sampler; its
+        // runs are counted in the row's time per switch.
+        tracer_tool(
+            "tracer-runqlen",
+            "tracer --runqlen",
+            &["--runqlen"],
+            "libbpf",
+        ),
         tracer_tool(
             "tracer-schedstat-p",
             "tracer --runq-from schedstat -p",

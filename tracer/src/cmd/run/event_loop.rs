@@ -68,6 +68,7 @@ fn read_interval(s: &mut Session, args: &RunConfig, root: &Root, prev: &Mark) ->
         counters,
         hyp,
         cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.0.read()),
+        runqlen: read_runqlen(s)?,
     })
 }
 
@@ -89,6 +90,7 @@ fn read_final(
         None => None,
     };
     let cgroup_cpu = s.cgroup_cpu.as_ref().map(|c| c.0.read());
+    let runqlen = read_runqlen(s)?;
     // A thread reaped just now makes its final switch a moment later: let it.
     std::thread::sleep(Duration::from_millis(5));
     let attached = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
@@ -111,7 +113,16 @@ fn read_final(
         counters,
         hyp,
         cgroup_cpu,
+        runqlen,
     })
+}
+
+/// `--runqlen`'s samples so far (None without it).
+fn read_runqlen(s: &Session) -> Result<Option<Vec<crate::model::runqlen::CpuSamples>>> {
+    match s.tracer.runqlen_delayed_told {
+        Some(_) => Ok(Some(crate::bpf::runqlen::read(&s.tracer.ebpf)?)),
+        None => Ok(None),
+    }
 }
 
 /// What became of the command when the run ended (None without one).

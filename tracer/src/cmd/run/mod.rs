@@ -65,6 +65,8 @@ pub struct RunConfig {
     pub hook: hook::Hook,
     /// Write the latency heatmaps of the interval reports to this SVG file at the end.
     pub heatmap: Option<PathBuf>,
+    /// Sample each CPU's run-queue length.
+    pub runqlen: bool,
 }
 
 /// Where a run's reports go and what else may end it: `tracer run` prints them on

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use super::{hist_scope, session::Session, RunConfig};
 use crate::model::cgroup_cpu::{self, CgroupCpuRead};
+use crate::model::runqlen::{self, CpuSamples};
 use crate::{
     model::cross_check::{self, CrossCheck},
     model::report::{Command, ReportKind, ReportOptions},
@@ -26,6 +27,8 @@ pub(super) struct Mark {
     pub hyp: Option<hypervisor::Snapshot>,
     /// The `--cgroup` target's CPU figures.
     pub cgroup_cpu: Option<CgroupCpuRead>,
+    /// `--runqlen`: each CPU's samples since the window opened.
+    pub runqlen: Option<Vec<CpuSamples>>,
 }
 
 impl Mark {
@@ -39,6 +42,7 @@ impl Mark {
             counters: None,
             hyp: s.hyp_before.clone(),
             cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.1),
+            runqlen: None,
         }
     }
 }
@@ -81,6 +85,10 @@ pub(super) fn window_report(
         (Some((src, _)), Some(a), Some(b)) => Some(cgroup_cpu::delta(src.name.clone(), a, b)),
         _ => None,
     };
+    let runqlen = to
+        .runqlen
+        .as_deref()
+        .map(|b| runqlen::delta(from.runqlen.as_deref(), b));
     build_report(
         s,
         root,
@@ -91,6 +99,7 @@ pub(super) fn window_report(
             counters: counter_delta(to.counters.as_ref(), from.counters.as_ref()),
             hypervisor,
             cgroup_cpu,
+            runqlen,
             command,
             options: report_options(args),
         },
@@ -119,6 +128,7 @@ struct Window {
     counters: Option<CounterSnapshot>,
     hypervisor: Option<hypervisor::HypervisorReport>,
     cgroup_cpu: Option<cgroup_cpu::CgroupCpuReport>,
+    runqlen: Option<Vec<runqlen::RunqlenCpu>>,
     command: Option<Command>,
     options: ReportOptions,
 }
@@ -156,6 +166,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         hypervisor: w.hypervisor,
         record: None,
         cgroup_cpu: w.cgroup_cpu,
+        runqlen: w.runqlen,
     };
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);

@@ -125,6 +125,7 @@ pub(super) fn setup(
         hist_pow2: false,
         thread_cgroups: false,
         thread_hists: false,
+        runqlen: args.runqlen,
     };
     let mut threads = Vec::new();
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {
@@ -135,6 +136,13 @@ pub(super) fn setup(
     args.hook.attached(&mut tracer.ebpf)?;
     for (i, (_, fds)) in slice.iter().enumerate() {
         set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
+    }
+    if tracer.runqlen_delayed_told == Some(false) {
+        notices.push(
+            "--runqlen: this kernel counts no tasks kept queued by delayed dequeue (6.12): \
+             those asleep on a run queue count as waiting"
+                .to_string(),
+        );
     }
     let runq = tracer.runq;
     let t0 = tracer.opened_at();

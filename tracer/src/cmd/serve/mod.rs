@@ -167,6 +167,7 @@ async fn serve(
         // lookup per switch, and a read that grows with the threads, not the buckets.
         thread_hists: bounds_ns.iter().all(|b| b.is_power_of_two())
             && bounds_ns.iter().all(|&b| b >= tracer_common::hist::SUB),
+        runqlen: false,
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
     let opened = tracer.opened_at();
