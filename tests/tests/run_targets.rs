@@ -333,6 +333,7 @@ fn pods_and_containers_are_found_by_uid_or_id_prefix() {
     let b = Background::start(WORKLOAD);
     std::fs::write(in_pod.join("cgroup.procs"), a.pid().to_string()).unwrap();
     std::fs::write(docker.join("cgroup.procs"), b.pid().to_string()).unwrap();
+    let target_of = std::cell::RefCell::new(String::new());
     let pids_of = |args: &[&str]| -> std::collections::BTreeSet<u64> {
         let mut all = vec!["run", "--json", "-d", "500ms"];
         all.extend_from_slice(args);
@@ -343,6 +344,7 @@ fn pods_and_containers_are_found_by_uid_or_id_prefix() {
             String::from_utf8_lossy(&out.stderr)
         );
         let doc = final_report(&out);
+        *target_of.borrow_mut() = doc["target"].as_str().unwrap_or_default().to_string();
         doc["threads"]
             .as_array()
             .unwrap()
@@ -351,12 +353,26 @@ fn pods_and_containers_are_found_by_uid_or_id_prefix() {
             .collect()
     };
     let only = |p: u32| std::collections::BTreeSet::from([p as u64]);
+    // The target says what the path says of the workload, as serve's labels do.
+    let says = |words: &[String]| {
+        let t = target_of.borrow();
+        for w in words {
+            assert!(t.contains(w.as_str()), "target {t:?} does not say {w}");
+        }
+    };
     assert_eq!(pids_of(&["--container", &id_a[..12]]), only(a.pid()));
+    says(&[
+        format!("container={}", &id_a[..12]),
+        format!("pod_uid={uid}"),
+        "runtime=containerd".into(),
+    ]);
     assert_eq!(
         pids_of(&["--container", &id_b.to_uppercase()]),
         only(b.pid())
     );
+    says(&["runtime=docker".into()]);
     assert_eq!(pids_of(&["--pod", &uid]), only(a.pid()));
+    says(&[format!("pod_uid={uid}"), "qos=burstable".into()]);
     for (args, says) in [
         (vec!["--container", &me[..]], "matches 2 workloads"),
         (

@@ -182,6 +182,7 @@ impl From<TargetArgs> for crate::model::targets::Targets {
                 (None, Some(c)) => Some(crate::model::workload::WorkloadQuery::Container(c)),
                 (None, None) => None,
             },
+            workload_labels: Vec::new(),
             as_root: a.as_root,
             command: a.command,
         }

@@ -112,7 +112,15 @@ pub(crate) fn resolve_workload(t: &mut Targets, root: &Root) -> Result<()> {
     found.sort();
     match found.len() {
         1 => {
-            t.cgroup = found.pop();
+            use std::os::unix::ffi::OsStrExt as _;
+            let dir = found.pop().unwrap_or_default();
+            let rel = dir.strip_prefix(&mount).unwrap_or(&dir);
+            let path = [b"/", rel.as_os_str().as_bytes()].concat();
+            let w = crate::model::workload::identify(&path, 0);
+            t.workload_labels = crate::model::workload::labels(&w, &names, |s: &str| {
+                crate::model::words::escape(s)
+            });
+            t.cgroup = Some(dir);
             Ok(())
         }
         0 => Err(anyhow::anyhow!(

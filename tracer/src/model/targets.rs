@@ -17,6 +17,8 @@ pub struct Targets {
     pub cgroup_node_only: bool,
     /// `--pod`/`--container`: resolved into `cgroup` before the session starts.
     pub workload: Option<crate::model::workload::WorkloadQuery>,
+    /// The resolved workload's labels, as `tracer serve` exports them (names escaped).
+    pub workload_labels: Vec<(String, String)>,
     /// Run `command` as root even when started through sudo.
     pub as_root: bool,
     /// A command started held, traced with everything it spawns.
@@ -41,7 +43,16 @@ impl Targets {
             } else {
                 " and the cgroups below"
             };
+            let labels = self
+                .workload_labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
             let asked = match &self.workload {
+                Some(q) if !labels.is_empty() => {
+                    format!("{} ({labels}): ", q.describe().trim_start_matches("--"))
+                }
                 Some(q) => format!("{}: ", q.describe().trim_start_matches("--")),
                 None => String::new(),
             };
@@ -92,6 +103,18 @@ mod tests {
         assert_eq!(
             p.describe(),
             "pod cart: cgroup /sys/fs/cgroup/a (only it, not the cgroups below)"
+        );
+        let named = Targets {
+            workload_labels: vec![
+                ("namespace".into(), "shop".into()),
+                ("pod".into(), "cart".into()),
+            ],
+            ..p
+        };
+        assert_eq!(
+            named.describe(),
+            "pod cart (namespace=shop pod=cart): cgroup /sys/fs/cgroup/a (only it, not the \
+             cgroups below)"
         );
     }
 }
