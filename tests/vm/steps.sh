@@ -301,6 +301,26 @@ serve_hists() {
     wait $pid
 }
 
+# runqlen: three spinners on the last CPU sampled with --runqlen; their schedstat before
+# and after, and the uptime at both reads, are the check's expectation (the run_delay
+# they gained over that wall time is the mean number of them waiting).
+runqlen() {
+    cpu=$(($(nproc) - 1))
+    echo "$cpu" >"$P/cpu"
+    $W spin --threads 3 --cpu "$cpu" --duration-ms 8000 --out /dev/null &
+    w=$!
+    sleep 1
+    now >"$P/t0"
+    cat /proc/$w/task/*/schedstat >"$P/before"
+    tracer run --runqlen --json -d 2s
+    rc=$?
+    cat /proc/$w/task/*/schedstat >"$P/after"
+    now >"$P/t1"
+    kill $w
+    wait $w
+    return $rc
+}
+
 # dtl_state TAG: the DTL settings and the tracer's state file, as parts TAG-*.
 dtl_state() {
     cat /proc/powerpc/vcpudispatch_stats >"$P/$1-stats" 2>&1
@@ -377,6 +397,7 @@ done
 step run-perf-sched-kprobe traced perf-sched "$KPROBE_ENV"
 step auto-hist auto_hist
 step serve-hists serve_hists
+step runqlen runqlen
 if [ -e /proc/powerpc/vcpudispatch_stats ]; then
     step dtl-basic dtl_basic
     step dtl-freq dtl_freq

@@ -137,6 +137,14 @@ impl Tracer {
                 _ => &ProbeMode::PerfSched,
             }),
         };
+        // Whatever the mode: the sampler reaches the run queue through BTF offsets.
+        let btf_file = root.path(VMLINUX_BTF);
+        if opts.runqlen && !btf_file.exists() {
+            return Err(anyhow!(
+                "--runqlen needs the kernel's BTF ({} is missing)",
+                btf_file.display()
+            ));
+        }
         let mut refused = Vec::new();
         for &mode in modes {
             match Self::try_mode(mode, opts, root, seed) {

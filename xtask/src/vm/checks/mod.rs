@@ -7,6 +7,7 @@ mod auto;
 mod common;
 mod dtl;
 mod pmu;
+mod runqlen;
 mod serve;
 mod threads;
 mod tracer_check;
@@ -40,6 +41,7 @@ pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
     }
     v.extend(check_auto(g, o));
     v.push(serve::check_serve(g, o));
+    v.push(runqlen::check_runqlen(g, o));
     let cpus = g
         .step("facts-boot")
         .map(facts)
