@@ -307,7 +307,8 @@ serve_hists() {
 runqlen() {
     cpu=$(($(nproc) - 1))
     echo "$cpu" >"$P/cpu"
-    $W spin --threads 3 --cpu "$cpu" --duration-ms 8000 --out /dev/null &
+    # Long enough for the tracer's start-up under emulation (seconds); killed after.
+    $W spin --threads 3 --cpu "$cpu" --duration-ms 120000 --out /dev/null &
     w=$!
     sleep 1
     now >"$P/t0"
@@ -316,8 +317,8 @@ runqlen() {
     rc=$?
     cat /proc/$w/task/*/schedstat >"$P/after"
     now >"$P/t1"
-    kill $w
-    wait $w
+    # The shell's "Terminated" is not the tracer's output.
+    { kill $w; wait $w; } 2>/dev/null
     return $rc
 }
 
