@@ -521,6 +521,17 @@ pub fn cgroup2_mount() -> PathBuf {
     mount_of("cgroup2", None).expect("no cgroup2 mount: the cgroup tests need cgroup v2")
 }
 
+/// A cgroup v2 directory's CPU time so far (`cpu.stat` `usage_usec`, kept without any
+/// controller), ns.
+pub fn cgroup_usage_ns(cg: &std::path::Path) -> f64 {
+    let s = std::fs::read_to_string(cg.join("cpu.stat")).expect("cpu.stat");
+    s.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .expect("usage_usec")
+        * 1e3
+}
+
 /// Cgroup directories a test made, removed (deepest first) on drop: their tasks killed
 /// (`cgroup.kill` where the kernel has it) and each removal retried for up to 5 s while
 /// they die. What existed before is left alone.

@@ -6,7 +6,7 @@
 use std::{
     ffi::{OsStr, OsString},
     os::unix::ffi::{OsStrExt, OsStringExt},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
@@ -31,15 +31,6 @@ impl Drop for Cg {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-}
-
-fn usage_ns(cg: &Path) -> f64 {
-    let s = std::fs::read_to_string(cg.join("cpu.stat")).expect("cpu.stat");
-    s.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("usage_usec")
-        * 1e3
 }
 
 fn scrape(port: u16) -> String {
@@ -129,12 +120,18 @@ fn short_lived_processes_are_charged_to_their_cgroup_even_when_not_utf8() {
     let mut serve = start_serve(port);
     let mut problems = Vec::new();
     for (cg, tag) in [(&plain, &plain_tag), (&odd, &odd_tag)] {
-        let before = (series(&scrape(port), tag).0, usage_ns(&cg.0));
+        let before = (
+            series(&scrape(port), tag).0,
+            tracer_tests::cgroup_usage_ns(&cg.0),
+        );
         short_processes(cg.0.as_os_str(), 20);
         // A read after the last one ended.
         std::thread::sleep(Duration::from_secs(2));
         let (secs, labels) = series(&scrape(port), tag);
-        let (got, want) = ((secs - before.0) * 1e9, usage_ns(&cg.0) - before.1);
+        let (got, want) = (
+            (secs - before.0) * 1e9,
+            tracer_tests::cgroup_usage_ns(&cg.0) - before.1,
+        );
         let tol = tracer_truth::SCRAPED_CGROUP.allowed(want);
         eprintln!(
             "{}: series {labels:?} grew {:.1} ms, cpu.stat {:.1} ms",

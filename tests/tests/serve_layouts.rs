@@ -38,15 +38,6 @@ struct Case {
     labels: Vec<(&'static str, String)>,
 }
 
-fn usage_ns(cg: &Path) -> f64 {
-    let s = std::fs::read_to_string(cg.join("cpu.stat")).expect("cpu.stat");
-    s.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .expect("usage_usec")
-        * 1e3
-}
-
 fn cases(pid: u32) -> Vec<Case> {
     let id = |n: u64| format!("{:016x}", (pid as u64) << 8 | n).repeat(4);
     let short = |s: &str| s[..12].to_string();
@@ -333,7 +324,7 @@ fn every_runtime_layout_gets_its_workload_labels_and_its_cgroups_cpu_time() {
                 c.what
             ));
         }
-        let truth = usage_ns(&v2.join(&top).join(&c.series));
+        let truth = tracer_tests::cgroup_usage_ns(&v2.join(&top).join(&c.series));
         let tol = tracer_truth::SCRAPED_CGROUP.allowed(truth);
         eprintln!(
             "{}: {name} {:.1} ms, cpu.stat {:.1} ms",
