@@ -127,3 +127,30 @@ pub fn sample_value(s: &Value) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(f64::NAN)
 }
+
+/// `tracer serve` on a free loopback port with `args` besides `--listen`, its stderr in
+/// `dir/serve.log`, once it answers `/metrics`; (the child, stopped on drop, and its
+/// `host:port`).
+pub fn serve(dir: &Path, args: &[&std::ffi::OsStr]) -> (Stopped, String) {
+    let target = format!("127.0.0.1:{}", free_port());
+    let log = dir.join("serve.log");
+    let child = Stopped(
+        Command::new(crate::tracer_bin())
+            .args(["serve", "--listen", &target])
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+            .spawn()
+            .expect("tracer serve starts"),
+    );
+    let t = Instant::now();
+    while curl(&format!("http://{target}/metrics"), &[]).0 != 200 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "tracer serve never answered: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, target)
+}

@@ -18,8 +18,8 @@ use tracer_tests::{
         alert_signal, contrib_dir, dashboard, kubelet_logs, label_values, panel_queries,
         query_variables, substitute, KubeletName, VARIABLES,
     },
-    prometheus::{curl, free_port, sample_value, Prometheus, Stopped},
-    require_root, tracer_bin,
+    prometheus::{curl, sample_value, serve, Prometheus, Stopped},
+    require_root,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -145,19 +145,7 @@ fn every_dashboard_query_and_rule_returns_data_from_a_real_scrape() {
         load(&procs[1], 2, 3, &dir.join("b.truth")),
     ];
 
-    let port = free_port();
-    let serve = Command::new(tracer_bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--kubelet-logs")
-        .arg(&logs)
-        .stdin(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.join("serve.log")).unwrap(),
-        ))
-        .spawn()
-        .expect("tracer serve starts");
-    let _serve = Stopped(serve);
-    let target = format!("127.0.0.1:{port}");
+    let (_serve, target) = serve(&dir, &["--kubelet-logs".as_ref(), logs.as_os_str()]);
     let rules = contrib_dir().join("prometheus/rules.yml");
     let prom = Prometheus::start(
         &dir,

@@ -17,13 +17,13 @@ use std::{
     collections::BTreeMap,
     path::Path,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use tracer_tests::{
     contrib::{dashboard, kubelet_logs, panel_queries, substitute, KubeletName, VARIABLES},
-    prometheus::{curl, free_port, sample_value, Prometheus, Stopped},
-    require_root, tracer_bin,
+    prometheus::{sample_value, serve, Prometheus, Stopped},
+    require_root,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -206,29 +206,15 @@ fn every_runtime_layout_gets_its_workload_labels_and_its_cgroups_cpu_time() {
         }],
     );
 
-    let port = free_port();
-    let target = format!("127.0.0.1:{port}");
-    let _serve = Stopped(
-        Command::new(tracer_bin())
-            .args(["serve", "--listen", &target, "--cgroup-depth", "2"])
-            .arg("--kubelet-logs")
-            .arg(&logs)
-            .stdin(Stdio::null())
-            .stderr(Stdio::from(
-                std::fs::File::create(dir.join("serve.log")).unwrap(),
-            ))
-            .spawn()
-            .expect("tracer serve starts"),
+    let (_serve, target) = serve(
+        &dir,
+        &[
+            "--cgroup-depth".as_ref(),
+            "2".as_ref(),
+            "--kubelet-logs".as_ref(),
+            logs.as_os_str(),
+        ],
     );
-    let t = Instant::now();
-    while curl(&format!("http://{target}/metrics"), &[]).0 != 200 {
-        let log = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "tracer serve never answered: {log}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
     let prom = Prometheus::start(
         &dir,
         &format!(

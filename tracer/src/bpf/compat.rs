@@ -159,18 +159,16 @@ pub fn runqlen_fields(
         rq_nr_running: off("rq", "nr_running")?,
         ..Default::default()
     };
-    let told = if btf.has_member("cfs_rq", "h_nr_runnable") {
-        f.rq_cfs_queued = in_cfs("h_nr_queued");
-        f.rq_cfs_runnable = in_cfs("h_nr_runnable");
-        f.rq_cfs_queued != 0
-    } else if btf.has_member("cfs_rq", "h_nr_delayed") {
-        f.rq_cfs_delayed = in_cfs("h_nr_delayed");
-        true
-    } else {
-        !can_delay_dequeue(btf)
+    let told = match (in_cfs("h_nr_queued"), in_cfs("h_nr_runnable")) {
+        (queued, runnable) if queued != 0 && runnable != 0 => {
+            (f.rq_cfs_queued, f.rq_cfs_runnable) = (queued, runnable);
+            true
+        }
+        _ if btf.has_member("cfs_rq", "h_nr_delayed") => {
+            f.rq_cfs_delayed = in_cfs("h_nr_delayed");
+            true
+        }
+        _ => !can_delay_dequeue(btf),
     };
-    if f.rq_cfs_runnable != 0 && f.rq_cfs_queued == 0 {
-        f.rq_cfs_runnable = 0;
-    }
     Ok((f, told))
 }
