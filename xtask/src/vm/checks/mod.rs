@@ -169,6 +169,17 @@ mod tests {
             "{:?}",
             v.problems
         );
+        // The column for wakeups that showed no N adds to the thread's allowance.
+        let split = run_step("run-tp-btf", &ours, truth, &skips("11 1000000 2100000"));
+        let v = check_mode(&protocol::parse(&split), Mode::TpBtf, &o);
+        assert!(v.pass, "{v:?}");
+        assert!(
+            v.summary.contains("showed no N") && v.summary.contains("up to 2.10 ms (tid 11)"),
+            "{}",
+            v.summary
+        );
+        let short = run_step("run-tp-btf", &ours, truth, &skips("11 1000000 100000"));
+        assert!(!check_mode(&protocol::parse(&short), Mode::TpBtf, &o).pass);
         let garbled = run_step("run-tp-btf", &ours, truth, &skips("11 3100000\neleven"));
         assert!(!check_mode(&protocol::parse(&garbled), Mode::TpBtf, &o).pass);
     }
