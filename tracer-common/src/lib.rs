@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod hist;
+pub mod irq;
 pub mod offcpu;
 pub mod record;
 pub mod runqlen;
@@ -486,6 +487,8 @@ const _: () = assert!(core::mem::size_of::<cgroup::MkdirEvent>() == 24 + cgroup:
 const _: () = assert!(core::mem::size_of::<cgroup::MkdirFields>() == 16);
 const _: () = assert!(core::mem::size_of::<runqlen::Fields>() == 24);
 const _: () = assert!(core::mem::size_of::<runqlen::Hist>() == 16 + 8 * runqlen::SLOTS);
+const _: () = assert!(core::mem::size_of::<irq::IrqCpu>() == 64 + 16 * irq::VECS);
+const _: () = assert!(core::mem::size_of::<irq::IrqThread>() == 16);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -505,4 +508,6 @@ mod pod {
     unsafe impl aya::Pod for super::cgroup::MkdirFields {}
     unsafe impl aya::Pod for super::runqlen::Fields {}
     unsafe impl aya::Pod for super::runqlen::Hist {}
+    unsafe impl aya::Pod for super::irq::IrqCpu {}
+    unsafe impl aya::Pod for super::irq::IrqThread {}
 }

@@ -96,6 +96,36 @@ pub fn runqlen_sample(_ctx: PerfEventContext) -> u32 {
     0
 }
 
+// ---------------------------------------------------------------- interrupts
+
+// `--irq` (run, record): raw tracepoints in every probe mode. Their arguments are
+// the tracepoints' prototypes (irq_handler_entry(int irq, struct irqaction *),
+// softirq_entry(unsigned int vec_nr)), the same since raw tracepoints exist (4.17).
+
+#[raw_tracepoint(tracepoint = "irq_handler_entry")]
+pub fn irq_hard_entry(_ctx: RawTracePointContext) -> i32 {
+    tracer_ebpf::irq::hard_entry();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "irq_handler_exit")]
+pub fn irq_hard_exit(_ctx: RawTracePointContext) -> i32 {
+    tracer_ebpf::irq::hard_exit();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "softirq_entry")]
+pub fn irq_soft_entry(_ctx: RawTracePointContext) -> i32 {
+    tracer_ebpf::irq::soft_entry();
+    0
+}
+
+#[raw_tracepoint(tracepoint = "softirq_exit")]
+pub fn irq_soft_exit(ctx: RawTracePointContext) -> i32 {
+    tracer_ebpf::irq::soft_exit(ctx.arg::<u64>(0) as u32);
+    0
+}
+
 // ---------------------------------------------------------------- raw tracepoint
 
 #[raw_tracepoint(tracepoint = "sched_switch")]

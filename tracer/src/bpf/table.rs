@@ -100,6 +100,8 @@ pub struct Needs {
     pub hist_iter: bool,
     /// `--runqlen`: the run-queue length sampler (any mode).
     pub runqlen: bool,
+    /// `--irq`: the interrupt-time programs (raw tracepoints, any mode).
+    pub irq: bool,
 }
 
 /// A probe mode as the table sees it: perf-sched with the way its hooks attach (fentry,
@@ -182,8 +184,19 @@ pub fn programs(mode: Mode, needs: &Needs) -> Vec<Prog> {
     if needs.runqlen {
         v.push(prog("runqlen_sample", PerfTimer, "cpu-clock"));
     }
+    if needs.irq {
+        v.extend(IRQ);
+    }
     v
 }
+
+/// `--irq`'s programs: raw tracepoints whatever the mode (no BTF needed).
+const IRQ: [Prog; 4] = [
+    prog("irq_hard_entry", Attach::RawTp, "irq_handler_entry"),
+    prog("irq_hard_exit", Attach::RawTp, "irq_handler_exit"),
+    prog("irq_soft_entry", Attach::RawTp, "softirq_entry"),
+    prog("irq_soft_exit", Attach::RawTp, "softirq_exit"),
+];
 
 /// perf's switch hooks, by fentry or kprobe.
 pub fn perf_hooks(attach: Attach) -> [Prog; 2] {
@@ -299,6 +312,33 @@ mod tests {
             let v = programs(mode, &on);
             let p = v.iter().find(|p| p.name == "runqlen_sample").unwrap();
             assert_eq!((p.attach, p.role), (Attach::PerfTimer, Role::Counts));
+        }
+    }
+
+    #[test]
+    fn the_irq_programs_are_raw_tracepoints_loaded_only_when_asked() {
+        let off = Needs {
+            wakeup: true,
+            ..Default::default()
+        };
+        let on = Needs { irq: true, ..off };
+        for mode in [
+            Mode::TpBtf,
+            Mode::RawTp,
+            Mode::Tracepoint,
+            Mode::PerfSched(Attach::Fentry),
+        ] {
+            assert!(!programs(mode, &off)
+                .iter()
+                .any(|p| p.name.starts_with("irq_")));
+            let irq: Vec<Prog> = programs(mode, &on)
+                .into_iter()
+                .filter(|p| p.name.starts_with("irq_"))
+                .collect();
+            assert_eq!(irq.len(), 4);
+            assert!(irq
+                .iter()
+                .all(|p| p.attach == Attach::RawTp && p.role == Role::Counts));
         }
     }
 
