@@ -345,6 +345,17 @@ runqlen() {
     return $rc
 }
 
+# irq: a loopback TCP flood under `tracer run --irq`, and the NET_RX softirqs the kernel
+# counted around the run (/proc/softirqs; nothing else raises them in the guest).
+irq() {
+    busybox ip link set lo up
+    grep NET_RX: /proc/softirqs >"$P/before"
+    tracer run --irq --json -- $W net-flood --duration-ms 1000 --out /dev/null
+    rc=$?
+    grep NET_RX: /proc/softirqs >"$P/after"
+    return $rc
+}
+
 # dtl_state TAG: the DTL settings and the tracer's state file, as parts TAG-*.
 dtl_state() {
     cat /proc/powerpc/vcpudispatch_stats >"$P/$1-stats" 2>&1
@@ -422,6 +433,7 @@ step run-perf-sched-kprobe traced perf-sched "$KPROBE_ENV"
 step auto-hist auto_hist
 step serve-hists serve_hists
 step runqlen runqlen
+step irq irq
 if [ -e /proc/powerpc/vcpudispatch_stats ]; then
     step dtl-basic dtl_basic
     step dtl-freq dtl_freq

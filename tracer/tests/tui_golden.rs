@@ -113,6 +113,7 @@ fn report_of(i: u64, threads: &[(u32, u32, &[u8], u64)]) -> Report {
             record: None,
             cgroup_cpu: None,
             runqlen: None,
+            irq: None,
             hypervisor: Some(HypervisorReport {
                 source: "/proc/stat",
                 elapsed_ns: 1000 * MS,

@@ -13,6 +13,9 @@
 //!   chain --step-us S --duration-ms D             (a chain of threads, each spinning S us,
 //!                                                  starting the next and ending: one
 //!                                                  link missed takes every later one)
+//!   net-flood --duration-ms D                     (a thread sending 64 KiB writes over a
+//!                                                  loopback TCP connection to another
+//!                                                  that reads them: NET_RX softirqs)
 use std::{
     fs::File,
     io::Write,
@@ -231,9 +234,32 @@ fn main() {
             // The last link records before it says so; the others long before it.
             let _ = last.recv_timeout(duration + Duration::from_secs(30));
         }
+        "net-flood" => {
+            use std::io::Read as _;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            let addr = listener.local_addr().expect("local address");
+            let out_r = out.clone();
+            handles.push(std::thread::spawn(move || {
+                let (mut conn, _) = listener.accept().expect("accept");
+                let mut buf = vec![0u8; 1 << 16];
+                while conn.read(&mut buf).map(|n| n > 0).unwrap_or(false) {}
+                record(&out_r);
+            }));
+            let out_s = out.clone();
+            handles.push(std::thread::spawn(move || {
+                let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+                let buf = vec![0x5au8; 1 << 16];
+                while start.elapsed() < duration {
+                    if conn.write_all(&buf).is_err() {
+                        break;
+                    }
+                }
+                record(&out_s);
+            }));
+        }
         _ => {
             eprintln!(
-                "usage: tracer-workload busy-sleep|spin|churn|pingpong|chain --out FILE [options]"
+                "usage: tracer-workload busy-sleep|spin|churn|pingpong|chain|net-flood --out FILE [options]"
             );
             std::process::exit(2);
         }

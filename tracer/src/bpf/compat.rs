@@ -147,6 +147,14 @@ pub const SCHED_EXT_DIR: &str = "/sys/kernel/sched_ext";
 /// `h_nr_running` renamed `h_nr_queued`), v6.13 kept `h_nr_delayed` ("sched/eevdf: More
 /// PELT vs DELAYED_DEQUEUE"), v6.12 none. The flag says whether delayed tasks are told
 /// apart (false on 6.12: they count as waiting).
+/// Whether the kernel keeps interrupt time out of tasks' runtime (and so out of
+/// `sum_exec_runtime` and schedstat): `CONFIG_IRQ_TIME_ACCOUNTING` (2.6.37), whose
+/// `struct rq` has `prev_irq_time`. Compiled in, it can still be off at boot (x86
+/// turns it off with an unstable TSC), which BTF cannot tell.
+pub fn irq_time_apart(btf: &KernelBtf) -> bool {
+    btf.has_member("rq", "prev_irq_time")
+}
+
 pub fn runqlen_fields(
     btf: &KernelBtf,
 ) -> Result<(tracer_common::runqlen::Fields, bool), crate::error::TracerError> {

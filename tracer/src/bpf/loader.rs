@@ -85,6 +85,8 @@ pub struct LoadOptions {
     pub thread_hists: bool,
     /// `--runqlen`: sample each CPU's run-queue length.
     pub runqlen: bool,
+    /// `--irq`: time hardirqs and softirqs.
+    pub irq: bool,
 }
 
 /// Loaded and attached programs with their maps.
@@ -106,6 +108,11 @@ pub struct Tracer {
     /// `--runqlen`: whether tasks kept queued by delayed dequeue are told apart from
     /// waiting ones (None: not sampling).
     pub runqlen_delayed_told: Option<bool>,
+    /// `--irq`: the interrupt-time programs are attached.
+    pub irq: bool,
+    /// `--irq`: whether threads' on-CPU time includes their interrupt time (None:
+    /// unknown, no BTF; see `compat::irq_time_apart`).
+    pub on_cpu_includes_irq: Option<bool>,
     /// The programs loaded (from the table), until detached.
     programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
@@ -251,6 +258,16 @@ impl Tracer {
         } else {
             Family::Sched
         };
+        let on_cpu_includes_irq = if opts.irq {
+            match &kbtf {
+                Some(k) => Some(!compat::irq_time_apart(k)),
+                None => KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))
+                    .ok()
+                    .map(|k| !compat::irq_time_apart(&k)),
+            }
+        } else {
+            None
+        };
         let runqlen_fields = runqlen.map(|r| r.0).unwrap_or_default();
         let mut ebpf = {
             let mut loader = new_loader();
@@ -282,6 +299,7 @@ impl Tracer {
                 // Maps the chosen options do not use are created with one entry.
                 .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
                 .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
+                .map_max_entries("IRQ_THREADS", if opts.irq { 65536 } else { 1 })
                 .map_max_entries(
                     "HIST_SCOPED",
                     if opts.hist_scope == HistScope::All || hist_in_task {
@@ -305,6 +323,7 @@ impl Tracer {
             iter: runq == RunqSource::TaskStorage,
             hist_iter: hist_in_task,
             runqlen: opts.runqlen,
+            irq: opts.irq,
         };
         // The ids of the attach points, from the index already made (aya's own parse of
         // the kernel's BTF is its loader's, which it cannot lend).
@@ -360,6 +379,8 @@ impl Tracer {
             hist_in_task,
             sched_btf: kbtf.as_ref().map(crate::bpf::scheduler::btf_facts),
             runqlen_delayed_told: runqlen.map(|r| r.1),
+            irq: opts.irq,
+            on_cpu_includes_irq,
             // The iterator stays loaded after detach(): the final report reads it.
             programs: progs
                 .into_iter()

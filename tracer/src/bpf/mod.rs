@@ -6,6 +6,7 @@ pub mod cgroups;
 pub mod collect;
 pub mod compat;
 pub mod config;
+pub mod irq;
 pub mod loader;
 pub mod object;
 pub mod read;

@@ -262,6 +262,10 @@ pub struct RunArgs {
     /// running one), as a histogram and a mean per CPU.
     #[arg(long)]
     pub runqlen: bool,
+    /// Time hardirqs and softirqs on each CPU, by softirq vector, and by the thread they
+    /// interrupted (each thread's irq_ns and softirq_ns).
+    #[arg(long)]
+    pub irq: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -526,6 +530,7 @@ impl From<RunArgs> for crate::cmd::run::RunConfig {
             hook: Default::default(),
             heatmap: a.heatmap,
             runqlen: a.runqlen,
+            irq: a.irq,
         }
     }
 }

@@ -94,6 +94,7 @@ fn try_probe(mode: ProbeMode, root: &Root) -> Item {
         thread_cgroups: false,
         thread_hists: false,
         runqlen: false,
+        irq: false,
     };
     match Tracer::start(&opts, root, &mut |_| Ok(())) {
         Ok(mut t) => {

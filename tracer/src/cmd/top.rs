@@ -60,6 +60,7 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         heatmap: None,
         hook: Default::default(),
         runqlen: false,
+        irq: false,
     };
     // The command's output would scribble over the screen: it goes to a file, named at
     // the end (and removed if the command wrote nothing). A private one: a random name

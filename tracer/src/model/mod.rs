@@ -6,6 +6,7 @@ pub mod cross_check;
 pub mod diff;
 pub mod events;
 pub mod hist;
+pub mod irq;
 pub mod options;
 pub mod report;
 pub mod runqlen;

@@ -126,6 +126,9 @@ pub struct CpuRow {
     pub cpu: usize,
     pub on_cpu_ns: u64,
     pub utilization: f64,
+    /// `--irq`: the interrupt time of the CPU.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<crate::model::irq::IrqShare>,
 }
 
 /// One row of the thread table.
@@ -168,6 +171,9 @@ pub struct ThreadRow {
     /// With `-L`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub histograms: Option<HistSet>,
+    /// `--irq`: the interrupt time that ran while the thread was on a CPU.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub irq: Option<crate::model::irq::IrqShare>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -484,6 +490,7 @@ impl<S> Report<S> {
                     histograms: (i.options.hist_scope == HistScope::Thread)
                         .then(|| snap.scoped.get(&t.tid).cloned())
                         .flatten(),
+                    irq: None,
                 }
             })
             .collect();
@@ -508,6 +515,7 @@ impl<S> Report<S> {
                         cpu,
                         on_cpu_ns: ns,
                         utilization: share(ns),
+                        irq: None,
                     }
                 })
                 .collect(),

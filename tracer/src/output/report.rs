@@ -25,6 +25,9 @@ pub struct Sections {
     /// `--runqlen`: each CPU's run-queue length over the window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runqlen: Option<Vec<crate::model::runqlen::RunqlenCpu>>,
+    /// `--irq`: interrupt time over the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub irq: Option<crate::model::irq::IrqReport>,
 }
 
 /// The trace `tracer record` wrote: events, bytes, and losses per CPU.

@@ -127,6 +127,7 @@ pub fn format_text(r: &Report) -> String {
             .runqlen
             .as_deref()
             .map(crate::model::runqlen::text),
+        r.sections.irq.as_ref().map(|i| irq_text(r, i)),
     ];
     for text in sections.iter().flatten().filter(|t| !t.is_empty()) {
         out += "\n";
@@ -322,6 +323,39 @@ fn thread_table(r: &Report) -> String {
     }
     if r.threads.rows.is_empty() {
         out += "  (no traced thread ran in this window)\n";
+    }
+    out
+}
+
+/// `--irq`'s section, with the threads interrupted most (names escaped).
+fn irq_text(r: &Report, irq: &crate::model::irq::IrqReport) -> String {
+    let mut out = crate::model::irq::text(irq);
+    let mut rows: Vec<_> = r
+        .threads
+        .rows
+        .iter()
+        .filter_map(|t| Some((t, t.irq?)))
+        .filter(|(_, s)| s.irq_ns + s.softirq_ns > 0)
+        .collect();
+    rows.sort_by_key(|(_, s)| std::cmp::Reverse(s.irq_ns + s.softirq_ns));
+    if !rows.is_empty() {
+        let shown: Vec<String> = rows
+            .iter()
+            .take(5)
+            .map(|(t, s)| {
+                format!(
+                    "{} ({}) {:.3}+{:.3}",
+                    words::escape(&t.comm),
+                    t.tid,
+                    s.irq_ns as f64 / 1e6,
+                    s.softirq_ns as f64 / 1e6
+                )
+            })
+            .collect();
+        out += &format!(
+            "  threads interrupted most (hardirq+softirq ms): {}\n",
+            shown.join(", ")
+        );
     }
     out
 }

@@ -69,6 +69,7 @@ fn read_interval(s: &mut Session, args: &RunConfig, root: &Root, prev: &Mark) ->
         hyp,
         cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.0.read()),
         runqlen: read_runqlen(s)?,
+        irq: read_irq(s)?,
     })
 }
 
@@ -91,6 +92,7 @@ fn read_final(
     };
     let cgroup_cpu = s.cgroup_cpu.as_ref().map(|c| c.0.read());
     let runqlen = read_runqlen(s)?;
+    let irq = read_irq(s)?;
     // A thread reaped just now makes its final switch a moment later: let it.
     std::thread::sleep(Duration::from_millis(5));
     let attached = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
@@ -114,7 +116,16 @@ fn read_final(
         hyp,
         cgroup_cpu,
         runqlen,
+        irq,
     })
+}
+
+/// `--irq`'s sums so far (None without it).
+fn read_irq(s: &Session) -> Result<Option<crate::model::irq::IrqRead>> {
+    if !s.tracer.irq {
+        return Ok(None);
+    }
+    Ok(Some(crate::bpf::irq::read(&s.tracer.ebpf)?))
 }
 
 /// `--runqlen`'s samples so far (None without it).

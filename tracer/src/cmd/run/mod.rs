@@ -67,6 +67,8 @@ pub struct RunConfig {
     pub heatmap: Option<PathBuf>,
     /// Sample each CPU's run-queue length.
     pub runqlen: bool,
+    /// Time hardirqs and softirqs.
+    pub irq: bool,
 }
 
 /// Where a run's reports go and what else may end it: `tracer run` prints them on

@@ -29,6 +29,8 @@ pub(super) struct Mark {
     pub cgroup_cpu: Option<CgroupCpuRead>,
     /// `--runqlen`: each CPU's samples since the window opened.
     pub runqlen: Option<Vec<CpuSamples>>,
+    /// `--irq`: the interrupt maps since load (the programs attach as the window opens).
+    pub irq: Option<crate::model::irq::IrqRead>,
 }
 
 impl Mark {
@@ -43,6 +45,7 @@ impl Mark {
             hyp: s.hyp_before.clone(),
             cgroup_cpu: s.cgroup_cpu.as_ref().map(|c| c.1),
             runqlen: None,
+            irq: None,
         }
     }
 }
@@ -89,6 +92,10 @@ pub(super) fn window_report(
         .runqlen
         .as_deref()
         .map(|b| runqlen::delta(from.runqlen.as_deref(), b));
+    let irq = to
+        .irq
+        .as_ref()
+        .map(|b| crate::model::irq::delta(from.irq.as_ref(), b, s.tracer.on_cpu_includes_irq));
     build_report(
         s,
         root,
@@ -100,6 +107,7 @@ pub(super) fn window_report(
             hypervisor,
             cgroup_cpu,
             runqlen,
+            irq,
             command,
             options: report_options(args),
         },
@@ -129,6 +137,7 @@ struct Window {
     hypervisor: Option<hypervisor::HypervisorReport>,
     cgroup_cpu: Option<cgroup_cpu::CgroupCpuReport>,
     runqlen: Option<Vec<runqlen::RunqlenCpu>>,
+    irq: Option<crate::model::irq::IrqReport>,
     command: Option<Command>,
     options: ReportOptions,
 }
@@ -167,6 +176,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         record: None,
         cgroup_cpu: w.cgroup_cpu,
         runqlen: w.runqlen,
+        irq: w.irq,
     };
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);
@@ -205,7 +215,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    Report::build(ReportInput {
+    let mut report = Report::build(ReportInput {
         kind: w.kind,
         time_unix_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
         local_time: local_hms(now.as_secs()),
@@ -218,7 +228,22 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         notices,
         command: w.command,
         options: w.options,
-    })
+    });
+    join_irq(&mut report);
+    report
+}
+
+/// `--irq`: each thread's and CPU's share into its row (0 where none ran).
+fn join_irq(r: &mut Report) {
+    let Some(irq) = &r.sections.irq else {
+        return;
+    };
+    for row in r.threads.rows.iter_mut().filter(|t| t.folded == 0) {
+        row.irq = Some(irq.threads.get(&row.tid).copied().unwrap_or_default());
+    }
+    for c in &mut r.per_cpu {
+        c.irq = Some(irq.per_cpu.get(c.cpu).copied().unwrap_or_default());
+    }
 }
 
 /// A hardware event that ran and counted exactly zero is more likely an event the PMU

@@ -126,6 +126,7 @@ pub(super) fn setup(
         thread_cgroups: false,
         thread_hists: false,
         runqlen: args.runqlen,
+        irq: args.irq,
     };
     let mut threads = Vec::new();
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {

@@ -168,6 +168,7 @@ async fn serve(
         thread_hists: bounds_ns.iter().all(|b| b.is_power_of_two())
             && bounds_ns.iter().all(|&b| b >= tracer_common::hist::SUB),
         runqlen: false,
+        irq: false,
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
     let opened = tracer.opened_at();

@@ -6,6 +6,7 @@
 mod auto;
 mod common;
 mod dtl;
+mod irq;
 mod pmu;
 mod runqlen;
 mod serve;
@@ -42,6 +43,7 @@ pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
     v.extend(check_auto(g, o));
     v.push(serve::check_serve(g, o));
     v.push(runqlen::check_runqlen(g, o));
+    v.push(irq::check_irq(g, o));
     let cpus = g
         .step("facts-boot")
         .map(facts)
