@@ -239,6 +239,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             &["--runqlen"],
             "libbpf",
         ),
+        // `--irq`: the default row plus the four interrupt programs; under these loads
+        // (pipes, messaging) interrupts are few, so the row says what the mode costs a
+        // switch when little interrupts, not its cost per interrupt.
+        tracer_tool("tracer-irq", "tracer --irq", &["--irq"], "libbpf"),
         tracer_tool(
             "tracer-schedstat-p",
             "tracer --runq-from schedstat -p",
