@@ -182,3 +182,72 @@ fn the_text_report_has_a_row_per_cpu() {
         .count();
     assert_eq!(rows, cpus, "one row per CPU:\n{text}");
 }
+
+/// `tracer_runqueue_length{cpu}`'s `_sum` and `_count` in one scrape of `/metrics`.
+fn scraped(body: &str, cpu: u64) -> (f64, f64) {
+    let get = |suffix: &str| {
+        let name = format!("tracer_runqueue_length_{suffix}{{cpu=\"{cpu}\"}}");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in the scrape:\n{body}"))
+    };
+    (get("sum"), get("count"))
+}
+
+/// `tracer serve --runqlen`: between two scrapes, the histogram's `_sum / _count` on the
+/// spinners' CPU is the mean waiting, as schedstat's run_delay growth over the same
+/// wall time says; and without the flag the family is absent.
+#[test]
+#[ignore = "needs root"]
+fn serve_exports_the_same_mean_as_schedstat() {
+    require_root();
+    let cpu = (std::thread::available_parallelism().unwrap().get() - 1) as u64;
+    let dir = tracer_tests::scratch("serve-runqlen");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w = Command::new(WORKLOAD)
+        .args(["spin", "--threads", "3", "--cpu", &cpu.to_string()])
+        .args(["--duration-ms", "60000", "--out", "/dev/null"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = w.id();
+    let (serve, target) = tracer_tests::prometheus::serve(&dir, &["--runqlen".as_ref()]);
+    let url = format!("http://{target}/metrics");
+    let scrape = || {
+        let (code, body) = tracer_tests::prometheus::curl(&url, &[]);
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let (b0, d0, t0) = (scrape(), run_delays(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let (b1, d1, wall) = (scrape(), run_delays(pid), t0.elapsed());
+    drop(serve);
+    let (plain, plain_target) = tracer_tests::prometheus::serve(&dir, &[]);
+    let (_, plain_body) =
+        tracer_tests::prometheus::curl(&format!("http://{plain_target}/metrics"), &[]);
+    drop(plain);
+    let _ = w.kill();
+    let _ = w.wait();
+    let ((s0, c0), (s1, c1)) = (scraped(&b0, cpu), scraped(&b1, cpu));
+    let mean = (s1 - s0) / (c1 - c0);
+    let waited: u64 = d1
+        .iter()
+        .map(|(tid, d)| d.saturating_sub(d0.get(tid).copied().unwrap_or(0)))
+        .sum();
+    let want = waited as f64 / wall.as_nanos() as f64;
+    eprintln!(
+        "serve: CPU {cpu} mean {mean:.3} over {} samples; schedstat {want:.3}",
+        c1 - c0
+    );
+    assert!(want >= 1.5, "the spinners waited only {want:.3} on average");
+    assert!(
+        (mean - want).abs() <= 0.15 + 0.05 * want,
+        "CPU {cpu}: serve's mean {mean:.3}, schedstat's {want:.3}"
+    );
+    assert!(
+        !plain_body.contains("tracer_runqueue_length"),
+        "without --runqlen the family is served"
+    );
+}

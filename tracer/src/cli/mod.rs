@@ -332,6 +332,10 @@ pub struct ServeArgs {
     /// hypervisor's logging on while serving; `tracer dtl` cannot read it meanwhile).
     #[arg(long)]
     pub dtl: bool,
+    /// Also serve each CPU's run-queue length, sampled at 99 Hz, as a histogram of the
+    /// tasks waiting (tracer_runqueue_length; `_sum / _count` is the mean).
+    #[arg(long)]
+    pub runqlen: bool,
     /// Only cgroups whose series path matches this glob get series of their own
     /// (repeatable; `*` within a path component, `**` across; e.g. '/kubepods.slice/**');
     /// the rest are summed as cgroup="other".
@@ -377,6 +381,7 @@ impl TryFrom<ServeArgs> for crate::cmd::serve::ServeConfig {
             runq_from: a.probe.runq_from,
             max_threads: a.probe.max_threads,
             dtl: a.dtl,
+            runqlen: a.runqlen,
             patterns: crate::cmd::serve::Patterns {
                 allow: a.cgroup_allow,
                 deny: a.cgroup_deny,

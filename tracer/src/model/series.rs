@@ -331,6 +331,8 @@ pub struct Exposition {
     /// cgroup ids with a known path, and walks of the cgroup tree since the start.
     pub cgroup_names: usize,
     pub cgroup_walks: u64,
+    /// `--runqlen`: each CPU's samples since the start (empty without it).
+    pub runqlen: Vec<crate::model::runqlen::CpuSamples>,
 }
 
 /// One vCPU's Dispatch Trace Log, cumulative.

@@ -83,6 +83,8 @@ pub const METRICS: &[Metric] = &[
       "Time each CPU ran threads, idle excluded."),
     m("tracer_cpu_steal_seconds_total", "counter", "cpu",
       "Time the hypervisor kept each vCPU from running (steal, /proc/stat)."),
+    m("tracer_runqueue_length", "histogram", "cpu, le",
+      "With --runqlen: tasks waiting for each CPU, sampled at 99 Hz (le 0 to 62, +Inf holds 63 or more); _sum / _count is the mean."),
     m("tracer_vcpu_dispatches_total", "counter", "cpu",
       "pseries, where /proc/powerpc/vcpudispatch_stats is on: dispatches of each vCPU (a re-enable restarts it)."),
     m("tracer_vcpu_dispatch_placement_total", "counter", "cpu, placement=same_cpu|same_chip|diff_chip|far_chip",

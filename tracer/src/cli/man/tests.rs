@@ -221,6 +221,12 @@ fn every_family() -> crate::model::series::Exposition {
         cgroups_filtered: 0,
         cgroup_names: 1,
         cgroup_walks: 1,
+        runqlen: vec![crate::model::runqlen::CpuSamples {
+            cpu: 0,
+            samples: 3,
+            waiting: 2,
+            slots: [1, 1, 0].into_iter().chain([1]).collect(),
+        }],
     }
 }
 

@@ -70,6 +70,8 @@ pub struct ServeConfig {
     /// pseries: read the Dispatch Trace Log (enables the hypervisor's logging while it
     /// runs; `tracer dtl` cannot read it meanwhile).
     pub dtl: bool,
+    /// Sample each CPU's run-queue length (`tracer_runqueue_length`).
+    pub runqlen: bool,
     /// Which cgroups get series of their own (the rest: cgroup="other").
     pub patterns: Patterns,
     /// Where the kubelet writes pod and container logs (`pods/`, `containers/`): their
@@ -167,7 +169,7 @@ async fn serve(
         // lookup per switch, and a read that grows with the threads, not the buckets.
         thread_hists: bounds_ns.iter().all(|b| b.is_power_of_two())
             && bounds_ns.iter().all(|&b| b >= tracer_common::hist::SUB),
-        runqlen: false,
+        runqlen: cfg.runqlen,
         irq: false,
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
@@ -247,6 +249,7 @@ async fn serve(
         cgroups_filtered: 0,
         cgroup_names: 0,
         cgroup_walks: 0,
+        runqlen: Vec::new(),
     }));
     let scheme = if tls.is_some() { "https" } else { "http" };
     let (tx, mut rx) = mpsc::channel::<oneshot::Sender<()>>(MAX_WAITING);
@@ -508,6 +511,12 @@ impl State {
             .collect();
         let (cpu_s, rss) = selfstat::usage(&self.root).unwrap_or((0.0, 0));
         x.cpu_busy_ns = snap.cpu_busy_ns.clone();
+        if self.tracer.runqlen_delayed_told.is_some() {
+            match crate::bpf::runqlen::read(&self.tracer.ebpf) {
+                Ok(r) => x.runqlen = r,
+                Err(e) => log::warn!("reading the run-queue length samples: {e}"),
+            }
+        }
         if let Some(s) = steal {
             let ns_per_tick = 1_000_000_000 / s.user_hz.max(1);
             let n = s

@@ -1,7 +1,11 @@
 //! The families beside the scheduling series: each cgroup series' CFS bandwidth
 //! throttling and CPU pressure, the machine's pressure, and pseries' hypervisor
 //! dispatch figures.
-use prometheus_client::{encoding::DescriptorEncoder, registry::Unit};
+use prometheus_client::{
+    encoding::{DescriptorEncoder, NoLabelSet},
+    metrics::MetricType,
+    registry::Unit,
+};
 
 use super::{cgroup_labels, counter, histogram, labels, secs, Labels};
 use crate::{
@@ -167,4 +171,72 @@ pub(super) fn pseries(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(),
         &per(|d| d.gaps),
     )?;
     Ok(())
+}
+
+/// The histogram bounds of `tracer_runqueue_length`, tasks waiting; `+Inf` holds 63 or
+/// more (the sampler's last slot).
+const RUNQLEN_LE: [u64; 13] = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 62];
+
+/// A CPU's samples by tasks waiting as classic buckets: `(le, count in (previous, le])`.
+fn runqlen_buckets(slots: &[u64]) -> Vec<(f64, u64)> {
+    let mut out: Vec<(f64, u64)> = RUNQLEN_LE.iter().map(|&b| (b as f64, 0)).collect();
+    out.push((f64::INFINITY, 0));
+    let last = tracer_common::runqlen::SLOTS - 1;
+    for (n, &c) in slots.iter().enumerate().filter(|(_, c)| **c > 0) {
+        let i = if n >= last {
+            RUNQLEN_LE.len()
+        } else {
+            RUNQLEN_LE.partition_point(|&b| b < n as u64)
+        };
+        out[i].1 += c;
+    }
+    out
+}
+
+/// `--runqlen`: each CPU's run-queue length, sampled at 99 Hz, as a histogram of the
+/// tasks waiting (not the running one); `_sum / _count` over a range is the mean.
+pub(super) fn runqlen(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let cpus: Vec<_> = x.runqlen.iter().filter(|c| c.samples > 0).collect();
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    let mut m = enc.encode_descriptor(
+        "tracer_runqueue_length",
+        "Tasks waiting for the CPU (its run queue less the running task and delayed-dequeue \
+         sleepers), sampled at 99 Hz per CPU: _sum / _count is the mean",
+        None,
+        MetricType::Histogram,
+    )?;
+    for c in cpus {
+        let cpu = c.cpu.to_string();
+        m.encode_family(&labels(&[("cpu", &cpu)]))?
+            .encode_histogram::<NoLabelSet>(
+                c.waiting as f64,
+                c.samples,
+                &runqlen_buckets(&c.slots),
+                None,
+            )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runqlen_buckets_put_each_length_under_its_bound_and_63_at_inf() {
+        let mut slots = vec![0u64; tracer_common::runqlen::SLOTS];
+        slots[0] = 5;
+        slots[2] = 7;
+        slots[5] = 1;
+        slots[62] = 2;
+        slots[63] = 3;
+        let b = runqlen_buckets(&slots);
+        assert_eq!(b.len(), RUNQLEN_LE.len() + 1);
+        let at = |le: f64| b.iter().find(|(l, _)| *l == le).unwrap().1;
+        assert_eq!((at(0.0), at(2.0), at(6.0), at(62.0)), (5, 7, 1, 2));
+        assert_eq!(at(f64::INFINITY), 3);
+        assert_eq!(b.iter().map(|(_, c)| c).sum::<u64>(), 18);
+    }
 }

@@ -79,7 +79,7 @@ impl Collector for View {
 use crate::model::series::Labels;
 
 mod machine;
-use machine::{cpu_bandwidth, pseries};
+use machine::{cpu_bandwidth, pseries, runqlen};
 
 fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
@@ -336,6 +336,7 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
     )?;
     pseries(x, enc)?;
     cpu_bandwidth(x, enc)?;
+    runqlen(x, enc)?;
     let drops: Vec<(Labels, f64)> = x
         .drops
         .iter()
@@ -499,6 +500,7 @@ mod tests {
             cgroups_filtered: 0,
             cgroup_names: 0,
             cgroup_walks: 0,
+            runqlen: Vec::new(),
         }
     }
 
