@@ -446,3 +446,37 @@ fn a_commands_output_stays_off_the_screen_and_is_kept() {
         "{log}"
     );
 }
+
+/// `tracer top --runqlen`: three spinners on the last CPU keep two waiting there, and
+/// that CPU's cell says so (`rq 2.0`) while the other CPUs' say how many wait on them.
+#[test]
+#[ignore = "needs root"]
+fn top_runqlen_shows_the_waiting_beside_each_cpu() {
+    require_root();
+    let cpu = std::thread::available_parallelism().unwrap().get() - 1;
+    let spin = Workload(
+        Command::new(WORKLOAD)
+            .args(["spin", "--threads", "3", "--cpu", &cpu.to_string()])
+            .args(["--duration-ms", "60000", "--out", "/dev/null"])
+            .spawn()
+            .expect("cannot start the spinners"),
+    );
+    let t = Tmux::new("rq");
+    t.start_top("-i 500ms --runqlen");
+    // The CPU's cell: "  N[||||...] 100% st  - rq 2.0".
+    let rq_of = |screen: &str| -> Option<f64> {
+        let cell = format!("{cpu:>3}[");
+        screen.lines().find_map(|l| {
+            let rest = &l[l.find(&cell)?..];
+            let rq = rest.split_once(" rq")?.1;
+            rq.split_whitespace().next()?.parse().ok()
+        })
+    };
+    let s = t.wait(20, "CPU's rq near 2", |s| {
+        rq_of(s).is_some_and(|v| (1.8..=2.3).contains(&v))
+    });
+    t.keys(&["q"]);
+    t.assert_restored("q");
+    drop(spin);
+    eprintln!("{}", s.lines().take(4).collect::<Vec<_>>().join("\n"));
+}

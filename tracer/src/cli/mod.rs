@@ -281,6 +281,10 @@ pub struct TopArgs {
     pub duration: Option<Duration>,
     #[command(flatten)]
     pub probe: ProbeArgs,
+    /// Sample each CPU's run-queue length at 99 Hz: its mean number of tasks waiting
+    /// beside the CPU's bar (rq).
+    #[arg(long)]
+    pub runqlen: bool,
 }
 
 impl From<TopArgs> for crate::cmd::top::TopConfig {
@@ -292,6 +296,7 @@ impl From<TopArgs> for crate::cmd::top::TopConfig {
             probe: a.probe.probe,
             runq_from: a.probe.runq_from,
             max_threads: a.probe.max_threads,
+            runqlen: a.runqlen,
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct TopConfig {
     pub probe: ProbeMode,
     pub runq_from: RunqFrom,
     pub max_threads: u32,
+    /// Sample each CPU's run-queue length.
+    pub runqlen: bool,
 }
 
 /// The title line's account of the traced set.
@@ -59,7 +61,7 @@ pub fn run(c: TopConfig, root: Root) -> Result<i32> {
         max_threads: c.max_threads,
         heatmap: None,
         hook: Default::default(),
-        runqlen: false,
+        runqlen: c.runqlen,
         irq: false,
     };
     // The command's output would scribble over the screen: it goes to a file, named at

@@ -109,6 +109,8 @@ pub struct CpuView {
     pub util: f64,
     /// Steal, percent of the interval, when the hypervisor view was read.
     pub steal_pct: Option<f64>,
+    /// `--runqlen`: the mean number of tasks waiting over the interval.
+    pub runqlen: Option<f64>,
 }
 
 /// One interval report, as the view shows it.
@@ -212,6 +214,13 @@ impl Sample {
                     .collect()
             })
             .unwrap_or_default();
+        let runqlen: BTreeMap<usize, f64> = r
+            .sections
+            .runqlen
+            .iter()
+            .flatten()
+            .map(|c| (c.cpu as usize, c.mean_waiting))
+            .collect();
         Sample {
             interval: r.interval().unwrap_or(0),
             time: r.local_time.clone(),
@@ -224,6 +233,7 @@ impl Sample {
                     cpu: c.cpu,
                     util: c.utilization,
                     steal_pct: steal.get(&c.cpu).copied(),
+                    runqlen: runqlen.get(&c.cpu).copied(),
                 })
                 .collect(),
             procs,

@@ -31,9 +31,17 @@ pub fn table_height(top: &Top, area: Rect) -> usize {
     table.height.saturating_sub(1) as usize
 }
 
+/// A CPU's cell: 7 more with `--runqlen`'s " rq 2.0".
+fn cpu_cell(top: &Top) -> u16 {
+    let rq = top
+        .shown()
+        .is_some_and(|s| s.cpus.iter().any(|c| c.runqlen.is_some()));
+    CPU_CELL + if rq { 7 } else { 0 }
+}
+
 fn cpu_lines(top: &Top, width: u16) -> u16 {
     let n = top.shown().map_or(0, |s| s.cpus.len()) as u16;
-    let per = (width / CPU_CELL).max(1);
+    let per = (width / cpu_cell(top)).max(1);
     n.div_ceil(per).min(CPU_LINES)
 }
 
@@ -120,7 +128,7 @@ fn bar(frac: f64, width: usize) -> String {
 
 fn draw_cpus(f: &mut Frame, top: &Top, area: Rect) {
     let Some(s) = top.shown() else { return };
-    let per = (area.width / CPU_CELL).max(1) as usize;
+    let per = (area.width / cpu_cell(top)).max(1) as usize;
     let shown = per * area.height as usize;
     let mut lines = Vec::new();
     for chunk in s.cpus.chunks(per).take(area.height as usize) {
@@ -139,6 +147,9 @@ fn draw_cpus(f: &mut Frame, top: &Top, area: Rect) {
             spans.push(Span::raw(format!("{:>3}[", c.cpu)));
             spans.push(Span::styled(bar(c.util, 12), style(top, colour)));
             spans.push(Span::raw(format!("]{:>4.0}% st{steal} ", 100.0 * c.util)));
+            if let Some(rq) = c.runqlen {
+                spans.push(Span::raw(format!("rq{rq:>4.1} ")));
+            }
         }
         lines.push(TLine::from(spans));
     }
