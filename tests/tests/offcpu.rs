@@ -162,6 +162,58 @@ fn named_waits_with_their_time() {
     let _ = std::fs::remove_file(&t);
 }
 
+/// The raw and classic tracepoint modes (kernels without tp_btf or without BTF) name
+/// the same waits with the same times, and the report says the mode.
+#[test]
+#[ignore = "needs root"]
+fn named_waits_in_every_probe_mode() {
+    require_root();
+    let w = workload(true);
+    let modes = tracer_tests::probe_modes();
+    let modes: Vec<&str> = modes
+        .iter()
+        .map(String::as_str)
+        .filter(|m| *m != "perf-sched")
+        .collect();
+    assert!(modes.contains(&"tracepoint"), "modes here: {modes:?}");
+    for mode in modes {
+        let t = scratch("offcpu-mode-truth");
+        let doc = run_json(&[
+            "offcpu",
+            "--json",
+            "--probe",
+            mode,
+            "--",
+            w.to_str().unwrap(),
+            "--ms",
+            "20",
+            "--rounds",
+            "20",
+            "--out",
+            t.to_str().unwrap(),
+        ]);
+        assert_eq!(doc["probe"], mode);
+        let tr = truth(&t);
+        for (tid, func, key) in [
+            ("futex_tid", "offcpu_futex_wait_here", "futex_ns"),
+            ("pipe_tid", "offcpu_pipe_read_here", "pipe_ns"),
+            ("sleep_tid", "offcpu_nanosleep_here", "sleep_ns"),
+        ] {
+            let got = time_in(&doc, tr[tid].as_u64().unwrap(), "blocked", func);
+            within(&format!("{mode}: {func}"), got, tr[key].as_u64().unwrap());
+        }
+        for i in 0..2 {
+            let tid = tr["spin_tids"][i].as_u64().unwrap();
+            let got = time_in(&doc, tid, "preempted", "offcpu_spin_here");
+            within(
+                &format!("{mode}: offcpu_spin_here (preempted)"),
+                got,
+                tr["spin_run_delay_ns"][i].as_u64().unwrap(),
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn folded_and_kernel_only() {
@@ -282,6 +334,10 @@ fn bad_options_say_what_is_wrong() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("sleepy") && e.contains("blocked"), "{e}");
     assert!(!e.contains("panicked"), "{e}");
+    let out = run_tracer(&["offcpu", "-d", "1", "--probe", "perf-sched"]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("perf-sched") && e.lines().count() == 1, "{e}");
 }
 
 /// offcputime's output: blocks of kernel frames (leaf first), `-  comm (tid)`, the time

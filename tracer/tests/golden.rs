@@ -529,6 +529,7 @@ fn hostile_offcpu() -> tracer::model::stacks::OffcpuReport {
         OffcpuDrops::default(),
         vec!["user stacks of PID 100 (\x1b]2;OWNED\x07) are not symbolized".into()],
     )
+    .with_probe("tracepoint")
 }
 
 #[test]

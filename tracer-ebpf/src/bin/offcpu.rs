@@ -1,9 +1,9 @@
 //! The off-CPU family (`tracer offcpu`): where traced threads wait, as stacks with the
 //! time spent off-CPU.
 //!
-//! A program of its own on sched_switch (tp_btf), in an object of its own with the
-//! traced set's fork and exec followers: `tracer run` neither loads it nor creates its
-//! maps. At switch-out the
+//! A program of its own on sched_switch (tp_btf, raw or classic tracepoint: one is
+//! loaded), in an object of its own with the traced set's fork and exec followers:
+//! `tracer run` neither loads it nor creates its maps. At switch-out the
 //! leaving thread is `current`, so `bpf_get_stackid` takes its kernel and user stacks
 //! as they are while it sleeps (or was preempted); at its switch-in the time away is
 //! added to `OFFCPU` under (process, thread, user stack, kernel stack, state), as
@@ -14,9 +14,11 @@
 use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::bpf_ktime_get_ns,
-    macros::{btf_tracepoint, map},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{HashMap, PerCpuArray, StackTrace},
-    programs::{tracing::StackIdContext as _, BtfTracePointContext},
+    programs::{
+        tracing::StackIdContext, BtfTracePointContext, RawTracePointContext, TracePointContext,
+    },
 };
 use tracer_common::offcpu::{
     offdrop, OffKey, OffStart, OffVal, OffcpuConfig, STACK_COLLISION, STACK_FULL, STACK_NOT_TAKEN,
@@ -25,8 +27,8 @@ use tracer_common::offcpu::{
 
 use tracer_ebpf::{
     account,
-    task::{current_task, current_task_btf, leave_from_args, task_from_btf},
-    Leave,
+    task::{config, current_task, current_task_btf, leave_from_args, task_from_btf},
+    Leave, Task,
 };
 
 /// Settings of this program; user space overwrites them in `.rodata` before load.
@@ -65,7 +67,7 @@ fn add_drop(idx: u32, n: u64) {
 
 /// A stack id, or the error as a negative number (collisions and a full map counted).
 #[inline(always)]
-fn stack_id(ctx: &BtfTracePointContext, user: bool) -> i32 {
+fn stack_id<C: StackIdContext>(ctx: &C, user: bool) -> i32 {
     let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
     match ctx.get_stackid(&OFFCPU_STACKS, flags) {
         Ok(id) => id as i32,
@@ -87,17 +89,60 @@ fn stack_id(ctx: &BtfTracePointContext, user: bool) -> i32 {
     }
 }
 
+/// tp_btf: `sched_switch(preempt, prev, next, prev_state)`, BTF pointers.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     let preempt: u64 = ctx.arg(0);
-    let next: *const u8 = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
+    let next = task_from_btf(ctx.arg(2), true).tid;
+    let leave = leave_from_args(preempt & 0xff, prev_state as u32);
+    on_switch(&ctx, current_task_btf(), leave, next);
+    0
+}
+
+/// Raw tracepoint: the same arguments as plain numbers (`next`'s TID by a probe read
+/// at its BTF offset).
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn offcpu_switch_raw(ctx: RawTracePointContext) -> i32 {
+    let preempt: u64 = ctx.arg(0);
+    let prev_state: u64 = ctx.arg(3);
+    let next = task_from_btf(ctx.arg::<u64>(2) as *const u8, false).tid;
+    let leave = leave_from_args(preempt & 0xff, prev_state as u32);
+    on_switch(&ctx, current_task(), leave, next);
+    0
+}
+
+/// Classic tracepoint (kernels without BTF): `prev_state` and `next_pid` from the
+/// record, at offsets from its tracefs format.
+#[tracepoint(category = "sched", name = "sched_switch")]
+pub fn offcpu_switch_tp(ctx: TracePointContext) -> u32 {
+    let c = config();
+    // SAFETY: offsets from the format file; read_at checks bounds.
+    let state = if c.tp.switch_prev_state_size == 8 {
+        unsafe { ctx.read_at::<u64>(c.tp.switch_prev_state as usize) }.unwrap_or(0)
+    } else {
+        unsafe { ctx.read_at::<u32>(c.tp.switch_prev_state as usize) }.unwrap_or(0) as u64
+    };
+    let leave = if state & c.tp.dead_mask as u64 != 0 {
+        Leave::Dead
+    } else if state & c.tp.blocked_mask as u64 != 0 {
+        Leave::Blocked
+    } else {
+        Leave::Preempted
+    };
+    // SAFETY: as above.
+    let next = unsafe { ctx.read_at::<u32>(c.tp.switch_next_pid as usize) }.unwrap_or(0);
+    on_switch(&ctx, current_task(), leave, next);
+    0
+}
+
+/// One switch, decoded: `prev` (`current`) left as `leave`, `next` is coming in.
+#[inline(always)]
+fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
     let oc = offcpu_config();
     let now = unsafe { bpf_ktime_get_ns() };
 
     // Switch-out: `prev` is `current`, its stacks are the ones it leaves with.
-    let prev = current_task_btf();
-    let leave = leave_from_args(preempt & 0xff, prev_state as u32);
     let state = match leave {
         Leave::Blocked => STATE_BLOCKED,
         Leave::Preempted => STATE_PREEMPTED,
@@ -108,12 +153,12 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
             ts_ns: now,
             tgid: prev.tgid,
             user_stack: if oc.user_stacks != 0 {
-                stack_id(&ctx, true)
+                stack_id(ctx, true)
             } else {
                 STACK_NOT_TAKEN
             },
             kernel_stack: if oc.kernel_stacks != 0 {
-                stack_id(&ctx, false)
+                stack_id(ctx, false)
             } else {
                 STACK_NOT_TAKEN
             },
@@ -126,21 +171,21 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     }
 
     // Switch-in: a thread coming back adds the time it was away.
-    let tid = task_from_btf(next, true).tid;
+    let tid = next;
     if tid == 0 {
-        return 0;
+        return;
     }
     // SAFETY: copied out at once.
     let Some(s) = (unsafe { OFFCPU_START.get(tid) }).copied() else {
-        return 0;
+        return;
     };
     let _ = OFFCPU_START.remove(tid);
     if now <= s.ts_ns {
-        return 0;
+        return;
     }
     let d = now - s.ts_ns;
     if d < oc.min_ns {
-        return 0;
+        return;
     }
     let key = OffKey {
         tgid: s.tgid,
@@ -172,7 +217,6 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
             }
         }
     }
-    0
 }
 
 // The traced set's followers, as the scheduling family's (same names), without its
@@ -190,11 +234,57 @@ pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
 pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
     let new = task_from_btf(ctx.arg(0), true).tid;
     let old: u64 = ctx.arg(1);
-    let old = old as u32;
+    follow_exec(new, old as u32);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
+    account::fork(
+        current_task(),
+        task_from_btf(ctx.arg::<u64>(1) as *const u8, false),
+    );
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exec")]
+pub fn sched_exec_raw(ctx: RawTracePointContext) -> i32 {
+    let new = task_from_btf(ctx.arg::<u64>(0) as *const u8, false).tid;
+    follow_exec(new, ctx.arg::<u64>(1) as u32);
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_fork")]
+pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
+    // SAFETY: offset from the format file; read_at checks bounds.
+    let child = unsafe { ctx.read_at::<u32>(config().tp.fork_child_pid as usize) }.unwrap_or(0);
+    // Known by its TID alone, as the record gives it.
+    let t = Task {
+        tid: child,
+        tgid: 0,
+        ptr: core::ptr::null(),
+        trusted: false,
+        comm: tracer_ebpf::CommSrc::None,
+    };
+    account::fork(current_task(), t);
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exec")]
+pub fn sched_exec_tp(ctx: TracePointContext) -> u32 {
+    let c = config();
+    // SAFETY: as above.
+    let new = unsafe { ctx.read_at::<u32>(c.tp.exec_pid as usize) }.unwrap_or(0);
+    let old = unsafe { ctx.read_at::<u32>(c.tp.exec_old_pid as usize) }.unwrap_or(0);
+    follow_exec(new, old);
+    0
+}
+
+#[inline(always)]
+fn follow_exec(new: u32, old: u32) {
     if new != old && new != 0 && old != 0 {
         account::follow_exec(old, new);
     }
-    0
 }
 
 #[link_section = "license"]

@@ -14,9 +14,10 @@ use tracer_common::{
     Config,
 };
 
+use crate::model::options::ProbeMode;
 use crate::{
     bpf::{
-        attach, compat, loader, object,
+        attach, loader, object,
         table::{self, Prog, Role},
     },
     sys::{btf::KernelBtf, root::Root},
@@ -36,43 +37,84 @@ pub struct OffcpuLoad {
     pub stack_entries: u32,
     /// Distinct (thread, stacks, state) sums.
     pub sum_entries: u32,
+    pub probe: ProbeMode,
 }
 
 /// The off-CPU program loaded and attached, with its maps.
 pub struct OffcpuTracer {
     pub ebpf: Ebpf,
+    /// The mode in use, and the better ones refused with their reasons.
+    pub mode: ProbeMode,
+    pub refused: Vec<(ProbeMode, String)>,
     attached: Vec<Prog>,
 }
 
 impl OffcpuTracer {
-    /// Loads (tp_btf only: stacks need `current` at a BTF tracepoint), attaches the
-    /// programs that keep the traced set, lets `seed` fill it, attaches the rest (as
-    /// [`loader::Tracer::start`] does).
+    /// Loads the switch program of the first mode that works (`auto`: tp-btf, raw-tp,
+    /// tracepoint), attaches the programs that keep the traced set, lets `seed` fill it,
+    /// attaches the rest (as [`loader::Tracer::start`] does).
     pub fn start(
         opts: &OffcpuLoad,
         root: &Root,
         seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
     ) -> Result<OffcpuTracer> {
-        let kbtf = KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))
-            .context("off-CPU stacks need kernel BTF (tp_btf)")?;
-        if !compat::sched_switch_has_prev_state(&kbtf) {
-            return Err(anyhow!(
-                "this kernel's sched_switch tracepoint has no prev_state argument (before 5.18)"
-            ));
+        let modes = match opts.probe {
+            ProbeMode::Auto => vec![ProbeMode::TpBtf, ProbeMode::RawTp, ProbeMode::Tracepoint],
+            ProbeMode::PerfSched => {
+                return Err(anyhow!(
+                    "--probe perf-sched: perf's switch hooks carry no stack to take; \
+                     tracer offcpu attaches in tp-btf, raw-tp or tracepoint mode"
+                ))
+            }
+            m => vec![m],
+        };
+        let mut refused = Vec::new();
+        for &mode in &modes {
+            match Self::try_mode(mode, opts, root, seed) {
+                Ok(mut t) => {
+                    t.refused = refused;
+                    return Ok(t);
+                }
+                Err(e) if modes.len() > 1 => refused.push((mode, format!("{e:#}"))),
+                Err(e) => return Err(e),
+            }
         }
+        let why: Vec<String> = refused
+            .iter()
+            .map(|(m, e)| format!("{}: {e}", m.name()))
+            .collect();
+        Err(anyhow!(
+            "no probe mode works for tracer offcpu on this kernel ({})",
+            why.join("; ")
+        ))
+    }
+
+    fn try_mode(
+        mode: ProbeMode,
+        opts: &OffcpuLoad,
+        root: &Root,
+        seed: &mut dyn FnMut(&mut Ebpf) -> Result<()>,
+    ) -> Result<OffcpuTracer> {
         let mut cfg = Config {
             mode: tracer_common::Accounting {
                 filter: crate::bpf::config::filter_abi(opts.filter),
                 ..Default::default()
             },
-            task: tracer_common::TaskOffsets {
-                pid: kbtf.member_offset("task_struct", "pid")?,
-                tgid: kbtf.member_offset("task_struct", "tgid")?,
-                comm: kbtf.member_offset("task_struct", "comm")?,
-                dead_mask: compat::TASK_DEAD,
-                ..Default::default()
-            },
             ..Config::ZERO
+        };
+        // tp-btf and raw-tp read tasks at BTF offsets; the classic tracepoint's records
+        // are read at the offsets of their tracefs formats.
+        let kbtf = match mode {
+            ProbeMode::Tracepoint => {
+                crate::bpf::config::tracefs_config(&mut cfg, root)?;
+                None
+            }
+            _ => {
+                let kbtf = KernelBtf::from_file(&root.path(crate::sys::btf::VMLINUX_BTF))
+                    .context("kernel BTF")?;
+                crate::bpf::config::btf_config(&mut cfg, &kbtf)?;
+                Some(kbtf)
+            }
         };
         if let Some(cg) = &opts.cgroup {
             cg.configure(&mut cfg);
@@ -87,10 +129,18 @@ impl OffcpuTracer {
             .map_max_entries("OFFCPU", opts.sum_entries)
             .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
-        let progs = table::offcpu_programs(with_fork);
-        let btf = attach::attach_btf(&kbtf, &progs)?;
+        let table_mode = match mode {
+            ProbeMode::RawTp => table::Mode::RawTp,
+            ProbeMode::Tracepoint => table::Mode::Tracepoint,
+            _ => table::Mode::TpBtf,
+        };
+        let progs = table::offcpu_programs(table_mode, with_fork);
+        let btf = match (mode, &kbtf) {
+            (ProbeMode::TpBtf, Some(k)) => Some(attach::attach_btf(k, &progs)?),
+            _ => None,
+        };
         drop(kbtf);
-        attach::load_all(&mut ebpf, &progs, Some(&btf))?;
+        attach::load_all(&mut ebpf, &progs, btf.as_ref())?;
         if let Some(cg) = &opts.cgroup {
             cg.store(&mut ebpf)?;
         }
@@ -99,8 +149,12 @@ impl OffcpuTracer {
         attach::attach_all(&mut ebpf, tracking)?;
         seed(&mut ebpf)?;
         attach::attach_all(&mut ebpf, rest)?;
-        let attached = progs;
-        Ok(OffcpuTracer { ebpf, attached })
+        Ok(OffcpuTracer {
+            ebpf,
+            mode,
+            refused: Vec::new(),
+            attached: progs,
+        })
     }
 
     /// Detaches: the sums stop growing; the maps stay readable.

@@ -247,19 +247,34 @@ pub const CGROUP_MKDIR: Prog = prog("cgroup_mkdir_tp", Attach::Tracepoint, "cgro
 
 /// The off-CPU family: its switch program and, with a target, the programs that keep
 /// the traced set (children join it, an exec'ing thread keeps its place).
-pub fn offcpu_programs(fork: bool) -> Vec<Prog> {
-    let mut v = vec![prog("offcpu_switch", Attach::TpBtf, "sched_switch")];
+pub fn offcpu_programs(mode: Mode, fork: bool) -> Vec<Prog> {
+    use Attach::*;
+    let (switch, fork_exec) = match mode {
+        Mode::RawTp => (
+            prog("offcpu_switch_raw", RawTp, "sched_switch"),
+            [
+                keeps_set("sched_fork_raw", RawTp, "sched_process_fork"),
+                keeps_set("sched_exec_raw", RawTp, "sched_process_exec"),
+            ],
+        ),
+        Mode::Tracepoint => (
+            prog("offcpu_switch_tp", Tracepoint, "sched/sched_switch"),
+            [
+                keeps_set("sched_fork_tp", Tracepoint, "sched/sched_process_fork"),
+                keeps_set("sched_exec_tp", Tracepoint, "sched/sched_process_exec"),
+            ],
+        ),
+        _ => (
+            prog("offcpu_switch", TpBtf, "sched_switch"),
+            [
+                keeps_set("sched_fork_btf", TpBtf, "sched_process_fork"),
+                keeps_set("sched_exec_btf", TpBtf, "sched_process_exec"),
+            ],
+        ),
+    };
+    let mut v = vec![switch];
     if fork {
-        v.push(keeps_set(
-            "sched_fork_btf",
-            Attach::TpBtf,
-            "sched_process_fork",
-        ));
-        v.push(keeps_set(
-            "sched_exec_btf",
-            Attach::TpBtf,
-            "sched_process_exec",
-        ));
+        v.extend(fork_exec);
     }
     v
 }

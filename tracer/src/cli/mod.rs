@@ -483,6 +483,10 @@ pub struct OffcpuArgs {
     /// Slots of the stack map (distinct user and kernel stacks).
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_max_threads)]
     pub stack_entries: u32,
+    /// Attach mode: auto tries tp-btf, then raw-tp (both need kernel BTF and 5.18's
+    /// prev_state), then the classic tracepoint (tracefs formats only); not perf-sched.
+    #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
+    pub probe: ProbeMode,
 }
 
 impl ValueEnum for StateFilter {
@@ -514,6 +518,7 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
             top: a.top,
             max_threads: a.max_threads,
             stack_entries: a.stack_entries,
+            probe: a.probe,
         }
     }
 }

@@ -55,6 +55,8 @@ pub struct OffcpuOptions {
     pub top: usize,
     pub max_threads: u32,
     pub stack_entries: u32,
+    /// Attach mode (auto: tp-btf, else raw-tp, else tracepoint).
+    pub probe: crate::model::options::ProbeMode,
 }
 
 pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
@@ -116,6 +118,7 @@ fn start(
         },
         stack_entries: o.stack_entries,
         sum_entries: 65536,
+        probe: o.probe,
     };
     let mut fill = |ebpf: &mut Ebpf| -> Result<()> {
         targets::seed(ebpf, root, &o.targets, before, child, o.max_threads).map(|_| ())
@@ -383,7 +386,8 @@ fn build_report(
         stacks,
         drops,
         notes,
-    ))
+    )
+    .with_probe(tracer.mode.name()))
 }
 
 /// Where a complete user stack ends: the outermost call of a process's main thread or

@@ -175,6 +175,8 @@ pub struct OffcpuReport {
     pub target: String,
     pub states: &'static str,
     pub min_ns: u64,
+    /// The probe mode the switch program attached in (`tp-btf`, `raw-tp`, `tracepoint`).
+    pub probe: &'static str,
     pub total_ns: u64,
     pub blocked_ns: u64,
     pub preempted_ns: u64,
@@ -216,6 +218,7 @@ impl OffcpuReport {
             target,
             states: states.name(),
             min_ns,
+            probe: "unknown",
             total_ns: blocked_ns + preempted_ns,
             blocked_ns,
             preempted_ns,
@@ -223,6 +226,12 @@ impl OffcpuReport {
             notes,
             stacks,
         }
+    }
+
+    /// The report of a run in probe mode `probe`.
+    pub fn with_probe(mut self, probe: &'static str) -> Self {
+        self.probe = probe;
+        self
     }
 
     /// Folded stacks (`frame;frame;... value`), equal lines merged, in microseconds as

@@ -44,11 +44,12 @@ fn write_part(out: &mut dyn Write, part: &StackPart) -> std::io::Result<()> {
 pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "Off-CPU stacks: {}, {}, states {}, periods of at least {}",
+        "Off-CPU stacks: {}, {}, states {}, periods of at least {}, probe {}",
         escape(&r.target),
         secs(r.window_ns),
         r.states,
-        secs(r.min_ns)
+        secs(r.min_ns),
+        r.probe
     )?;
     writeln!(
         out,
