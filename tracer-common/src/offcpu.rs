@@ -56,6 +56,44 @@ pub struct OffVal {
     pub comm: [u8; COMM_LEN],
 }
 
+/// Who woke a blocked thread (`--wakers`): value of `WAKERS`, keyed by the wakee's TID,
+/// written at `sched_waking` (the waker is `current` there) and taken at its switch-in.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Waker {
+    pub tgid: u32,
+    pub tid: u32,
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// [`WakeKey::waker_tid`] of a period without a waker.
+pub const NO_WAKER: u32 = u32::MAX;
+
+/// Key of the `OFFWAKE` sums (`--wakers`): the period's key and its waker's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WakeKey {
+    pub off: OffKey,
+    /// [`NO_WAKER`] with its stacks [`STACK_NOT_TAKEN`]: no waker seen (a preempted
+    /// period, or a wakeup before the attach). 0 is the idle task (an interrupt in it).
+    pub waker_tgid: u32,
+    pub waker_tid: u32,
+    pub waker_user_stack: i32,
+    pub waker_kernel_stack: i32,
+}
+
+/// Value of the `OFFWAKE` sums.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WakeVal {
+    pub total_ns: u64,
+    pub count: u64,
+    pub comm: [u8; COMM_LEN],
+    pub waker_comm: [u8; COMM_LEN],
+}
+
 /// Load-time settings of the off-CPU program (`OFFCPU_CONFIG` in `.rodata`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -68,7 +106,8 @@ pub struct OffcpuConfig {
     pub kernel_stacks: u32,
     /// 1: take user stacks.
     pub user_stacks: u32,
-    pub _pad: u32,
+    /// 1: join each blocked period with its waker (`OFFWAKE` instead of `OFFCPU`).
+    pub wakers: u32,
 }
 
 /// Indices into the per-CPU `OFFCPU_DROPS` array.
@@ -85,13 +124,18 @@ pub mod offdrop {
     pub const SUMS_FULL: u32 = 4;
     /// The time of the periods lost to [`SUMS_FULL`], ns.
     pub const SUMS_FULL_NS: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// `WAKERS` was full: a blocked period's waker was not kept.
+    pub const WAKERS_FULL: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 const _: () = assert!(core::mem::size_of::<OffStart>() == 40);
 const _: () = assert!(core::mem::size_of::<OffKey>() == 24);
 const _: () = assert!(core::mem::size_of::<OffVal>() == 32);
 const _: () = assert!(core::mem::size_of::<OffcpuConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<Waker>() == 32);
+const _: () = assert!(core::mem::size_of::<WakeKey>() == 40);
+const _: () = assert!(core::mem::size_of::<WakeVal>() == 48);
 
 #[cfg(feature = "user")]
 mod pod {
@@ -100,4 +144,7 @@ mod pod {
     unsafe impl aya::Pod for super::OffKey {}
     unsafe impl aya::Pod for super::OffVal {}
     unsafe impl aya::Pod for super::OffcpuConfig {}
+    unsafe impl aya::Pod for super::Waker {}
+    unsafe impl aya::Pod for super::WakeKey {}
+    unsafe impl aya::Pod for super::WakeVal {}
 }

@@ -518,6 +518,15 @@ fn hostile_offcpu() -> tracer::model::stacks::OffcpuReport {
             user: frames(&["main", "\x1b]2;OWNED\x07<&>\"sym;bol", "nanosleep"]),
             kernel: frames(&["entry_SYSCALL_64", "do_nanosleep", "schedule"]),
             user_truncated: (i == 0).then(|| "lib\x1b[2J.so".to_string()),
+            // A waker as hostile as the waiter (`--wakers`).
+            waker: (i == 1).then(|| tracer::model::stacks::WakerStack {
+                pid: 200,
+                tid: 201,
+                comm: tracer::model::words::from_bytes(HOSTILE[0]),
+                user: frames(&["main", "\x1b[2Jwrite_here"]),
+                kernel: frames(&["try_to_wake_up", "pipe_write"]),
+                interrupt: false,
+            }),
         })
         .collect();
     OffcpuReport::new(
@@ -546,9 +555,10 @@ fn hostile_names_are_escaped_in_offcpu_text_folded_and_svg() {
     let f = String::from_utf8(f).unwrap();
     assert_inert("folded", &f);
     for line in f.lines() {
-        // comm; 3 user frames; the truncation marker of the first; 3 kernel frames.
+        // comm; 3 user frames; the truncation marker of the first; 3 kernel frames; the
+        // second's waker: `--`, 2 kernel frames, `-`, 2 user frames, its comm.
         let frames = line.rsplit_once(' ').unwrap().0.split(';').count();
-        assert!(frames == 7 || frames == 8, "{line}");
+        assert!(frames == 7 || frames == 8 || frames == 7 + 7, "{line}");
     }
     check("hostile_folded", &f, false);
     let mut svg = Vec::new();

@@ -90,6 +90,14 @@ mod imp {
         t0.elapsed().as_nanos() as u64
     }
 
+    /// Writes one byte to the pipe: the waker of `offcpu_pipe_read_here` (`--wakers`).
+    #[inline(never)]
+    #[no_mangle]
+    pub fn offcpu_pipe_write_here(fd: i32) {
+        // SAFETY: one byte from a valid buffer.
+        unsafe { syscall4(SYS_WRITE, fd as usize, b"x".as_ptr() as usize, 1, 0) };
+    }
+
     /// Sleeps `ms`.
     #[inline(never)]
     #[no_mangle]
@@ -205,8 +213,7 @@ mod imp {
         // The pipe's writer: one byte every `ms`.
         for _ in 0..rounds {
             std::thread::sleep(Duration::from_millis(ms));
-            // SAFETY: one byte from a valid buffer.
-            unsafe { syscall4(SYS_WRITE, wfd as usize, b"x".as_ptr() as usize, 1, 0) };
+            offcpu_pipe_write_here(wfd);
         }
         let (futex_tid, futex_ns) = futex.join().unwrap();
         let (pipe_tid, pipe_ns) = pipe.join().unwrap();

@@ -21,8 +21,8 @@ use aya_ebpf::{
     },
 };
 use tracer_common::offcpu::{
-    offdrop, OffKey, OffStart, OffVal, OffcpuConfig, STACK_COLLISION, STACK_FULL, STACK_NOT_TAKEN,
-    STATE_BLOCKED, STATE_PREEMPTED,
+    offdrop, OffKey, OffStart, OffVal, OffcpuConfig, WakeKey, WakeVal, Waker, NO_WAKER,
+    STACK_COLLISION, STACK_FULL, STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
 };
 
 use tracer_ebpf::{
@@ -38,7 +38,7 @@ static OFFCPU_CONFIG: OffcpuConfig = OffcpuConfig {
     states: 0,
     kernel_stacks: 0,
     user_stacks: 0,
-    _pad: 0,
+    wakers: 0,
 };
 
 #[inline(always)]
@@ -56,6 +56,11 @@ pub static OFFCPU_START: HashMap<u32, OffStart> = HashMap::with_max_entries(1, 0
 pub static OFFCPU: HashMap<OffKey, OffVal> = HashMap::with_max_entries(1, 0);
 #[map]
 pub static OFFCPU_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(offdrop::COUNT, 0);
+// `--wakers`: who woke each blocked thread, and the sums joined with it.
+#[map]
+pub static WAKERS: HashMap<u32, Waker> = HashMap::with_max_entries(1, 0);
+#[map]
+pub static OFFWAKE: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(1, 0);
 
 #[inline(always)]
 fn add_drop(idx: u32, n: u64) {
@@ -195,6 +200,10 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
         state: s.state,
         _pad: 0,
     };
+    if oc.wakers != 0 {
+        add_woken(key, &s.comm, d);
+        return;
+    }
     match OFFCPU.get_ptr_mut(key) {
         Some(v) => {
             // SAFETY: map value; a thread switches in on one CPU at a time, but two
@@ -217,6 +226,117 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
             }
         }
     }
+}
+
+/// `--wakers`: the period `key` of `d` ns, joined with the waker its thread's
+/// `sched_waking` left (none for a preempted period or a wakeup before the attach).
+#[inline(always)]
+fn add_woken(off: OffKey, comm: &[u8; 16], d: u64) {
+    // SAFETY: copied out at once.
+    let w = unsafe { WAKERS.get(off.tid) }.copied();
+    if w.is_some() {
+        let _ = WAKERS.remove(off.tid);
+    }
+    let w = w.unwrap_or_else(|| {
+        let mut n = core::mem::MaybeUninit::<Waker>::uninit();
+        // SAFETY: zeroed word by word (a zeroed comm is a memset the verifier walks byte
+        // by byte), then every other field set.
+        unsafe {
+            tracer_ebpf::mem::zero(n.as_mut_ptr());
+            let p = n.as_mut_ptr();
+            (*p).tgid = NO_WAKER;
+            (*p).tid = NO_WAKER;
+            (*p).user_stack = STACK_NOT_TAKEN;
+            (*p).kernel_stack = STACK_NOT_TAKEN;
+            n.assume_init()
+        }
+    });
+    let key = WakeKey {
+        off,
+        waker_tgid: w.tgid,
+        waker_tid: w.tid,
+        waker_user_stack: w.user_stack,
+        waker_kernel_stack: w.kernel_stack,
+    };
+    match OFFWAKE.get_ptr_mut(key) {
+        Some(v) => {
+            // SAFETY: map value, written by the wakee's switch-in only (one CPU at a time).
+            unsafe {
+                (*v).total_ns += d;
+                (*v).count += 1;
+            }
+        }
+        None => {
+            let v = WakeVal {
+                total_ns: d,
+                count: 1,
+                comm: *comm,
+                waker_comm: w.comm,
+            };
+            if OFFWAKE.insert(key, v, BPF_NOEXIST as u64).is_err() {
+                add_drop(offdrop::SUMS_FULL, 1);
+                add_drop(offdrop::SUMS_FULL_NS, d);
+            }
+        }
+    }
+}
+
+/// `sched_waking(p)`, in the waker's context: a traced thread asleep (its switch-out
+/// recorded as blocked) keeps `current`'s ids and stacks as its waker.
+#[inline(always)]
+fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32) {
+    let oc = offcpu_config();
+    if oc.wakers == 0 || wakee == 0 {
+        return;
+    }
+    // SAFETY: read at once.
+    match unsafe { OFFCPU_START.get(wakee) } {
+        Some(s) if s.state == STATE_BLOCKED => {}
+        _ => return,
+    }
+    let me = current_task();
+    let w = Waker {
+        tgid: me.tgid,
+        tid: me.tid,
+        user_stack: if oc.user_stacks != 0 {
+            stack_id(ctx, true)
+        } else {
+            STACK_NOT_TAKEN
+        },
+        kernel_stack: if oc.kernel_stacks != 0 {
+            stack_id(ctx, false)
+        } else {
+            STACK_NOT_TAKEN
+        },
+        comm: tracer_ebpf::task::current_comm(),
+    };
+    if WAKERS.insert(wakee, w, 0).is_err() {
+        add_drop(offdrop::WAKERS_FULL, 1);
+    }
+}
+
+#[btf_tracepoint(function = "sched_waking")]
+pub fn offcpu_waking(ctx: BtfTracePointContext) -> u32 {
+    on_waking(&ctx, task_from_btf(ctx.arg(0), true).tid);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_waking")]
+pub fn offcpu_waking_raw(ctx: RawTracePointContext) -> i32 {
+    on_waking(
+        &ctx,
+        task_from_btf(ctx.arg::<u64>(0) as *const u8, false).tid,
+    );
+    0
+}
+
+/// `sched_waking`'s record has `sched_wakeup`'s layout (one event class).
+#[tracepoint(category = "sched", name = "sched_waking")]
+pub fn offcpu_waking_tp(ctx: TracePointContext) -> u32 {
+    // SAFETY: offset from the format file; read_at checks bounds.
+    let pid = unsafe { ctx.read_at::<u32>(config().tp.wakeup_pid as usize) }.unwrap_or(0);
+    on_waking(&ctx, pid);
+    0
 }
 
 // The traced set's followers, as the scheduling family's (same names), without its

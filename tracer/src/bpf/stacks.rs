@@ -10,7 +10,7 @@ use aya::{
     Ebpf,
 };
 use tracer_common::{
-    offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig},
+    offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig, WakeKey, WakeVal},
     Config,
 };
 
@@ -40,12 +40,35 @@ pub struct OffcpuLoad {
     pub probe: ProbeMode,
 }
 
+/// One sum the kernel kept: a period's key and value and, with `--wakers`, its waker
+/// (tgid 0 and no stacks when none was seen).
+#[derive(Clone, Copy, Debug)]
+pub struct Sum {
+    pub key: OffKey,
+    pub total_ns: u64,
+    pub count: u64,
+    pub comm: [u8; 16],
+    pub waker: Option<WakerSum>,
+}
+
+/// The waker half of an `OFFWAKE` key and value.
+#[derive(Clone, Copy, Debug)]
+pub struct WakerSum {
+    pub tgid: u32,
+    pub tid: u32,
+    pub user_stack: i32,
+    pub kernel_stack: i32,
+    pub comm: [u8; 16],
+}
+
 /// The off-CPU program loaded and attached, with its maps.
 pub struct OffcpuTracer {
     pub ebpf: Ebpf,
     /// The mode in use, and the better ones refused with their reasons.
     pub mode: ProbeMode,
     pub refused: Vec<(ProbeMode, String)>,
+    /// `--wakers`: the sums are `OFFWAKE`'s, joined with their wakers.
+    wakers: bool,
     attached: Vec<Prog>,
 }
 
@@ -120,6 +143,17 @@ impl OffcpuTracer {
             cg.configure(&mut cfg);
         }
         let with_fork = opts.filter != Filter::All;
+        let wakers = opts.cfg.wakers != 0;
+        if wakers && mode == ProbeMode::Tracepoint {
+            // sched_waking shares sched_wakeup's record layout (one event class).
+            let dir = crate::sys::tracefs::tracefs_dir(root)?;
+            let f = crate::sys::tracefs::event_format(&dir, "sched", "sched_waking")?;
+            if f.field("pid")?.offset != cfg.tp.wakeup_pid {
+                return Err(anyhow!(
+                    "sched_waking and sched_wakeup records differ in layout"
+                ));
+            }
+        }
         let mut ebpf = object::new_loader()
             .override_global("CONFIG", &cfg, true)
             .override_global("OFFCPU_CONFIG", &opts.cfg, true)
@@ -127,6 +161,8 @@ impl OffcpuTracer {
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
+            .map_max_entries("WAKERS", if wakers { opts.max_threads } else { 1 })
+            .map_max_entries("OFFWAKE", if wakers { opts.sum_entries } else { 1 })
             .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
         let table_mode = match mode {
@@ -134,7 +170,7 @@ impl OffcpuTracer {
             ProbeMode::Tracepoint => table::Mode::Tracepoint,
             _ => table::Mode::TpBtf,
         };
-        let progs = table::offcpu_programs(table_mode, with_fork);
+        let progs = table::offcpu_programs(table_mode, with_fork, wakers);
         let btf = match (mode, &kbtf) {
             (ProbeMode::TpBtf, Some(k)) => Some(attach::attach_btf(k, &progs)?),
             _ => None,
@@ -153,6 +189,7 @@ impl OffcpuTracer {
             ebpf,
             mode,
             refused: Vec::new(),
+            wakers,
             attached: progs,
         })
     }
@@ -163,17 +200,42 @@ impl OffcpuTracer {
         attach::unload_all(&mut self.ebpf, &progs);
     }
 
-    /// Every (key, sum) the kernel aggregated.
-    pub fn sums(&self) -> Result<Vec<(OffKey, OffVal)>> {
+    /// Every sum the kernel aggregated (`OFFWAKE`'s with `--wakers`, else `OFFCPU`'s).
+    pub fn sums(&self) -> Result<Vec<Sum>> {
+        let mut v = Vec::new();
+        if self.wakers {
+            let m: BpfHashMap<_, WakeKey, WakeVal> =
+                BpfHashMap::try_from(self.ebpf.map("OFFWAKE").context("OFFWAKE missing")?)?;
+            // Entries are never removed: every key the walk finds can be read.
+            for r in m.iter() {
+                let (k, x) = r.context("reading OFFWAKE")?;
+                v.push(Sum {
+                    key: k.off,
+                    total_ns: x.total_ns,
+                    count: x.count,
+                    comm: x.comm,
+                    waker: (k.waker_tid != tracer_common::offcpu::NO_WAKER).then_some(WakerSum {
+                        tgid: k.waker_tgid,
+                        tid: k.waker_tid,
+                        user_stack: k.waker_user_stack,
+                        kernel_stack: k.waker_kernel_stack,
+                        comm: x.waker_comm,
+                    }),
+                });
+            }
+            return Ok(v);
+        }
         let m: BpfHashMap<_, OffKey, OffVal> =
             BpfHashMap::try_from(self.ebpf.map("OFFCPU").context("OFFCPU missing")?)?;
-        let mut v = Vec::new();
         for r in m.iter() {
-            match r {
-                Ok(kv) => v.push(kv),
-                // An entry removed between the key walk and its lookup: none are.
-                Err(e) => log::debug!("reading OFFCPU: {e}"),
-            }
+            let (k, x) = r.context("reading OFFCPU")?;
+            v.push(Sum {
+                key: k,
+                total_ns: x.total_ns,
+                count: x.count,
+                comm: x.comm,
+                waker: None,
+            });
         }
         Ok(v)
     }
@@ -189,6 +251,25 @@ impl OffcpuTracer {
         {
             s.extend(m.keys().filter_map(|k| k.ok()).map(|k| k.tgid));
         }
+        // The wakers' processes too: their user stacks symbolize through their mappings.
+        if let Some(Ok(m)) = self
+            .ebpf
+            .map("OFFWAKE")
+            .map(BpfHashMap::<_, WakeKey, WakeVal>::try_from)
+        {
+            s.extend(
+                m.keys()
+                    .filter_map(|k| k.ok())
+                    .flat_map(|k| [k.off.tgid, k.waker_tgid]),
+            );
+        }
+        if let Some(Ok(m)) = self
+            .ebpf
+            .map("WAKERS")
+            .map(BpfHashMap::<_, u32, tracer_common::offcpu::Waker>::try_from)
+        {
+            s.extend(m.iter().filter_map(|kv| kv.ok()).map(|(_, w)| w.tgid));
+        }
         if let Some(Ok(m)) = self
             .ebpf
             .map("OFFCPU_START")
@@ -197,6 +278,7 @@ impl OffcpuTracer {
             s.extend(m.iter().filter_map(|kv| kv.ok()).map(|(_, v)| v.tgid));
         }
         s.remove(&0);
+        s.remove(&tracer_common::offcpu::NO_WAKER);
         s
     }
 

@@ -247,11 +247,12 @@ pub const CGROUP_MKDIR: Prog = prog("cgroup_mkdir_tp", Attach::Tracepoint, "cgro
 
 /// The off-CPU family: its switch program and, with a target, the programs that keep
 /// the traced set (children join it, an exec'ing thread keeps its place).
-pub fn offcpu_programs(mode: Mode, fork: bool) -> Vec<Prog> {
+pub fn offcpu_programs(mode: Mode, fork: bool, wakers: bool) -> Vec<Prog> {
     use Attach::*;
-    let (switch, fork_exec) = match mode {
+    let (switch, waking, fork_exec) = match mode {
         Mode::RawTp => (
             prog("offcpu_switch_raw", RawTp, "sched_switch"),
+            prog("offcpu_waking_raw", RawTp, "sched_waking"),
             [
                 keeps_set("sched_fork_raw", RawTp, "sched_process_fork"),
                 keeps_set("sched_exec_raw", RawTp, "sched_process_exec"),
@@ -259,6 +260,7 @@ pub fn offcpu_programs(mode: Mode, fork: bool) -> Vec<Prog> {
         ),
         Mode::Tracepoint => (
             prog("offcpu_switch_tp", Tracepoint, "sched/sched_switch"),
+            prog("offcpu_waking_tp", Tracepoint, "sched/sched_waking"),
             [
                 keeps_set("sched_fork_tp", Tracepoint, "sched/sched_process_fork"),
                 keeps_set("sched_exec_tp", Tracepoint, "sched/sched_process_exec"),
@@ -266,6 +268,7 @@ pub fn offcpu_programs(mode: Mode, fork: bool) -> Vec<Prog> {
         ),
         _ => (
             prog("offcpu_switch", TpBtf, "sched_switch"),
+            prog("offcpu_waking", TpBtf, "sched_waking"),
             [
                 keeps_set("sched_fork_btf", TpBtf, "sched_process_fork"),
                 keeps_set("sched_exec_btf", TpBtf, "sched_process_exec"),
@@ -273,6 +276,9 @@ pub fn offcpu_programs(mode: Mode, fork: bool) -> Vec<Prog> {
         ),
     };
     let mut v = vec![switch];
+    if wakers {
+        v.push(waking);
+    }
     if fork {
         v.extend(fork_exec);
     }

@@ -487,6 +487,10 @@ pub struct OffcpuArgs {
     /// prev_state), then the classic tracepoint (tracefs formats only); not perf-sched.
     #[arg(long, value_enum, default_value_t = ProbeMode::Auto)]
     pub probe: ProbeMode,
+    /// Join each blocked period with the thread that woke it (its name and stacks at
+    /// sched_waking), as offwaketime: folded `waiter frames;--;waker frames`.
+    #[arg(long)]
+    pub wakers: bool,
 }
 
 impl ValueEnum for StateFilter {
@@ -519,6 +523,7 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
             max_threads: a.max_threads,
             stack_entries: a.stack_entries,
             probe: a.probe,
+            wakers: a.wakers,
         }
     }
 }

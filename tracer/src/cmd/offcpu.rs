@@ -28,6 +28,7 @@ use crate::{
     cmd::targets,
     model::stacks::{
         Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
+        WakerStack,
     },
     model::targets::Targets,
     output::{flamegraph, folded, stacks as text},
@@ -57,6 +58,8 @@ pub struct OffcpuOptions {
     pub stack_entries: u32,
     /// Attach mode (auto: tp-btf, else raw-tp, else tracepoint).
     pub probe: crate::model::options::ProbeMode,
+    /// Join each blocked period with the thread that woke it.
+    pub wakers: bool,
 }
 
 pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
@@ -114,7 +117,7 @@ fn start(
             states,
             kernel_stacks: (!o.user_only) as u32,
             user_stacks: (!o.kernel_only) as u32,
-            _pad: 0,
+            wakers: o.wakers as u32,
         },
         stack_entries: o.stack_entries,
         sum_entries: 65536,
@@ -266,6 +269,99 @@ fn frames(v: Vec<Vec<SymFrame>>) -> Vec<Frame> {
         .collect()
 }
 
+/// Kernel frames that mean a wakeup ran in an interrupt, not in the task it
+/// interrupted: x86's IRQ and system-vector entries, arm64's and powerpc's, softirqs run
+/// on the way out of one, and the hrtimer interrupt every architecture has.
+const INTERRUPT_FRAMES: &[&str] = &[
+    "hrtimer_interrupt",
+    "common_interrupt",
+    "__irq_exit_rcu",
+    "irq_exit_rcu",
+    "handle_softirqs",
+    "__do_softirq",
+    "el1_interrupt",
+    "el0_interrupt",
+    "gic_handle_irq",
+    "do_IRQ",
+    "timer_interrupt",
+];
+
+/// Whether a waker's kernel stack ran in an interrupt.
+fn in_interrupt(kernel: &[Frame]) -> bool {
+    kernel.iter().any(|f| {
+        INTERRUPT_FRAMES.contains(&f.name.as_str())
+            || f.name.starts_with("asm_sysvec_")
+            || f.name.starts_with("sysvec_")
+    })
+}
+
+/// Stacks made into frames, each id once: kernel stacks by id, user stacks by process
+/// and id, with what could not be symbolized and the binaries that cut stacks short.
+struct Parts<'a> {
+    sym: &'a Symbolizer,
+    ips: &'a HashMap<u32, Vec<u64>>,
+    kcache: HashMap<i32, StackPart>,
+    ucache: HashMap<(u32, i32), (StackPart, Option<String>)>,
+    unsymbolized: BTreeSet<(u32, String)>,
+    truncated: BTreeSet<String>,
+}
+
+impl Parts<'_> {
+    fn kernel(&mut self, id: i32) -> StackPart {
+        let (sym, ips) = (self.sym, self.ips);
+        self.kcache
+            .entry(id)
+            .or_insert_with(|| match ips.get(&(id as u32)) {
+                Some(a) if id >= 0 => {
+                    StackPart::Frames(strip_tracing_frames(frames(sym.kernel(a))))
+                }
+                _ if id >= 0 => StackPart::Missing {
+                    missing: Missing::Unreadable,
+                },
+                _ => StackPart::Missing {
+                    missing: missing(id),
+                },
+            })
+            .clone()
+    }
+
+    /// A user stack of process `tgid` (`comm` names it in a note if unsymbolized).
+    fn user(&mut self, tgid: u32, id: i32, comm: &str) -> (StackPart, Option<String>) {
+        let (sym, ips) = (self.sym, self.ips);
+        let unsymbolized = &mut self.unsymbolized;
+        let got = self
+            .ucache
+            .entry((tgid, id))
+            .or_insert_with(|| match ips.get(&(id as u32)) {
+                Some(a) if id >= 0 => {
+                    if !sym.knows(tgid) {
+                        unsymbolized.insert((tgid, comm.to_string()));
+                    }
+                    let per_ip = sym.user(tgid, a);
+                    let cut = truncated_at(sym, tgid, a, &per_ip);
+                    (StackPart::Frames(frames(per_ip)), cut)
+                }
+                _ if id >= 0 => (
+                    StackPart::Missing {
+                        missing: Missing::Unreadable,
+                    },
+                    None,
+                ),
+                _ => (
+                    StackPart::Missing {
+                        missing: missing(id),
+                    },
+                    None,
+                ),
+            })
+            .clone();
+        if let Some(b) = &got.1 {
+            self.truncated.insert(b.clone());
+        }
+        got
+    }
+}
+
 fn build_report(
     o: &OffcpuOptions,
     tracer: &OffcpuTracer,
@@ -276,60 +372,47 @@ fn build_report(
     let sums = tracer.sums()?;
     let ids: BTreeSet<u32> = sums
         .iter()
-        .flat_map(|(k, _)| [k.user_stack, k.kernel_stack])
+        .flat_map(|x| {
+            let w = x.waker.map_or([-1, -1], |w| [w.user_stack, w.kernel_stack]);
+            [x.key.user_stack, x.key.kernel_stack, w[0], w[1]]
+        })
         .filter(|&id| id >= 0)
         .map(|id| id as u32)
         .collect();
     let ips = tracer.stacks(&ids)?;
-    let mut kcache: HashMap<i32, StackPart> = HashMap::new();
-    let mut ucache: HashMap<(u32, i32), (StackPart, Option<String>)> = HashMap::new();
-    let mut unsymbolized: BTreeSet<(u32, String)> = BTreeSet::new();
-    let mut truncated: BTreeSet<String> = BTreeSet::new();
+    let mut parts = Parts {
+        sym,
+        ips: &ips,
+        kcache: HashMap::new(),
+        ucache: HashMap::new(),
+        unsymbolized: BTreeSet::new(),
+        truncated: BTreeSet::new(),
+    };
     let mut stacks = Vec::new();
-    for (k, v) in &sums {
-        let comm = crate::model::words::from_comm(&v.comm);
-        let kernel = kcache
-            .entry(k.kernel_stack)
-            .or_insert_with(|| match ips.get(&(k.kernel_stack as u32)) {
-                Some(a) if k.kernel_stack >= 0 => {
-                    StackPart::Frames(strip_tracing_frames(frames(sym.kernel(a))))
-                }
-                _ if k.kernel_stack >= 0 => StackPart::Missing {
-                    missing: Missing::Unreadable,
-                },
-                _ => StackPart::Missing {
-                    missing: missing(k.kernel_stack),
-                },
-            })
-            .clone();
-        let (user, cut) = ucache
-            .entry((k.tgid, k.user_stack))
-            .or_insert_with(|| match ips.get(&(k.user_stack as u32)) {
-                Some(a) if k.user_stack >= 0 => {
-                    if !sym.knows(k.tgid) {
-                        unsymbolized.insert((k.tgid, comm.clone()));
+    for x in &sums {
+        let k = &x.key;
+        let comm = crate::model::words::from_comm(&x.comm);
+        let kernel = parts.kernel(k.kernel_stack);
+        let (user, cut) = parts.user(k.tgid, k.user_stack, &comm);
+        let waker = x.waker.map(|w| {
+            let comm = crate::model::words::from_comm(&w.comm);
+            let kernel = parts.kernel(w.kernel_stack);
+            let interrupt = in_interrupt(kernel.frames());
+            WakerStack {
+                pid: w.tgid,
+                tid: w.tid,
+                user: if interrupt {
+                    StackPart::Missing {
+                        missing: Missing::NotTaken,
                     }
-                    let per_ip = sym.user(k.tgid, a);
-                    let cut = truncated_at(sym, k.tgid, a, &per_ip);
-                    (StackPart::Frames(frames(per_ip)), cut)
-                }
-                _ if k.user_stack >= 0 => (
-                    StackPart::Missing {
-                        missing: Missing::Unreadable,
-                    },
-                    None,
-                ),
-                _ => (
-                    StackPart::Missing {
-                        missing: missing(k.user_stack),
-                    },
-                    None,
-                ),
-            })
-            .clone();
-        if let Some(b) = &cut {
-            truncated.insert(b.clone());
-        }
+                } else {
+                    parts.user(w.tgid, w.user_stack, &comm).0
+                },
+                kernel,
+                comm,
+                interrupt,
+            }
+        });
         stacks.push(OffcpuStack {
             pid: k.tgid,
             tid: k.tid,
@@ -339,13 +422,15 @@ fn build_report(
             } else {
                 OffState::Blocked
             },
-            total_ns: v.total_ns,
-            count: v.count,
+            total_ns: x.total_ns,
+            count: x.count,
             user,
             kernel,
             user_truncated: cut,
+            waker,
         });
     }
+    let (truncated, unsymbolized) = (parts.truncated, parts.unsymbolized);
     let d = tracer.drops()?;
     let drops = OffcpuDrops {
         kernel_stack_collisions: d[offdrop::KSTACK_COLLISION as usize],
@@ -354,6 +439,7 @@ fn build_report(
         start_map_full: d[offdrop::START_FULL as usize],
         sums_map_full: d[offdrop::SUMS_FULL as usize],
         sums_map_full_ns: d[offdrop::SUMS_FULL_NS as usize],
+        wakers_map_full: d[offdrop::WAKERS_FULL as usize],
     };
     let mut notes = Vec::new();
     for b in &truncated {

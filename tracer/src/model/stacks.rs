@@ -116,6 +116,24 @@ pub struct OffcpuStack {
     /// has no frame pointers. Never presented as a whole stack.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_truncated: Option<String>,
+    /// `--wakers`: the thread that woke it, with its stacks at the wakeup (None for a
+    /// preempted period, or one woken before the attach).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waker: Option<WakerStack>,
+}
+
+/// Who woke a blocked thread, as it was at `sched_waking` (`--wakers`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WakerStack {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub user: StackPart,
+    pub kernel: StackPart,
+    /// The wakeup ran in an interrupt (a timer's, a device's): `pid`, `tid` and `comm`
+    /// are the task it interrupted, not a waker, and its user stack is left out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupt: bool,
 }
 
 /// The placeholder frame of a user stack cut short.
@@ -143,6 +161,27 @@ impl OffcpuStack {
             StackPart::Frames(f) => v.extend(f.iter().rev().map(|f| f.name.clone())),
             StackPart::Missing { missing } => v.extend(missing.marker("kernel")),
         }
+        // offwaketime's layout: `--`, then the waker's frames leaf first (kernel, `-`,
+        // user), its name last: in a flame graph the waker hangs above the waiter.
+        if let Some(w) = &self.waker {
+            v.push("--".into());
+            match &w.kernel {
+                StackPart::Frames(f) => v.extend(f.iter().map(|f| f.name.clone())),
+                StackPart::Missing { missing } => v.extend(missing.marker("kernel")),
+            }
+            v.push("-".into());
+            match &w.user {
+                StackPart::Frames(f) => v.extend(f.iter().map(|f| f.name.clone())),
+                StackPart::Missing { missing } => v.extend(missing.marker("user")),
+            }
+            v.push(if w.interrupt {
+                "[interrupt]".to_string()
+            } else if w.comm.is_empty() {
+                "[unknown]".to_string()
+            } else {
+                w.comm.clone()
+            });
+        }
         v
     }
 }
@@ -158,6 +197,8 @@ pub struct OffcpuDrops {
     /// Periods timed but not added (the sums map was full), and their time.
     pub sums_map_full: u64,
     pub sums_map_full_ns: u64,
+    /// `--wakers`: wakeups whose waker was not kept (its map was full).
+    pub wakers_map_full: u64,
 }
 
 impl OffcpuDrops {
@@ -282,7 +323,26 @@ mod tests {
             user,
             kernel: frames(&["schedule", "do_nanosleep", "entry_SYSCALL_64"]),
             user_truncated: None,
+            waker: None,
         }
+    }
+
+    #[test]
+    fn a_waker_hangs_above_the_waiter_as_offwaketime_folds_it() {
+        let mut s = stack(1, OffState::Blocked, 1_000, frames(&["read_here", "main"]));
+        s.waker = Some(WakerStack {
+            pid: 1,
+            tid: 9,
+            comm: "writer".into(),
+            user: frames(&["write_here", "main"]),
+            kernel: frames(&["try_to_wake_up", "pipe_write", "entry_SYSCALL_64"]),
+            interrupt: false,
+        });
+        assert_eq!(
+            s.folded_frames().join(";"),
+            "w;main;read_here;entry_SYSCALL_64;do_nanosleep;schedule;--;\
+             try_to_wake_up;pipe_write;entry_SYSCALL_64;-;write_here;main;writer"
+        );
     }
 
     #[test]

@@ -71,6 +71,13 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
             d.sums_map_full,
             secs(d.sums_map_full_ns)
         )?;
+        if d.wakers_map_full > 0 {
+            writeln!(
+                out,
+                "drops: {} wakers not kept (their map was full)",
+                d.wakers_map_full
+            )?;
+        }
     } else {
         writeln!(out, "drops: none")?;
     }
@@ -110,6 +117,29 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
                 "      [likely truncated here: {} has no frame pointers]",
                 escape(b)
             )?;
+        }
+        if let Some(w) = &s.waker {
+            if w.interrupt {
+                writeln!(
+                    out,
+                    "    woken from an interrupt (on {} PID {} TID {}):",
+                    escape(&w.comm),
+                    w.pid,
+                    w.tid
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "    woken by {} PID {} TID {}:",
+                    escape(&w.comm),
+                    w.pid,
+                    w.tid
+                )?;
+            }
+            writeln!(out, "    waker kernel:")?;
+            write_part(out, &w.kernel)?;
+            writeln!(out, "    waker user:")?;
+            write_part(out, &w.user)?;
         }
     }
     if n < r.stacks.len() {

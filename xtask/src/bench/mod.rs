@@ -284,6 +284,22 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             )],
             versus: "offcputime",
         },
+        // `--wakers`: each blocked period joined with its waker's stacks (sched_waking).
+        Tool {
+            key: "offcpu-wakers",
+            label: "tracer offcpu --wakers",
+            procs: vec![(
+                "tracer".into(),
+                vec![
+                    s(&tracer),
+                    "offcpu".into(),
+                    "--wakers".into(),
+                    "-d".into(),
+                    "24h".into(),
+                ],
+            )],
+            versus: "offcputime",
+        },
         Tool {
             key: "offcputime",
             label: "offcputime",
