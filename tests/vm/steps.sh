@@ -292,6 +292,12 @@ traced() {
     fi
     if [ ! -e "$P/clock-skips-missing" ]; then
         clock_skips /tmp/sched.trace >"$P/clock-skips"
+        # The workloads' leaders' own events, to read the open bug of their run-queue
+        # wait (docs/testing.md#open-bugs) when it shows.
+        if [ -e /tmp/workload-pids ]; then
+            l=$(awk '{print $2}' /tmp/workload-pids | tr '\n' '|' | sed 's/|$//')
+            grep -E -- "-($l) |pid=($l) " /tmp/sched.trace | head -n 400 >"$P/ftrace-leaders"
+        fi
         cp /tmp/sched.trace.overrun "$P/ftrace-overrun"
         rm -f /tmp/sched.trace
     fi
@@ -356,6 +362,17 @@ irq() {
     rc=$?
     grep NET_RX: /proc/softirqs >"$P/after"
     return $rc
+}
+
+# offcpu: tracer offcpu --wakers in each probe mode over two busy-sleep workers (2 ms of
+# work, 8 ms asleep, for 1 s); each mode's report, stderr and exit status, and the
+# workers' schedstat at their end. Without kernel BTF, tp-btf and raw-tp must be refused.
+offcpu() {
+    for m in tp-btf raw-tp tracepoint; do
+        tracer offcpu --json --wakers --probe $m -- $W busy-sleep --threads 2 --work-ms 2 \
+            --sleep-ms 8 --duration-ms 1000 --out "$P/truth-$m" >"$P/$m-json" 2>"$P/$m-err"
+        echo "$?" >"$P/$m-rc"
+    done
 }
 
 # dtl_state TAG: the DTL settings and the tracer's state file, as parts TAG-*.
@@ -436,6 +453,7 @@ step auto-hist auto_hist
 step serve-hists serve_hists
 step runqlen runqlen
 step irq irq
+step offcpu offcpu
 if [ -e /proc/powerpc/vcpudispatch_stats ]; then
     step dtl-basic dtl_basic
     step dtl-freq dtl_freq

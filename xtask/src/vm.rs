@@ -499,11 +499,17 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
 
     let mut passed = 0;
     let mut failed = 0;
+    let mut known = 0;
     let mut retried = Vec::new();
     for r in &results {
         print_verdicts(r);
         passed += r.verdicts.iter().filter(|v| v.pass).count();
         failed += r.verdicts.iter().filter(|v| !v.pass).count();
+        known += r
+            .verdicts
+            .iter()
+            .map(|v| v.summary.matches("KNOWN (").count())
+            .sum::<usize>();
         if let Some((n, why)) = &r.retry {
             retried.push((*n, format!("{} ({why})", r.label)));
         }
@@ -515,6 +521,9 @@ pub fn vm_test(args: VmTestArgs) -> Result<()> {
         start.elapsed().as_secs_f64()
     );
     println!("vm-test: {}", summary_line(passed, failed, &retried));
+    if known > 0 {
+        println!("vm-test: {known} known open bug(s) let through, each printed as KNOWN above (docs/testing.md#open-bugs)");
+    }
     if failed > 0 {
         bail!("{failed} vm-test check(s) failed: see FAIL above");
     }

@@ -7,6 +7,7 @@ mod auto;
 mod common;
 mod dtl;
 mod irq;
+mod offcpu;
 mod pmu;
 mod runqlen;
 mod serve;
@@ -44,6 +45,7 @@ pub fn evaluate(g: &GuestOutput, arch: &str, o: &Offers) -> Vec<Verdict> {
     v.push(serve::check_serve(g, o));
     v.push(runqlen::check_runqlen(g, o));
     v.push(irq::check_irq(g, o));
+    v.extend(offcpu::check_offcpu(g, o));
     let cpus = g
         .step("facts-boot")
         .map(facts)
@@ -121,6 +123,40 @@ mod tests {
         assert!(v.transcript.unwrap().contains("truth-busy"));
         let missing = protocol::parse(&run_step("run-tp-btf", &th(12, 500_000_000), truth, ""));
         assert!(!check_mode(&missing, Mode::TpBtf, &o).pass);
+    }
+
+    /// The open bug of the busy workload's leader is let through only for that thread,
+    /// that sign and that size, and said.
+    #[test]
+    fn the_known_leader_excess_is_excused_narrowly_and_said() {
+        let th = |tid: u64, rq: u64| {
+            format!(
+                "{{\"tid\":{tid},\"pid\":10,\"on_cpu_ns\":500000000,\"runq_wait_ns\":{rq},\"slices\":4,\
+                 \"voluntary_switches\":3,\"runq_waits\":2,\"involuntary_switches\":1}}"
+            )
+        };
+        let truth = |tid: u64| {
+            format!("{{\"tid\":{tid},\"pid\":10,\"cpu_ns\":1,\"run_ns\":500000000,\"wait_ns\":5000000,\"slices\":4}}")
+        };
+        let o = Offers::from_config(X86);
+        let check = |tid: u64, rq: u64| {
+            check_mode(
+                &protocol::parse(&run_step("run-tp-btf", &th(tid, rq), &truth(tid), "")),
+                Mode::TpBtf,
+                &o,
+            )
+        };
+        let v = check(10, 6_800_000);
+        assert!(v.pass, "{v:?}");
+        assert!(
+            v.summary.contains("KNOWN (") && v.summary.contains("1.80 ms"),
+            "{}",
+            v.summary
+        );
+        // Too much, the other sign, or a worker: failures.
+        assert!(!check(10, 7_600_000).pass);
+        assert!(!check(10, 3_200_000).pass);
+        assert!(!check(11, 6_800_000).pass);
     }
 
     /// The kernel's stale switch clock (steps.sh `clock_skips`) is allowed for the thread

