@@ -204,13 +204,7 @@ pub fn switch_tp(ctx: &TracePointContext) {
     } else {
         rec_u32(ctx, c.tp.switch_prev_state) as u64
     };
-    let leave = if state & c.tp.dead_mask as u64 != 0 {
-        Leave::Dead
-    } else if state & c.tp.blocked_mask as u64 != 0 {
-        Leave::Blocked
-    } else {
-        Leave::Preempted
-    };
+    let leave = crate::task::leave_from_record(state);
     let next = tid_only(
         rec_u32(ctx, c.tp.switch_next_pid),
         CommSrc::Record(unsafe { (ctx.as_ptr() as *const u8).add(c.tp.switch_next_comm as usize) }),

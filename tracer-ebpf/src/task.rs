@@ -216,3 +216,17 @@ pub fn leave_from_args(preempt: u64, prev_state: u32) -> Leave {
         Leave::Blocked
     }
 }
+
+/// How the previous task left, from a classic tracepoint's `prev_state` (preempted:
+/// `TASK_REPORT_MAX`, no blocked bit).
+#[inline(always)]
+pub fn leave_from_record(state: u64) -> Leave {
+    let c = config();
+    if state & c.tp.dead_mask as u64 != 0 {
+        Leave::Dead
+    } else if state & c.tp.blocked_mask as u64 != 0 {
+        Leave::Blocked
+    } else {
+        Leave::Preempted
+    }
+}

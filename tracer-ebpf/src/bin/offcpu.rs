@@ -94,6 +94,22 @@ fn stack_id<C: StackIdContext>(ctx: &C, user: bool) -> i32 {
     }
 }
 
+/// `current`'s (user, kernel) stack ids, each only where asked for.
+#[inline(always)]
+fn stack_ids<C: StackIdContext>(ctx: &C, oc: &OffcpuConfig) -> (i32, i32) {
+    let user = if oc.user_stacks != 0 {
+        stack_id(ctx, true)
+    } else {
+        STACK_NOT_TAKEN
+    };
+    let kernel = if oc.kernel_stacks != 0 {
+        stack_id(ctx, false)
+    } else {
+        STACK_NOT_TAKEN
+    };
+    (user, kernel)
+}
+
 /// tp_btf: `sched_switch(preempt, prev, next, prev_state)`, BTF pointers.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
@@ -128,13 +144,7 @@ pub fn offcpu_switch_tp(ctx: TracePointContext) -> u32 {
     } else {
         unsafe { ctx.read_at::<u32>(c.tp.switch_prev_state as usize) }.unwrap_or(0) as u64
     };
-    let leave = if state & c.tp.dead_mask as u64 != 0 {
-        Leave::Dead
-    } else if state & c.tp.blocked_mask as u64 != 0 {
-        Leave::Blocked
-    } else {
-        Leave::Preempted
-    };
+    let leave = tracer_ebpf::task::leave_from_record(state);
     // SAFETY: as above.
     let next = unsafe { ctx.read_at::<u32>(c.tp.switch_next_pid as usize) }.unwrap_or(0);
     on_switch(&ctx, current_task(), leave, next);
@@ -154,19 +164,12 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
         Leave::Dead => 0,
     };
     if state & oc.states != 0 && prev.tid != 0 && account::member(&prev) {
+        let stacks = stack_ids(ctx, oc);
         let start = OffStart {
             ts_ns: now,
             tgid: prev.tgid,
-            user_stack: if oc.user_stacks != 0 {
-                stack_id(ctx, true)
-            } else {
-                STACK_NOT_TAKEN
-            },
-            kernel_stack: if oc.kernel_stacks != 0 {
-                stack_id(ctx, false)
-            } else {
-                STACK_NOT_TAKEN
-            },
+            user_stack: stacks.0,
+            kernel_stack: stacks.1,
             state,
             comm: tracer_ebpf::task::current_comm(),
         };
@@ -295,19 +298,12 @@ fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32) {
         _ => return,
     }
     let me = current_task();
+    let stacks = stack_ids(ctx, oc);
     let w = Waker {
         tgid: me.tgid,
         tid: me.tid,
-        user_stack: if oc.user_stacks != 0 {
-            stack_id(ctx, true)
-        } else {
-            STACK_NOT_TAKEN
-        },
-        kernel_stack: if oc.kernel_stacks != 0 {
-            stack_id(ctx, false)
-        } else {
-            STACK_NOT_TAKEN
-        },
+        user_stack: stacks.0,
+        kernel_stack: stacks.1,
         comm: tracer_ebpf::task::current_comm(),
     };
     if WAKERS.insert(wakee, w, 0).is_err() {
