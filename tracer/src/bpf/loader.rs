@@ -125,6 +125,37 @@ pub struct Tracer {
     pub(super) attached_at: u64,
 }
 
+/// The first of `modes` that loads and attaches, with the reasons of those refused
+/// before it; a single mode's failure is its own error. `what` names the command in the
+/// error when none works ("" for the scheduling family's).
+pub(crate) fn first_working<T>(
+    modes: &[ProbeMode],
+    what: &str,
+    mut try_mode: impl FnMut(ProbeMode) -> Result<T>,
+) -> Result<(T, Vec<(ProbeMode, String)>)> {
+    let mut refused = Vec::new();
+    for &mode in modes {
+        match try_mode(mode) {
+            Ok(t) => return Ok((t, refused)),
+            Err(e) if modes.len() > 1 => {
+                log::info!("probe mode {} refused: {e:#}", mode.name());
+                refused.push((mode, crate::error::one_line(&e)));
+            }
+            Err(e) => {
+                return Err(e.context(format!("probe mode {} does not work here", mode.name())))
+            }
+        }
+    }
+    let why: Vec<String> = refused
+        .iter()
+        .map(|(m, e)| format!("{}: {e}", m.name()))
+        .collect();
+    Err(anyhow!(
+        "no probe mode works{what} on this kernel:\n  {}",
+        why.join("\n  ")
+    ))
+}
+
 impl Tracer {
     /// Loads the programs for `opts.probe` (trying modes in order for `auto`), attaches
     /// the ones that keep the traced set (fork, exec), lets `seed` fill the set (from
@@ -152,30 +183,9 @@ impl Tracer {
                 btf_file.display()
             ));
         }
-        let mut refused = Vec::new();
-        for &mode in modes {
-            match Self::try_mode(mode, opts, root, seed) {
-                Ok(mut t) => {
-                    t.refused = refused;
-                    return Ok(t);
-                }
-                Err(e) if opts.probe == ProbeMode::Auto => {
-                    log::info!("probe mode {} refused: {e:#}", mode.name());
-                    refused.push((mode, crate::error::one_line(&e)));
-                }
-                Err(e) => {
-                    return Err(e.context(format!("probe mode {} does not work here", mode.name())))
-                }
-            }
-        }
-        let why: Vec<String> = refused
-            .iter()
-            .map(|(m, e)| format!("{}: {e}", m.name()))
-            .collect();
-        Err(anyhow!(
-            "no probe mode works on this kernel:\n  {}",
-            why.join("\n  ")
-        ))
+        let (mut t, refused) = first_working(modes, "", |m| Self::try_mode(m, opts, root, seed))?;
+        t.refused = refused;
+        Ok(t)
     }
 
     fn try_mode(

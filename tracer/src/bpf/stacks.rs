@@ -91,25 +91,11 @@ impl OffcpuTracer {
             }
             m => vec![m],
         };
-        let mut refused = Vec::new();
-        for &mode in &modes {
-            match Self::try_mode(mode, opts, root, seed) {
-                Ok(mut t) => {
-                    t.refused = refused;
-                    return Ok(t);
-                }
-                Err(e) if modes.len() > 1 => refused.push((mode, format!("{e:#}"))),
-                Err(e) => return Err(e),
-            }
-        }
-        let why: Vec<String> = refused
-            .iter()
-            .map(|(m, e)| format!("{}: {e}", m.name()))
-            .collect();
-        Err(anyhow!(
-            "no probe mode works for tracer offcpu on this kernel ({})",
-            why.join("; ")
-        ))
+        let (mut t, refused) = loader::first_working(&modes, " for tracer offcpu", |m| {
+            Self::try_mode(m, opts, root, seed)
+        })?;
+        t.refused = refused;
+        Ok(t)
     }
 
     fn try_mode(

@@ -119,22 +119,11 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
             )?;
         }
         if let Some(w) = &s.waker {
+            let who = format!("{} PID {} TID {}", escape(&w.comm), w.pid, w.tid);
             if w.interrupt {
-                writeln!(
-                    out,
-                    "    woken from an interrupt (on {} PID {} TID {}):",
-                    escape(&w.comm),
-                    w.pid,
-                    w.tid
-                )?;
+                writeln!(out, "    woken from an interrupt (on {who}):")?;
             } else {
-                writeln!(
-                    out,
-                    "    woken by {} PID {} TID {}:",
-                    escape(&w.comm),
-                    w.pid,
-                    w.tid
-                )?;
+                writeln!(out, "    woken by {who}:")?;
             }
             writeln!(out, "    waker kernel:")?;
             write_part(out, &w.kernel)?;
