@@ -14,30 +14,9 @@ use serde_json::Value;
 use tracer_tests::{require_root, run_tracer, scratch, tracer_bin};
 use tracer_truth::OFF_CPU;
 
-/// Compiles the workload with plain rustc (cargo cannot give one binary its own codegen
-/// flags): with frame pointers, or optimized without them.
+/// The workload, with frame pointers or optimized without them.
 fn workload(frame_pointers: bool) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/bin/offcpu-workload.rs");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/offcpu-workload");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join(if frame_pointers { "fp" } else { "nofp" });
-    let fresh = |o: &Path| {
-        let m = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        matches!((m(o), m(&src)), (Some(a), Some(b)) if a > b)
-    };
-    if !fresh(&out) {
-        let fp = if frame_pointers { "yes" } else { "no" };
-        let st = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
-            .args(["--edition", "2021", "-g", "-C", "opt-level=1"])
-            .arg(format!("-Cforce-frame-pointers={fp}"))
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("rustc");
-        assert!(st.success(), "compiling the offcpu workload failed");
-    }
-    out
+    tracer_tests::std_only_workload("offcpu-workload", frame_pointers)
 }
 
 fn truth(path: &Path) -> Value {
@@ -143,14 +122,15 @@ fn named_waits_with_their_time() {
             .any(|n| n.starts_with("offcpu_") && n.ends_with("_here"))
         {
             assert_ne!(s["user_truncated"].as_str(), Some(workload), "flagged: {s}");
-            // A thread's root, or the main thread's (the pipe's writer).
-            assert!(
-                matches!(
-                    names.last(),
-                    Some(&"start_thread") | Some(&"__libc_start_call_main")
-                ),
-                "{s}"
-            );
+            // A thread's root, or the main thread's (the pipe's writer): by frame pointers
+            // the walk ends in glibc's last function that keeps one; unwound from a copy
+            // (`--unwind dwarf`, auto's choice for a command) it reaches the very first.
+            let roots: &[&str] = if doc["unwind"] == "dwarf" {
+                &["clone3", "clone", "_start"]
+            } else {
+                &["start_thread", "__libc_start_call_main"]
+            };
+            assert!(names.last().is_some_and(|n| roots.contains(n)), "{s}");
         }
     }
     let text = std::fs::read_to_string(&svg).expect("the SVG");
@@ -376,6 +356,8 @@ fn folded_and_kernel_only() {
     let _ = std::fs::remove_file(&t);
 }
 
+/// `--unwind fp` on a binary without frame pointers: the stacks are flagged as likely
+/// truncated, with the way out (`--unwind dwarf`) in the note.
 #[test]
 #[ignore = "needs root"]
 fn frame_pointerless_binaries_are_flagged() {
@@ -385,6 +367,8 @@ fn frame_pointerless_binaries_are_flagged() {
     let doc = run_json(&[
         "offcpu",
         "--json",
+        "--unwind",
+        "fp",
         "--",
         w.to_str().unwrap(),
         "--ms",
@@ -396,7 +380,8 @@ fn frame_pointerless_binaries_are_flagged() {
     ]);
     let notes = doc["notes"].to_string();
     assert!(
-        notes.contains("user stacks of nofp are likely truncated: no frame pointers"),
+        notes.contains("user stacks of nofp are likely truncated: no frame pointers")
+            && notes.contains("or --unwind dwarf"),
         "{notes}"
     );
     let tr = truth(&t);

@@ -108,7 +108,83 @@ pub struct OffcpuConfig {
     pub user_stacks: u32,
     /// 1: join each blocked period with its waker (`OFFWAKE` instead of `OFFCPU`).
     pub wakers: u32,
+    /// 1: user stacks as copies for unwinding in user space (`--unwind dwarf`, tp-btf
+    /// only), sent per period through `USTACK_EVENTS` instead of summed by stack id.
+    pub dwarf: u32,
+    /// Bytes of `struct pt_regs` copied (covering the registers below), and the byte
+    /// offset of the user stack pointer in it; both from the kernel's BTF.
+    pub regs_len: u32,
+    pub sp_off: u32,
+    pub _pad: u32,
 }
+
+/// [`OffKey::user_stack`] of a period whose user stack was copied for unwinding but whose
+/// record could not be sent (the ring buffer was full): its time is kept, its user stack
+/// shown as lost.
+pub const STACK_COPY_LOST: i32 = i32::MIN + 1;
+/// [`OffStart::user_stack`] of a switch-out whose user stack was copied into the thread's
+/// `USTACK_COPY` (`--unwind dwarf`).
+pub const STACK_COPIED: i32 = i32::MIN + 2;
+
+/// Bytes of user stack copied at most (from the stack pointer up; perf's
+/// `--call-graph dwarf` default is 8192). Three reads: to the end of the first page, then
+/// two whole pages, so a stack that ends sooner still yields what it has.
+pub const COPY_STACK: usize = 8192 + 4096;
+/// Room for `struct pt_regs` up to the registers unwinding needs (arm64's `pc` ends at 264).
+pub const COPY_REGS: usize = 272;
+
+/// A [`StackCopy`] of a waiting thread (its own stack at switch-out).
+pub const COPY_WAITER: u32 = 1;
+/// A [`StackCopy`] of the thread that woke it (its stack at `sched_waking`).
+pub const COPY_WAKER: u32 = 2;
+
+/// What a [`StackCopy`] record says besides its bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyHead {
+    /// [`COPY_WAITER`] or [`COPY_WAKER`].
+    pub kind: u32,
+    /// Bytes of `stack` copied (0: none could be read, or none was taken).
+    pub len: u32,
+    /// The period, ns (set at the switch-in).
+    pub total_ns: u64,
+    /// The switch-in's time: a waker's record carries its waiter's.
+    pub at_ns: u64,
+    /// The waiting thread.
+    pub tgid: u32,
+    pub tid: u32,
+    /// Whose stack this is (the waiter's ids, or the waker's), and its stack ids: the
+    /// kernel stack's in `OFFCPU_STACKS`, the user stack [`STACK_COPIED`] when `stack`
+    /// holds it, else why not (a `STACK_*` value).
+    pub owner_tgid: u32,
+    pub owner_tid: u32,
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+    /// [`STATE_BLOCKED`] or [`STATE_PREEMPTED`].
+    pub state: u32,
+    pub _pad: u32,
+    /// The owner's name.
+    pub comm: [u8; COMM_LEN],
+}
+
+/// A thread's user registers and the top of its user stack, copied by the kernel
+/// (`--unwind dwarf`): kept in task storage between the switch-out and the switch-in, then
+/// sent as a ring record of [`COPY_HEADER`] + `head.len` bytes when the period passes
+/// `--min`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct StackCopy {
+    pub head: CopyHead,
+    /// The start of `struct pt_regs` (the user registers saved at kernel entry).
+    pub regs: [u8; COPY_REGS],
+    pub stack: [u8; COPY_STACK],
+}
+
+/// Bytes of a [`StackCopy`] before its stack.
+pub const COPY_HEADER: usize = core::mem::offset_of!(StackCopy, stack);
+
+/// Bytes of a [`CopyHead`].
+pub const COPY_HEAD: usize = core::mem::size_of::<CopyHead>();
 
 /// Indices into the per-CPU `OFFCPU_DROPS` array.
 pub mod offdrop {
@@ -126,13 +202,19 @@ pub mod offdrop {
     pub const SUMS_FULL_NS: u32 = 5;
     /// `WAKERS` was full: a blocked period's waker was not kept.
     pub const WAKERS_FULL: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// `--unwind dwarf`: a period's stack copy could not be sent (the ring was full).
+    pub const COPY_LOST: u32 = 7;
+    /// `--unwind dwarf`: a thread's copy slot could not be made (task storage).
+    pub const COPY_NO_SLOT: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 const _: () = assert!(core::mem::size_of::<OffStart>() == 40);
 const _: () = assert!(core::mem::size_of::<OffKey>() == 24);
 const _: () = assert!(core::mem::size_of::<OffVal>() == 32);
-const _: () = assert!(core::mem::size_of::<OffcpuConfig>() == 24);
+const _: () = assert!(core::mem::size_of::<OffcpuConfig>() == 40);
+const _: () = assert!(COPY_HEAD == 72 && COPY_HEADER == COPY_HEAD + COPY_REGS);
+const _: () = assert!(core::mem::size_of::<StackCopy>() == COPY_HEADER + COPY_STACK);
 const _: () = assert!(core::mem::size_of::<Waker>() == 32);
 const _: () = assert!(core::mem::size_of::<WakeKey>() == 40);
 const _: () = assert!(core::mem::size_of::<WakeVal>() == 48);
@@ -147,4 +229,5 @@ mod pod {
     unsafe impl aya::Pod for super::Waker {}
     unsafe impl aya::Pod for super::WakeKey {}
     unsafe impl aya::Pod for super::WakeVal {}
+    unsafe impl aya::Pod for super::CopyHead {}
 }

@@ -26,6 +26,8 @@
 pub mod account;
 #[cfg(feature = "serve")]
 pub mod cgroups;
+#[cfg(feature = "offcpu")]
+pub mod copy;
 #[cfg(feature = "scheduling")]
 pub mod irq;
 #[cfg(any(feature = "scheduling", feature = "offcpu"))]

@@ -15,18 +15,20 @@ use aya_ebpf::{
     bindings::{BPF_F_USER_STACK, BPF_NOEXIST},
     helpers::bpf_ktime_get_ns,
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
-    maps::{HashMap, PerCpuArray, StackTrace},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
     programs::{
         tracing::StackIdContext, BtfTracePointContext, RawTracePointContext, TracePointContext,
     },
 };
 use tracer_common::offcpu::{
-    offdrop, OffKey, OffStart, OffVal, OffcpuConfig, WakeKey, WakeVal, Waker, NO_WAKER,
-    STACK_COLLISION, STACK_FULL, STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
+    offdrop, OffKey, OffStart, OffVal, OffcpuConfig, StackCopy, WakeKey, WakeVal, Waker,
+    COPY_HEADER, COPY_STACK, COPY_WAITER, COPY_WAKER, NO_WAKER, STACK_COLLISION, STACK_COPIED,
+    STACK_COPY_LOST, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
 };
 
 use tracer_ebpf::{
     account,
+    maps::TaskStorage,
     task::{config, current_task, current_task_btf, leave_from_args, task_from_btf},
     Leave, Task,
 };
@@ -39,6 +41,10 @@ static OFFCPU_CONFIG: OffcpuConfig = OffcpuConfig {
     kernel_stacks: 0,
     user_stacks: 0,
     wakers: 0,
+    dwarf: 0,
+    regs_len: 0,
+    sp_off: 0,
+    _pad: 0,
 };
 
 #[inline(always)]
@@ -61,6 +67,17 @@ pub static OFFCPU_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(offdro
 pub static WAKERS: HashMap<u32, Waker> = HashMap::with_max_entries(1, 0);
 #[map]
 pub static OFFWAKE: HashMap<WakeKey, WakeVal> = HashMap::with_max_entries(1, 0);
+// `--unwind dwarf` (tp-btf only): each thread's stack copy from its switch-out, and the
+// copy of its waker's from `sched_waking`, kept with the task; the records of the periods
+// that pass `--min` (sized by user space; one page when off).
+#[link_section = ".maps"]
+#[no_mangle]
+pub static USTACK_COPY: TaskStorage<StackCopy> = TaskStorage::new();
+#[link_section = ".maps"]
+#[no_mangle]
+pub static WAKER_COPY: TaskStorage<StackCopy> = TaskStorage::new();
+#[map]
+pub static USTACK_EVENTS: RingBuf = RingBuf::with_byte_size(4096, 0);
 
 #[inline(always)]
 fn add_drop(idx: u32, n: u64) {
@@ -94,13 +111,19 @@ fn stack_id<C: StackIdContext>(ctx: &C, user: bool) -> i32 {
     }
 }
 
-/// `current`'s (user, kernel) stack ids, each only where asked for.
+/// `current`'s (user, kernel) stack ids, each only where asked for. With `--unwind
+/// dwarf` (`copy`: the storage of the task whose slot receives `current`'s stack, a
+/// trusted BTF pointer) the user stack is copied there instead, and the id says so.
 #[inline(always)]
-fn stack_ids<C: StackIdContext>(ctx: &C, oc: &OffcpuConfig) -> (i32, i32) {
-    let user = if oc.user_stacks != 0 {
-        stack_id(ctx, true)
-    } else {
-        STACK_NOT_TAKEN
+fn stack_ids<C: StackIdContext>(
+    ctx: &C,
+    oc: &OffcpuConfig,
+    copy: Option<(&TaskStorage<StackCopy>, *const u8)>,
+) -> (i32, i32) {
+    let user = match copy {
+        Some((map, owner)) if oc.dwarf != 0 && oc.user_stacks != 0 => copy_stack(map, owner),
+        _ if oc.user_stacks != 0 => stack_id(ctx, true),
+        _ => STACK_NOT_TAKEN,
     };
     let kernel = if oc.kernel_stacks != 0 {
         stack_id(ctx, false)
@@ -110,14 +133,32 @@ fn stack_ids<C: StackIdContext>(ctx: &C, oc: &OffcpuConfig) -> (i32, i32) {
     (user, kernel)
 }
 
+/// `current`'s user stack copied into `owner`'s slot of `map`: [`STACK_COPIED`], or why not.
+#[inline(always)]
+fn copy_stack(map: &TaskStorage<StackCopy>, owner: *const u8) -> i32 {
+    // SAFETY: `owner` is a trusted BTF task pointer (tp_btf argument or current).
+    let Some(slot) = (unsafe { map.get_or_zero(owner) }) else {
+        add_drop(offdrop::COPY_NO_SLOT, 1);
+        return STACK_NOT_TAKEN;
+    };
+    let me = current_task_btf();
+    if tracer_ebpf::copy::copy_user(me.ptr, slot, offcpu_config()) == 0 {
+        return STACK_EMPTY;
+    }
+    STACK_COPIED
+}
+
 /// tp_btf: `sched_switch(preempt, prev, next, prev_state)`, BTF pointers.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
-    let next = task_from_btf(ctx.arg(2), true).tid;
+    let next_ptr: *const u8 = ctx.arg(2);
+    let next = task_from_btf(next_ptr, true).tid;
     let leave = leave_from_args(preempt & 0xff, prev_state as u32);
-    on_switch(&ctx, current_task_btf(), leave, next);
+    let prev = current_task_btf();
+    let prev_ptr = prev.ptr;
+    on_switch(&ctx, prev, leave, next, Some((prev_ptr, next_ptr)));
     0
 }
 
@@ -129,7 +170,7 @@ pub fn offcpu_switch_raw(ctx: RawTracePointContext) -> i32 {
     let prev_state: u64 = ctx.arg(3);
     let next = task_from_btf(ctx.arg::<u64>(2) as *const u8, false).tid;
     let leave = leave_from_args(preempt & 0xff, prev_state as u32);
-    on_switch(&ctx, current_task(), leave, next);
+    on_switch(&ctx, current_task(), leave, next, None);
     0
 }
 
@@ -147,13 +188,20 @@ pub fn offcpu_switch_tp(ctx: TracePointContext) -> u32 {
     let leave = tracer_ebpf::task::leave_from_record(state);
     // SAFETY: as above.
     let next = unsafe { ctx.read_at::<u32>(c.tp.switch_next_pid as usize) }.unwrap_or(0);
-    on_switch(&ctx, current_task(), leave, next);
+    on_switch(&ctx, current_task(), leave, next, None);
     0
 }
 
-/// One switch, decoded: `prev` (`current`) left as `leave`, `next` is coming in.
+/// One switch, decoded: `prev` (`current`) left as `leave`, `next` is coming in; `btf`:
+/// both as trusted BTF pointers (tp_btf), which `--unwind dwarf`'s task storage needs.
 #[inline(always)]
-fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
+fn on_switch<C: StackIdContext>(
+    ctx: &C,
+    prev: Task,
+    leave: Leave,
+    next: u32,
+    btf: Option<(*const u8, *const u8)>,
+) {
     let oc = offcpu_config();
     let now = unsafe { bpf_ktime_get_ns() };
 
@@ -164,7 +212,7 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
         Leave::Dead => 0,
     };
     if state & oc.states != 0 && prev.tid != 0 && account::member(&prev) {
-        let stacks = stack_ids(ctx, oc);
+        let stacks = stack_ids(ctx, oc, btf.map(|b| (&USTACK_COPY, b.0)));
         let start = OffStart {
             ts_ns: now,
             tgid: prev.tgid,
@@ -195,7 +243,7 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
     if d < oc.min_ns {
         return;
     }
-    let key = OffKey {
+    let mut key = OffKey {
         tgid: s.tgid,
         tid,
         user_stack: s.user_stack,
@@ -203,6 +251,16 @@ fn on_switch<C: StackIdContext>(ctx: &C, prev: Task, leave: Leave, next: u32) {
         state: s.state,
         _pad: 0,
     };
+    if s.user_stack == STACK_COPIED {
+        if let Some((_, next_ptr)) = btf {
+            if send_copies(&s, tid, next_ptr, d, now) {
+                return;
+            }
+        }
+        // The records could not go: the time stays, its user stack is lost (counted).
+        add_drop(offdrop::COPY_LOST, 1);
+        key.user_stack = STACK_COPY_LOST;
+    }
     if oc.wakers != 0 {
         add_woken(key, &s.comm, d);
         return;
@@ -284,10 +342,99 @@ fn add_woken(off: OffKey, comm: &[u8; 16], d: u64) {
     }
 }
 
-/// `sched_waking(p)`, in the waker's context: a traced thread asleep (its switch-out
-/// recorded as blocked) keeps `current`'s ids and stacks as its waker.
+/// `--unwind dwarf`: the period `d` of thread `tid` (`task`) with its stack copy, and
+/// with `--wakers` the copy of its waker's, sent as ring records (the waker's first, so
+/// user space has it when the waiter's arrives). The waker's ids stay in `WAKERS` for
+/// the sums: a record that cannot go leaves the period to them.
 #[inline(always)]
-fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32) {
+fn send_copies(s: &OffStart, tid: u32, task: *const u8, d: u64, now: u64) -> bool {
+    let oc = offcpu_config();
+    if oc.wakers != 0 {
+        // SAFETY: read at once.
+        if let Some(w) = unsafe { WAKERS.get(tid) } {
+            // SAFETY: `task` is tp_btf's trusted `next`.
+            let Some(c) = (unsafe { WAKER_COPY.get_or_zero(task) }) else {
+                return false;
+            };
+            // SAFETY: map value of a StackCopy.
+            unsafe {
+                if w.user_stack != STACK_COPIED {
+                    (*c).head.len = 0;
+                }
+                (*c).head.kind = COPY_WAKER;
+                (*c).head.total_ns = d;
+                (*c).head.at_ns = now;
+                (*c).head.tgid = s.tgid;
+                (*c).head.tid = tid;
+                (*c).head.owner_tgid = w.tgid;
+                (*c).head.owner_tid = w.tid;
+                (*c).head.kernel_stack = w.kernel_stack;
+                (*c).head.user_stack = w.user_stack;
+                (*c).head.state = s.state;
+                set_comm(&mut (*c).head.comm, &w.comm);
+            }
+            if !output(c) {
+                return false;
+            }
+        }
+    }
+    // SAFETY: as above.
+    let Some(c) = (unsafe { USTACK_COPY.get(task, None) }) else {
+        return false;
+    };
+    // SAFETY: map value of a StackCopy.
+    unsafe {
+        (*c).head.kind = COPY_WAITER;
+        (*c).head.total_ns = d;
+        (*c).head.at_ns = now;
+        (*c).head.tgid = s.tgid;
+        (*c).head.tid = tid;
+        (*c).head.owner_tgid = s.tgid;
+        (*c).head.owner_tid = tid;
+        (*c).head.kernel_stack = s.kernel_stack;
+        (*c).head.user_stack = STACK_COPIED;
+        (*c).head.state = s.state;
+        set_comm(&mut (*c).head.comm, &s.comm);
+    }
+    if !output(c) {
+        return false;
+    }
+    if oc.wakers != 0 {
+        // The waker's ids were sent with the records; nothing else takes them.
+        let _ = WAKERS.remove(tid);
+    }
+    true
+}
+
+/// A name copied as two words: a plain array assignment here became a call to the
+/// byte-loop `memmove` (both arrays sit at 8-byte offsets of 8-byte aligned structs).
+#[inline(always)]
+fn set_comm(dst: &mut [u8; 16], src: &[u8; 16]) {
+    let (d, s) = (dst.as_mut_ptr() as *mut u64, src.as_ptr() as *const u64);
+    // SAFETY: both are 16 bytes, 8-byte aligned (see above).
+    unsafe {
+        core::ptr::write_volatile(d, core::ptr::read_volatile(s));
+        core::ptr::write_volatile(d.add(1), core::ptr::read_volatile(s.add(1)));
+    }
+}
+
+/// One stack copy as a ring record: its header and the bytes of stack it holds.
+#[inline(always)]
+fn output(c: *mut StackCopy) -> bool {
+    // SAFETY: map value of a StackCopy; `len` is bounded to the stack field.
+    unsafe {
+        let n = (*c).head.len as usize;
+        let n = if n > COPY_STACK { COPY_STACK } else { n };
+        let bytes = core::slice::from_raw_parts(c as *const u8, COPY_HEADER + n);
+        USTACK_EVENTS.output::<[u8]>(bytes, 0).is_ok()
+    }
+}
+
+/// `sched_waking(p)`, in the waker's context: a traced thread asleep (its switch-out
+/// recorded as blocked) keeps `current`'s ids and stacks as its waker (`wakee_btf`: the
+/// wakee as a trusted BTF pointer, whose slot takes `current`'s stack copy in dwarf mode).
+#[inline(always)]
+fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32, wakee_btf: Option<*const u8>) {
     let oc = offcpu_config();
     if oc.wakers == 0 || wakee == 0 {
         return;
@@ -298,7 +445,7 @@ fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32) {
         _ => return,
     }
     let me = current_task();
-    let stacks = stack_ids(ctx, oc);
+    let stacks = stack_ids(ctx, oc, wakee_btf.map(|p| (&WAKER_COPY, p)));
     let w = Waker {
         tgid: me.tgid,
         tid: me.tid,
@@ -313,7 +460,8 @@ fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32) {
 
 #[btf_tracepoint(function = "sched_waking")]
 pub fn offcpu_waking(ctx: BtfTracePointContext) -> u32 {
-    on_waking(&ctx, task_from_btf(ctx.arg(0), true).tid);
+    let p: *const u8 = ctx.arg(0);
+    on_waking(&ctx, task_from_btf(p, true).tid, Some(p));
     0
 }
 
@@ -322,6 +470,7 @@ pub fn offcpu_waking_raw(ctx: RawTracePointContext) -> i32 {
     on_waking(
         &ctx,
         task_from_btf(ctx.arg::<u64>(0) as *const u8, false).tid,
+        None,
     );
     0
 }
@@ -331,7 +480,7 @@ pub fn offcpu_waking_raw(ctx: RawTracePointContext) -> i32 {
 pub fn offcpu_waking_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: offset from the format file; read_at checks bounds.
     let pid = unsafe { ctx.read_at::<u32>(config().tp.wakeup_pid as usize) }.unwrap_or(0);
-    on_waking(&ctx, pid);
+    on_waking(&ctx, pid, None);
     0
 }
 

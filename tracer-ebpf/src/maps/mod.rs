@@ -10,8 +10,10 @@ use tracer_common::{drop, Tracked};
 
 #[cfg(feature = "scheduling")]
 mod sched;
+mod task_storage;
 #[cfg(feature = "scheduling")]
 pub use sched::*;
+pub use task_storage::TaskStorage;
 
 /// The traced set (TID -> TGID) when a target is given; children join it at fork.
 #[map]

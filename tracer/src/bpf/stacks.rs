@@ -14,7 +14,8 @@ use tracer_common::{
     Config,
 };
 
-use crate::model::options::ProbeMode;
+use crate::model::options::{ProbeMode, Unwind};
+use crate::sys::unwind::RegsLayout;
 use crate::{
     bpf::{
         attach, loader, object,
@@ -38,6 +39,10 @@ pub struct OffcpuLoad {
     /// Distinct (thread, stacks, state) sums.
     pub sum_entries: u32,
     pub probe: ProbeMode,
+    /// How user stacks are walked (`cfg.dwarf` is set here, by mode and machine).
+    pub unwind: Unwind,
+    /// `--unwind dwarf`: bytes of the ring the stack copies travel through.
+    pub copy_ring_bytes: u32,
 }
 
 /// One sum the kernel kept: a period's key and value and, with `--wakers`, its waker
@@ -69,6 +74,10 @@ pub struct OffcpuTracer {
     pub refused: Vec<(ProbeMode, String)>,
     /// `--wakers`: the sums are `OFFWAKE`'s, joined with their wakers.
     wakers: bool,
+    /// `--unwind dwarf` in use: where the copied registers lie.
+    pub dwarf: Option<RegsLayout>,
+    /// Why `--unwind auto` walks frame pointers here, when it does.
+    pub fp_because: Option<String>,
     attached: Vec<Prog>,
 }
 
@@ -130,6 +139,13 @@ impl OffcpuTracer {
         }
         let with_fork = opts.filter != Filter::All;
         let wakers = opts.cfg.wakers != 0;
+        let (dwarf, fp_because) = dwarf_here(opts, mode, kbtf.as_ref())?;
+        let mut ocfg = opts.cfg;
+        if let Some(l) = dwarf {
+            ocfg.dwarf = 1;
+            ocfg.regs_len = l.len;
+            ocfg.sp_off = l.sp;
+        }
         if wakers && mode == ProbeMode::Tracepoint {
             // sched_waking shares sched_wakeup's record layout (one event class).
             let dir = crate::sys::tracefs::tracefs_dir(root)?;
@@ -142,13 +158,21 @@ impl OffcpuTracer {
         }
         let mut ebpf = object::new_loader()
             .override_global("CONFIG", &cfg, true)
-            .override_global("OFFCPU_CONFIG", &opts.cfg, true)
+            .override_global("OFFCPU_CONFIG", &ocfg, true)
             .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
             .map_max_entries("WAKERS", if wakers { opts.max_threads } else { 1 })
             .map_max_entries("OFFWAKE", if wakers { opts.sum_entries } else { 1 })
+            .map_max_entries(
+                "USTACK_EVENTS",
+                if dwarf.is_some() {
+                    opts.copy_ring_bytes
+                } else {
+                    4096
+                },
+            )
             .load(object::Family::Offcpu.object())
             .context("loading the eBPF object")?;
         let table_mode = match mode {
@@ -176,8 +200,16 @@ impl OffcpuTracer {
             mode,
             refused: Vec::new(),
             wakers,
+            dwarf,
+            fp_because,
             attached: progs,
         })
+    }
+
+    /// `--unwind dwarf`: the ring the stack copies arrive through (taken once).
+    pub fn take_copies(&mut self) -> Option<aya::maps::RingBuf<aya::maps::MapData>> {
+        self.dwarf?;
+        aya::maps::RingBuf::try_from(self.ebpf.take_map("USTACK_EVENTS")?).ok()
     }
 
     /// Detaches: the sums stop growing; the maps stay readable.
@@ -317,5 +349,31 @@ impl OffcpuTracer {
                 .and_then(|v| v.trim().parse::<u64>().ok())
         };
         Some((field("run_time_ns:")?, field("run_cnt:")?))
+    }
+}
+
+/// Whether user stacks are copied for unwinding in mode `mode` (with where the
+/// registers lie), and why not when `--unwind auto` falls back to frame pointers.
+/// `--unwind dwarf` where it cannot work is an error.
+fn dwarf_here(
+    opts: &OffcpuLoad,
+    mode: ProbeMode,
+    kbtf: Option<&KernelBtf>,
+) -> Result<(Option<RegsLayout>, Option<String>)> {
+    if opts.unwind == Unwind::Fp || opts.cfg.user_stacks == 0 {
+        return Ok((None, None));
+    }
+    let layout = match (mode, kbtf) {
+        // Task storage of `next` at the switch-in needs tp_btf's trusted pointers.
+        (ProbeMode::TpBtf, Some(k)) => RegsLayout::from_btf(k),
+        _ => Err(format!(
+            "--unwind dwarf needs the tp-btf probe mode (this run attaches in {})",
+            mode.name()
+        )),
+    };
+    match (layout, opts.unwind) {
+        (Ok(l), _) => Ok((Some(l), None)),
+        (Err(e), Unwind::Dwarf) => Err(anyhow!(e)),
+        (Err(e), _) => Ok((None, Some(e))),
     }
 }

@@ -4,7 +4,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::{builder::PossibleValue, Args, Parser, Subcommand, ValueEnum};
 
 use crate::{
-    model::options::{ProbeMode, RunqFrom, SortKey},
+    model::options::{ProbeMode, RunqFrom, SortKey, Unwind},
     model::stacks::StateFilter,
     output::stdout::EXIT_OUTPUT_CLOSED,
     sys::parse::{
@@ -491,6 +491,21 @@ pub struct OffcpuArgs {
     /// sched_waking), as offwaketime: folded `waiter frames;--;waker frames`.
     #[arg(long)]
     pub wakers: bool,
+    /// How user stacks are walked: fp (the kernel follows frame pointers), dwarf (the
+    /// kernel copies the stack top, 12 KiB, unwound here from .eh_frame: code without
+    /// frame pointers such as Debian's libc keeps its callers), auto (dwarf for given
+    /// processes, threads or a command, in tp-btf mode on x86_64 and arm64; else fp).
+    #[arg(long, value_enum, default_value_t = Unwind::Auto)]
+    pub unwind: Unwind,
+}
+
+impl ValueEnum for Unwind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Unwind::ALL
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.name()))
+    }
 }
 
 impl ValueEnum for StateFilter {
@@ -524,6 +539,7 @@ impl From<OffcpuArgs> for crate::cmd::offcpu::OffcpuOptions {
             stack_entries: a.stack_entries,
             probe: a.probe,
             wakers: a.wakers,
+            unwind: a.unwind,
         }
     }
 }

@@ -122,3 +122,29 @@ impl SortKey {
         }
     }
 }
+
+/// How `tracer offcpu` walks user stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwind {
+    /// dwarf for a given target (processes, threads, a command), where the kernel
+    /// supports it (tp-btf, x86_64 or arm64); fp for every thread or a cgroup.
+    Auto,
+    /// The kernel walks frame pointers and sums by stack: cheapest, but code without
+    /// frame pointers (Debian's libc) hides its caller.
+    Fp,
+    /// The kernel copies registers and the stack top; user space unwinds them from
+    /// `.eh_frame`, one record per period that passes `--min`.
+    Dwarf,
+}
+
+impl Unwind {
+    pub const ALL: [Unwind; 3] = [Unwind::Auto, Unwind::Fp, Unwind::Dwarf];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Unwind::Auto => "auto",
+            Unwind::Fp => "fp",
+            Unwind::Dwarf => "dwarf",
+        }
+    }
+}

@@ -69,6 +69,8 @@ pub enum Missing {
     MapFull,
     /// The kernel could not read it (another error).
     Unreadable,
+    /// `--unwind dwarf`: copied, but its record found the ring buffer full (counted).
+    CopyLost,
 }
 
 impl Missing {
@@ -79,6 +81,7 @@ impl Missing {
             Missing::Collision => Some(format!("[{side} stack lost: map collision]")),
             Missing::MapFull => Some(format!("[{side} stack lost: map full]")),
             Missing::Unreadable => Some(format!("[{side} stack unreadable]")),
+            Missing::CopyLost => Some(format!("[{side} stack lost: ring buffer full]")),
         }
     }
 }
@@ -199,6 +202,11 @@ pub struct OffcpuDrops {
     pub sums_map_full_ns: u64,
     /// `--wakers`: wakeups whose waker was not kept (its map was full).
     pub wakers_map_full: u64,
+    /// `--unwind dwarf`: periods whose stack copies found the ring buffer full (their
+    /// time is kept, their user stack shown as lost).
+    pub copies_lost: u64,
+    /// `--unwind dwarf`: switch-outs whose thread had no copy slot (task storage).
+    pub copy_slots_failed: u64,
 }
 
 impl OffcpuDrops {
@@ -218,6 +226,9 @@ pub struct OffcpuReport {
     pub min_ns: u64,
     /// The probe mode the switch program attached in (`tp-btf`, `raw-tp`, `tracepoint`).
     pub probe: &'static str,
+    /// How user stacks were walked: `fp` (the kernel, by frame pointers) or `dwarf`
+    /// (copies unwound in user space from `.eh_frame`).
+    pub unwind: &'static str,
     pub total_ns: u64,
     pub blocked_ns: u64,
     pub preempted_ns: u64,
@@ -260,6 +271,7 @@ impl OffcpuReport {
             states: states.name(),
             min_ns,
             probe: "unknown",
+            unwind: "fp",
             total_ns: blocked_ns + preempted_ns,
             blocked_ns,
             preempted_ns,
@@ -272,6 +284,12 @@ impl OffcpuReport {
     /// The report of a run in probe mode `probe`.
     pub fn with_probe(mut self, probe: &'static str) -> Self {
         self.probe = probe;
+        self
+    }
+
+    /// The report of a run whose user stacks were walked by `unwind` (`fp`, `dwarf`).
+    pub fn with_unwind(mut self, unwind: &'static str) -> Self {
+        self.unwind = unwind;
         self
     }
 

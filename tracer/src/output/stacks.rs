@@ -23,6 +23,7 @@ fn missing_text(m: Missing) -> &'static str {
         Missing::Collision => "(lost: stack map collision)",
         Missing::MapFull => "(lost: stack map full)",
         Missing::Unreadable => "(unreadable)",
+        Missing::CopyLost => "(lost: ring buffer full)",
     }
 }
 
@@ -44,12 +45,13 @@ fn write_part(out: &mut dyn Write, part: &StackPart) -> std::io::Result<()> {
 pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "Off-CPU stacks: {}, {}, states {}, periods of at least {}, probe {}",
+        "Off-CPU stacks: {}, {}, states {}, periods of at least {}, probe {}, unwind {}",
         escape(&r.target),
         secs(r.window_ns),
         r.states,
         secs(r.min_ns),
-        r.probe
+        r.probe,
+        r.unwind
     )?;
     writeln!(
         out,
@@ -76,6 +78,13 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
                 out,
                 "drops: {} wakers not kept (their map was full)",
                 d.wakers_map_full
+            )?;
+        }
+        if d.copies_lost + d.copy_slots_failed > 0 {
+            writeln!(
+                out,
+                "drops: {} periods' stack copies lost (ring buffer full), {} switch-outs without a copy slot",
+                d.copies_lost, d.copy_slots_failed
             )?;
         }
     } else {

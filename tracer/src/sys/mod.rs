@@ -18,4 +18,5 @@ pub mod selfstat;
 pub mod startup;
 pub mod symbolize;
 pub mod tracefs;
+pub mod unwind;
 pub mod webconfig;

@@ -195,6 +195,20 @@ impl Symbolizer {
         )
     }
 
+    /// The executable file mappings of `tgid` as last read: (start, end, file offset,
+    /// file index, the open file), for unwinding (`sys::unwind`).
+    pub fn code_mappings(&self, tgid: u32) -> Vec<(u64, u64, u64, usize, &File)> {
+        self.procs
+            .get(&tgid)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| {
+                let f = m.file?;
+                Some((m.start, m.end, m.offset, f, &self.files[f].file))
+            })
+            .collect()
+    }
+
     fn mapping(&self, tgid: u32, addr: u64) -> Option<&Mapping> {
         self.procs
             .get(&tgid)?

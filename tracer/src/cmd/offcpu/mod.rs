@@ -14,8 +14,8 @@ use std::{
 use anyhow::{Context as _, Result};
 use aya::Ebpf;
 use tracer_common::offcpu::{
-    offdrop, OffcpuConfig, STACK_COLLISION, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN,
-    STATE_BLOCKED, STATE_PREEMPTED,
+    offdrop, OffcpuConfig, STACK_COLLISION, STACK_COPIED, STACK_COPY_LOST, STACK_EMPTY, STACK_FULL,
+    STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
 };
 
 use crate::{
@@ -26,6 +26,7 @@ use crate::{
         signals,
     },
     cmd::targets,
+    model::options::Unwind,
     model::stacks::{
         Frame, Missing, OffState, OffcpuDrops, OffcpuReport, OffcpuStack, StackPart, StateFilter,
         WakerStack,
@@ -38,8 +39,12 @@ use crate::{
         privileges,
         root::Root,
         symbolize::{base_name, SymFrame, Symbolizer},
+        unwind::Unwinders,
     },
 };
+
+mod copies;
+use copies::Copies;
 
 /// What `tracer offcpu` was asked for.
 #[derive(Clone, Debug)]
@@ -60,7 +65,13 @@ pub struct OffcpuOptions {
     pub probe: crate::model::options::ProbeMode,
     /// Join each blocked period with the thread that woke it.
     pub wakers: bool,
+    /// How user stacks are walked.
+    pub unwind: Unwind,
 }
+
+/// Bytes of the ring the stack copies travel through (`--unwind dwarf`): about 1300
+/// periods of full copies between two reads, 20 ms apart.
+const COPY_RING_BYTES: u32 = 16 << 20;
 
 pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     // Opened before anything is traced: a bad path fails at once, not after the run.
@@ -118,10 +129,17 @@ fn start(
             kernel_stacks: (!o.user_only) as u32,
             user_stacks: (!o.kernel_only) as u32,
             wakers: o.wakers as u32,
+            ..Default::default()
         },
         stack_entries: o.stack_entries,
         sum_entries: 65536,
         probe: o.probe,
+        // Every thread, or a cgroup's: a record per period would be too many.
+        unwind: match o.unwind {
+            Unwind::Auto if o.targets.system_wide() || o.targets.cgroup.is_some() => Unwind::Fp,
+            u => u,
+        },
+        copy_ring_bytes: COPY_RING_BYTES,
     };
     let mut fill = |ebpf: &mut Ebpf| -> Result<()> {
         targets::seed(ebpf, root, &o.targets, before, child, o.max_threads).map(|_| ())
@@ -152,9 +170,11 @@ fn target_text(o: &OffcpuOptions, child: Option<u32>) -> String {
 /// The off-CPU run's part of the loop: the traced processes' mappings read while they
 /// live, every 50 ms for a target (a process that lives and dies between two reads is
 /// not symbolized), every 500 ms for everything.
+/// With `--unwind dwarf` it also reads the stack copies, every 20 ms.
 struct Mappings<'a> {
     tracer: &'a OffcpuTracer,
     sym: &'a mut Symbolizer,
+    copies: Option<&'a mut Copies>,
     known: BTreeSet<u32>,
     poll: Duration,
     next: tokio::time::Instant,
@@ -165,6 +185,10 @@ impl Mappings<'_> {
         self.known.extend(self.tracer.tgids_seen());
         for &tgid in &self.known {
             self.sym.remember(tgid);
+        }
+        if let Some(c) = self.copies.as_deref_mut() {
+            c.drain(self.sym);
+            self.known.extend(c.tgids());
         }
     }
 }
@@ -194,11 +218,21 @@ async fn trace(
     let t0 = monotonic_ns();
     let mut sym = Symbolizer::new();
     let wide = o.targets.system_wide();
+    let mut copies = match (tracer.dwarf, tracer.take_copies()) {
+        (Some(l), Some(ring)) => Some(Copies::new(ring, Unwinders::new(l))),
+        _ => None,
+    };
+    let poll = match (&copies, wide) {
+        (Some(_), _) => 20,
+        (None, true) => 500,
+        (None, false) => 50,
+    };
     let mut work = Mappings {
         tracer: &tracer,
         sym: &mut sym,
+        copies: copies.as_mut(),
         known: o.targets.pids.iter().copied().chain(child).collect(),
-        poll: Duration::from_millis(if wide { 500 } else { 50 }),
+        poll: Duration::from_millis(poll),
         next: tokio::time::Instant::now(),
     };
     work.read();
@@ -216,7 +250,17 @@ async fn trace(
     for &tgid in &known {
         sym.remember(tgid);
     }
-    let report = build_report(&o, &tracer, &sym, t1 - t0, target_text(&o, child))?;
+    if let Some(c) = copies.as_mut() {
+        c.drain(&mut sym);
+    }
+    let report = build_report(
+        &o,
+        &tracer,
+        copies.as_ref(),
+        &sym,
+        t1 - t0,
+        target_text(&o, child),
+    )?;
     if let Some(mut f) = svg {
         let mut buf = Vec::new();
         flamegraph::write_svg(&report, &mut buf).context("drawing the flame graph")?;
@@ -255,6 +299,7 @@ fn missing(id: i32) -> Missing {
         STACK_EMPTY => Missing::Empty,
         STACK_COLLISION => Missing::Collision,
         STACK_FULL => Missing::MapFull,
+        STACK_COPY_LOST | STACK_COPIED => Missing::CopyLost,
         _ => Missing::Unreadable,
     }
 }
@@ -338,7 +383,8 @@ impl Parts<'_> {
                         unsymbolized.insert((tgid, comm.to_string()));
                     }
                     let per_ip = sym.user(tgid, a);
-                    let cut = truncated_at(sym, tgid, a, &per_ip);
+                    let unwound = id as u32 >= copies::FIRST_ID;
+                    let cut = truncated_at(sym, tgid, a, &per_ip, unwound);
                     (StackPart::Frames(frames(per_ip)), cut)
                 }
                 _ if id >= 0 => (
@@ -365,11 +411,12 @@ impl Parts<'_> {
 fn build_report(
     o: &OffcpuOptions,
     tracer: &OffcpuTracer,
+    copies: Option<&Copies>,
     sym: &Symbolizer,
     window_ns: u64,
     target: String,
 ) -> Result<OffcpuReport> {
-    let sums = tracer.sums()?;
+    let mut sums = tracer.sums()?;
     let ids: BTreeSet<u32> = sums
         .iter()
         .flat_map(|x| {
@@ -379,7 +426,17 @@ fn build_report(
         .filter(|&id| id >= 0)
         .map(|id| id as u32)
         .collect();
-    let ips = tracer.stacks(&ids)?;
+    let mut ips = tracer.stacks(&ids)?;
+    let mut kernel_ids = BTreeSet::new();
+    if let Some(c) = copies {
+        for x in c.sums() {
+            let w = x.waker.map_or(-1, |w| w.kernel_stack);
+            kernel_ids.extend([x.key.kernel_stack, w].into_iter().filter(|&i| i >= 0));
+            sums.push(x);
+        }
+        ips.extend(tracer.stacks(&kernel_ids.into_iter().map(|i| i as u32).collect())?);
+        ips.extend(c.stacks.iter().map(|(k, v)| (*k, v.clone())));
+    }
     let mut parts = Parts {
         sym,
         ips: &ips,
@@ -440,16 +497,34 @@ fn build_report(
         sums_map_full: d[offdrop::SUMS_FULL as usize],
         sums_map_full_ns: d[offdrop::SUMS_FULL_NS as usize],
         wakers_map_full: d[offdrop::WAKERS_FULL as usize],
+        copies_lost: d[offdrop::COPY_LOST as usize],
+        copy_slots_failed: d[offdrop::COPY_NO_SLOT as usize],
     };
     let mut notes = Vec::new();
+    if let Some(c) = copies.filter(|c| c.malformed > 0) {
+        notes.push(format!(
+            "{} of {} stack copy records were malformed and skipped",
+            c.malformed, c.records
+        ));
+    }
+    let fp_hint = match (&tracer.fp_because, tracer.dwarf) {
+        (_, Some(_)) => String::new(),
+        (Some(why), None) => format!("; --unwind dwarf cannot help here: {why}"),
+        (None, None) => "; or --unwind dwarf".to_string(),
+    };
     for b in &truncated {
-        notes.push(if b.starts_with('[') {
+        notes.push(if let Some(b) = b.strip_prefix("dwarf:") {
+            format!(
+                "some user stacks unwound from copies end in {b} before a thread's first function: the copy's {} KiB ended, or the code has no unwind information",
+                tracer_common::offcpu::COPY_STACK / 1024
+            )
+        } else if b.starts_with('[') {
             format!(
                 "some user stacks end in {b} code (no file: JIT, or a process that exec'd since): likely truncated"
             )
         } else {
             format!(
-                "user stacks of {b} are likely truncated: no frame pointers (rebuild with -fno-omit-frame-pointer / -C force-frame-pointers=yes)"
+                "user stacks of {b} are likely truncated: no frame pointers (rebuild with -fno-omit-frame-pointer / -C force-frame-pointers=yes{fp_hint})"
             )
         });
     }
@@ -473,7 +548,12 @@ fn build_report(
         drops,
         notes,
     )
-    .with_probe(tracer.mode.name()))
+    .with_probe(tracer.mode.name())
+    .with_unwind(if tracer.dwarf.is_some() {
+        "dwarf"
+    } else {
+        "fp"
+    }))
 }
 
 /// Where a complete user stack ends: the outermost call of a process's main thread or
@@ -496,15 +576,25 @@ const STACK_ROOTS: &[&str] = &[
 /// stacks by frame pointer: a function that keeps none hides its caller (and may send
 /// the walk astray), and a walk that does not end in a thread's root call was lost.
 /// `per_ip` is the symbolizer's frames per address (leaf first); the binary blamed holds
-/// the first function without a frame pointer, else the outermost known frame.
+/// the first function without a frame pointer, else the outermost known frame. A stack
+/// `unwound` from a copy needs no frame pointers: only where it ends matters (the name
+/// then starts with `dwarf:`).
 fn truncated_at(
     sym: &Symbolizer,
     tgid: u32,
     ips: &[u64],
     per_ip: &[Vec<SymFrame>],
+    unwound: bool,
 ) -> Option<String> {
     let last = per_ip.last()?.last()?;
     let ends_at_root = STACK_ROOTS.contains(&last.name.as_str());
+    if unwound {
+        let file = ips
+            .last()
+            .and_then(|&ip| sym.file_of(tgid, ip.saturating_sub(1)));
+        return (!ends_at_root)
+            .then(|| format!("dwarf:{}", base_name(file.unwrap_or("[unknown]"))));
+    }
     // The outermost frame's own prologue does not matter: nothing above it is missing.
     let n = if ends_at_root {
         per_ip.len() - 1

@@ -1,0 +1,152 @@
+//! `tracer offcpu --unwind dwarf`: the periods whose user stacks the kernel copied
+//! arrive one record each (and, with `--wakers`, their waker's copy just before); they
+//! are unwound as they come, while the process lives, and summed by the stacks found, as
+//! the kernel sums the frame-pointer stacks. Each unwound stack gets an id above every
+//! stack map id, so the report reads both kinds alike.
+use std::collections::HashMap;
+
+use aya::maps::{MapData, RingBuf};
+use tracer_common::offcpu::{
+    CopyHead, OffKey, COPY_HEAD, COPY_HEADER, COPY_WAITER, COPY_WAKER, STACK_COPIED, STACK_EMPTY,
+};
+
+use crate::{
+    bpf::stacks::{Sum, WakerSum},
+    sys::{symbolize::Symbolizer, unwind::Unwinders},
+};
+
+/// Ids of unwound stacks start here: stack map ids are below `--stack-entries`.
+pub const FIRST_ID: u32 = 1 << 30;
+
+/// A waker as a sum's key has it: (tgid, tid, user stack, kernel stack).
+type WakerKey = (u32, u32, i32, i32);
+
+/// A waker's half, waiting for its waiter's record.
+struct Pending {
+    sum: WakerSum,
+}
+
+/// The copies' records, unwound and summed.
+pub struct Copies {
+    ring: RingBuf<MapData>,
+    unwinders: Unwinders,
+    /// Unwound stacks (leaf first) by id, and the id of each (process, stack).
+    pub stacks: HashMap<u32, Vec<u64>>,
+    ids: HashMap<(u32, Vec<u64>), u32>,
+    sums: HashMap<(OffKey, Option<WakerKey>), Sum>,
+    wakers: HashMap<(u32, u64), Pending>,
+    /// Records read, and those too short to be one (never expected: counted).
+    pub records: u64,
+    pub malformed: u64,
+}
+
+impl Copies {
+    pub fn new(ring: RingBuf<MapData>, unwinders: Unwinders) -> Self {
+        Copies {
+            ring,
+            unwinders,
+            stacks: HashMap::new(),
+            ids: HashMap::new(),
+            sums: HashMap::new(),
+            wakers: HashMap::new(),
+            records: 0,
+            malformed: 0,
+        }
+    }
+
+    /// Reads every record waiting in the ring. `sym` knows the processes' mappings
+    /// (read again for a process it has not seen).
+    pub fn drain(&mut self, sym: &mut Symbolizer) {
+        // Copied out (12 KiB at most) so the ring is free while the record is used.
+        while let Some(bytes) = self.ring.next().map(|item| item.to_vec()) {
+            self.records += 1;
+            if bytes.len() < COPY_HEADER {
+                self.malformed += 1;
+                continue;
+            }
+            // SAFETY: at least COPY_HEAD bytes of a #[repr(C)] plain-data header.
+            let head: CopyHead = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            let regs = &bytes[COPY_HEAD..COPY_HEADER];
+            let stack = &bytes[COPY_HEADER..];
+            let stack = &stack[..(head.len as usize).min(stack.len())];
+            let user = if head.user_stack == STACK_COPIED {
+                if !sym.knows(head.owner_tgid) {
+                    sym.remember(head.owner_tgid);
+                }
+                let ips = self.unwinders.unwind(sym, head.owner_tgid, regs, stack);
+                log::debug!(
+                    "copy of {} ({} bytes): {:x?}",
+                    head.owner_tid,
+                    stack.len(),
+                    ips
+                );
+                self.id_of(head.owner_tgid, ips)
+            } else {
+                head.user_stack
+            };
+            match head.kind {
+                COPY_WAKER => {
+                    self.wakers.insert(
+                        (head.tid, head.at_ns),
+                        Pending {
+                            sum: WakerSum {
+                                tgid: head.owner_tgid,
+                                tid: head.owner_tid,
+                                user_stack: user,
+                                kernel_stack: head.kernel_stack,
+                                comm: head.comm,
+                            },
+                        },
+                    );
+                }
+                COPY_WAITER => {
+                    let waker = self.wakers.remove(&(head.tid, head.at_ns)).map(|p| p.sum);
+                    self.add(&head, user, waker);
+                }
+                _ => self.malformed += 1,
+            }
+        }
+    }
+
+    fn id_of(&mut self, tgid: u32, ips: Vec<u64>) -> i32 {
+        if ips.is_empty() {
+            return STACK_EMPTY;
+        }
+        let next = FIRST_ID + self.ids.len() as u32;
+        let id = *self.ids.entry((tgid, ips.clone())).or_insert(next);
+        self.stacks.entry(id).or_insert(ips);
+        id as i32
+    }
+
+    fn add(&mut self, h: &CopyHead, user: i32, waker: Option<WakerSum>) {
+        let key = OffKey {
+            tgid: h.tgid,
+            tid: h.tid,
+            user_stack: user,
+            kernel_stack: h.kernel_stack,
+            state: h.state,
+            _pad: 0,
+        };
+        let wk = waker.map(|w| (w.tgid, w.tid, w.user_stack, w.kernel_stack));
+        let s = self.sums.entry((key, wk)).or_insert(Sum {
+            key,
+            total_ns: 0,
+            count: 0,
+            comm: h.comm,
+            waker,
+        });
+        s.total_ns += h.total_ns;
+        s.count += 1;
+        s.comm = h.comm;
+    }
+
+    /// The sums so far (the records still in the ring are read first by the caller).
+    pub fn sums(&self) -> Vec<Sum> {
+        self.sums.values().copied().collect()
+    }
+
+    /// The processes whose stacks arrived (their mappings must be kept).
+    pub fn tgids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.ids.keys().map(|(t, _)| *t)
+    }
+}
