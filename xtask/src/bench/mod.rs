@@ -300,6 +300,26 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             )],
             versus: "offcputime",
         },
+        // `--unwind dwarf` for every thread: registers and 12 KiB of stack copied at each
+        // switch-out, a record per period past --min (here every period of the storm), so
+        // this row's ns a switch is its cost a period; the storm overflows the ring (the
+        // lost copies are counted by the tracer, their time kept).
+        Tool {
+            key: "offcpu-dwarf",
+            label: "tracer offcpu --unwind dwarf",
+            procs: vec![(
+                "tracer".into(),
+                vec![
+                    s(&tracer),
+                    "offcpu".into(),
+                    "--unwind".into(),
+                    "dwarf".into(),
+                    "-d".into(),
+                    "24h".into(),
+                ],
+            )],
+            versus: "offcputime",
+        },
         Tool {
             key: "offcputime",
             label: "offcputime",

@@ -3,7 +3,9 @@
 //! runs from the switch-out to the switch-in, the wait after the wakeup included, as
 //! offcputime's) is their life less what schedstat says they ran; their blocked stacks
 //! name the kernel's nanosleep and were woken from the timer interrupt; tp-btf and
-//! raw-tp refused in one line where the kernel has no BTF.
+//! raw-tp refused in one line where the kernel has no BTF. In tp-btf mode on x86_64 and
+//! arm64, `--unwind auto` copies the workers' stacks (`dwarf`): their blocked stacks must
+//! be unwound to a thread's root through the guest's libc.
 
 use super::common::*;
 
@@ -13,6 +15,8 @@ const LIFE_NS: f64 = 1e9;
 /// Two iterations (2 ms of work, 8 ms asleep: the thread starts after the clock and
 /// ends at the first check past it), and 5%.
 const SLACK_NS: f64 = 20e6;
+/// The outermost user frames of a new thread (glibc, musl) that end a whole stack.
+const THREAD_ROOTS: [&str; 5] = ["clone3", "clone", "__clone", "__clone3", "start_thread"];
 
 pub(super) fn check_offcpu(g: &GuestOutput, o: &Offers) -> Vec<Verdict> {
     let arch = g
@@ -59,6 +63,15 @@ fn check_mode(g: &GuestOutput, o: &Offers, mode: &str, arch: &str) -> Verdict {
     c.expect(doc["probe"].as_str() == Some(mode), || {
         format!("the report says probe {}", doc["probe"])
     });
+    // framehop unwinds x86_64 and arm64; the copies need tp_btf's task pointers.
+    let dwarf = mode == "tp-btf" && matches!(arch, "x86_64" | "aarch64");
+    let unwind = if dwarf { "dwarf" } else { "fp" };
+    c.expect(doc["unwind"].as_str() == Some(unwind), || {
+        format!(
+            "the report says unwind {}, expected {unwind}",
+            doc["unwind"]
+        )
+    });
     let truth = step.part(&format!("truth-{mode}"));
     let workers: Vec<Json> = crate::json::lines(truth)
         .into_iter()
@@ -102,6 +115,31 @@ fn check_mode(g: &GuestOutput, o: &Offers, mode: &str, arch: &str) -> Verdict {
                  tracepoint's callchain stops at __schedule); names and interrupts unchecked"
             ));
             continue;
+        }
+        if dwarf {
+            let whole: u64 = mine
+                .iter()
+                .filter(|s| s["user_truncated"].as_str().is_none())
+                .filter(|s| {
+                    s["user"]
+                        .items()
+                        .last()
+                        .and_then(|f| f["name"].as_str())
+                        .is_some_and(|n| THREAD_ROOTS.contains(&n))
+                })
+                .filter_map(|s| s["total_ns"].as_u64())
+                .sum();
+            c.expect(whole * 10 >= blocked * 9, || {
+                let ends: Vec<String> = mine
+                    .iter()
+                    .map(|s| format!("{}", s["user"].items().last().map_or(&Json::Null, |f| &f["name"])))
+                    .collect();
+                format!(
+                    "tid {tid}: {:.1} of {:.1} ms asleep in stacks unwound to a thread's root; outermost frames {ends:?}",
+                    whole as f64 / 1e6,
+                    blocked as f64 / 1e6
+                )
+            });
         }
         let named = mine.iter().any(|s| {
             s["kernel"]
