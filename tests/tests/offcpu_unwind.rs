@@ -56,6 +56,10 @@ fn stacks_in(doc: &Value, tid: u64, func: &str) -> (u64, Vec<Frames>) {
             continue;
         }
         ns += s["total_ns"].as_u64().unwrap();
+        assert!(
+            s["user_truncated"].is_null(),
+            "{func}: the unwind stopped short: {s}"
+        );
         v.push((user, names(&s["waker"]["user"])));
     }
     (ns, v)
@@ -214,4 +218,60 @@ fn unwind_modes_say_what_they_did() {
         doc["unwind"], "fp",
         "raw-tp: auto falls back to frame pointers"
     );
+}
+
+/// A stripped binary whose symbols are in a separate debug file (`.gnu_debuglink`, as
+/// distributions ship them) is still named: unwound from its `.eh_frame` (strip keeps
+/// it), symbolized from the debug file beside it.
+#[test]
+#[ignore = "needs root"]
+fn stripped_binaries_are_named_through_their_debug_link() {
+    require_root();
+    let w = bars(false);
+    let dir = w.parent().unwrap().join("stripped");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (bin, dbg) = (dir.join("bars"), dir.join("bars.debug"));
+    let objcopy = |args: &[&std::ffi::OsStr]| {
+        let st = std::process::Command::new("objcopy")
+            .args(args)
+            .status()
+            .expect("objcopy (binutils, which rustc's linker driver needs)");
+        assert!(st.success(), "objcopy {args:?}");
+    };
+    objcopy(&["--only-keep-debug".as_ref(), w.as_os_str(), dbg.as_os_str()]);
+    objcopy(&["--strip-all".as_ref(), w.as_os_str(), bin.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", dbg.display());
+    // objcopy records the debug file's base name; blazesym looks for it beside the binary.
+    let st = std::process::Command::new("objcopy")
+        .current_dir(&dir)
+        .args([link.as_str(), "bars"])
+        .status()
+        .expect("objcopy");
+    assert!(st.success());
+    let nm = std::process::Command::new("nm")
+        .arg(&bin)
+        .output()
+        .expect("nm");
+    assert!(
+        !String::from_utf8_lossy(&nm.stdout).contains("bars_nap"),
+        "the stripped binary still has its symbols"
+    );
+    let t = scratch("bars-stripped");
+    let out = run(&[
+        "offcpu",
+        "--json",
+        "--",
+        bin.to_str().unwrap(),
+        "--nap-ms",
+        "300",
+        "--pipe-ms",
+        "100",
+        "--out",
+        t.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let tr = truth(&t);
+    let (ns, _) = stacks_in(&doc, tr["napper_tid"].as_u64().unwrap(), "bars_nap");
+    within("stripped: bars_nap", ns, tr["nap_ns"].as_u64().unwrap());
+    let _ = std::fs::remove_file(&t);
 }

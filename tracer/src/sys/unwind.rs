@@ -215,12 +215,19 @@ impl Unwinders {
     /// The stack of `tgid` in a copy: `regs` (the start of its `pt_regs`) and `stack`
     /// (the bytes from its stack pointer up). Leaf first: where it was, then return
     /// addresses, as the kernel's stack map gives them. Stops where the copy or the
-    /// unwind information ends.
-    pub fn unwind(&mut self, sym: &Symbolizer, tgid: u32, regs: &[u8], stack: &[u8]) -> Vec<u64> {
+    /// unwind information ends; the flag says whether the walk reached a thread's first
+    /// function (its CFI marks the return address undefined), as framehop tells.
+    pub fn unwind(
+        &mut self,
+        sym: &Symbolizer,
+        tgid: u32,
+        regs: &[u8],
+        stack: &[u8],
+    ) -> (Vec<u64>, bool) {
         let l = self.layout;
         let (ip, sp, fp) = (l.word(regs, l.ip), l.word(regs, l.sp), l.word(regs, l.fp));
         if ip == 0 {
-            return Vec::new();
+            return (Vec::new(), false);
         }
         let mut read = |addr: u64| -> Result<u64, ()> {
             let i = addr.checked_sub(sp).ok_or(())? as usize;
@@ -238,18 +245,23 @@ impl Unwinders {
         // The cache is taken out while the process's unwinder is borrowed.
         let mut cache = std::mem::replace(&mut self.cache, Cache::new());
         let mut out = Vec::new();
+        let mut whole = false;
         {
             let p = self.process(sym, tgid);
             let mut it = p.unwinder.iter_frames(ip, start, &mut cache, &mut read);
             while out.len() < MAX_FRAMES {
                 match it.next() {
                     Ok(Some(f)) => out.push(f.address()),
-                    _ => break,
+                    Ok(None) => {
+                        whole = true;
+                        break;
+                    }
+                    Err(_) => break,
                 }
             }
         }
         self.cache = cache;
-        out
+        (out, whole)
     }
 }
 

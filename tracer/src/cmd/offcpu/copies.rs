@@ -3,7 +3,7 @@
 //! are unwound as they come, while the process lives, and summed by the stacks found, as
 //! the kernel sums the frame-pointer stacks. Each unwound stack gets an id above every
 //! stack map id, so the report reads both kinds alike.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use aya::maps::{MapData, RingBuf};
 use tracer_common::offcpu::{
@@ -32,6 +32,8 @@ pub struct Copies {
     unwinders: Unwinders,
     /// Unwound stacks (leaf first) by id, and the id of each (process, stack).
     pub stacks: HashMap<u32, Vec<u64>>,
+    /// Ids of the stacks whose walk stopped before a thread's first function.
+    pub cut: HashSet<u32>,
     ids: HashMap<(u32, Vec<u64>), u32>,
     sums: HashMap<(OffKey, Option<WakerKey>), Sum>,
     wakers: HashMap<(u32, u64), Pending>,
@@ -46,6 +48,7 @@ impl Copies {
             ring,
             unwinders,
             stacks: HashMap::new(),
+            cut: HashSet::new(),
             ids: HashMap::new(),
             sums: HashMap::new(),
             wakers: HashMap::new(),
@@ -73,14 +76,14 @@ impl Copies {
                 if !sym.knows(head.owner_tgid) {
                     sym.remember(head.owner_tgid);
                 }
-                let ips = self.unwinders.unwind(sym, head.owner_tgid, regs, stack);
+                let (ips, whole) = self.unwinders.unwind(sym, head.owner_tgid, regs, stack);
                 log::debug!(
-                    "copy of {} ({} bytes): {:x?}",
+                    "copy of {} ({} bytes, whole {whole}): {:x?}",
                     head.owner_tid,
                     stack.len(),
                     ips
                 );
-                self.id_of(head.owner_tgid, ips)
+                self.id_of(head.owner_tgid, ips, whole)
             } else {
                 head.user_stack
             };
@@ -108,12 +111,15 @@ impl Copies {
         }
     }
 
-    fn id_of(&mut self, tgid: u32, ips: Vec<u64>) -> i32 {
+    fn id_of(&mut self, tgid: u32, ips: Vec<u64>, whole: bool) -> i32 {
         if ips.is_empty() {
             return STACK_EMPTY;
         }
         let next = FIRST_ID + self.ids.len() as u32;
         let id = *self.ids.entry((tgid, ips.clone())).or_insert(next);
+        if !whole {
+            self.cut.insert(id);
+        }
         self.stacks.entry(id).or_insert(ips);
         id as i32
     }

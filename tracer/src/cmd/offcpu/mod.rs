@@ -345,6 +345,8 @@ fn in_interrupt(kernel: &[Frame]) -> bool {
 struct Parts<'a> {
     sym: &'a Symbolizer,
     ips: &'a HashMap<u32, Vec<u64>>,
+    /// Stacks unwound from copies that stop before a thread's first function.
+    cut_copies: &'a std::collections::HashSet<u32>,
     kcache: HashMap<i32, StackPart>,
     ucache: HashMap<(u32, i32), (StackPart, Option<String>)>,
     unsymbolized: BTreeSet<(u32, String)>,
@@ -372,7 +374,7 @@ impl Parts<'_> {
 
     /// A user stack of process `tgid` (`comm` names it in a note if unsymbolized).
     fn user(&mut self, tgid: u32, id: i32, comm: &str) -> (StackPart, Option<String>) {
-        let (sym, ips) = (self.sym, self.ips);
+        let (sym, ips, cut_copies) = (self.sym, self.ips, self.cut_copies);
         let unsymbolized = &mut self.unsymbolized;
         let got = self
             .ucache
@@ -383,8 +385,15 @@ impl Parts<'_> {
                         unsymbolized.insert((tgid, comm.to_string()));
                     }
                     let per_ip = sym.user(tgid, a);
-                    let unwound = id as u32 >= copies::FIRST_ID;
-                    let cut = truncated_at(sym, tgid, a, &per_ip, unwound);
+                    let cut = if id as u32 >= copies::FIRST_ID {
+                        // Unwound from a copy: framehop says whether it reached the root.
+                        cut_copies.contains(&(id as u32)).then(|| {
+                            let f = a.last().and_then(|&ip| sym.file_of(tgid, ip - 1));
+                            format!("dwarf:{}", base_name(f.unwrap_or("[unknown]")))
+                        })
+                    } else {
+                        truncated_at(sym, tgid, a, &per_ip)
+                    };
                     (StackPart::Frames(frames(per_ip)), cut)
                 }
                 _ if id >= 0 => (
@@ -437,9 +446,11 @@ fn build_report(
         ips.extend(tracer.stacks(&kernel_ids.into_iter().map(|i| i as u32).collect())?);
         ips.extend(c.stacks.iter().map(|(k, v)| (*k, v.clone())));
     }
+    let no_cuts = Default::default();
     let mut parts = Parts {
         sym,
         ips: &ips,
+        cut_copies: copies.map_or(&no_cuts, |c| &c.cut),
         kcache: HashMap::new(),
         ucache: HashMap::new(),
         unsymbolized: BTreeSet::new(),
@@ -576,25 +587,15 @@ const STACK_ROOTS: &[&str] = &[
 /// stacks by frame pointer: a function that keeps none hides its caller (and may send
 /// the walk astray), and a walk that does not end in a thread's root call was lost.
 /// `per_ip` is the symbolizer's frames per address (leaf first); the binary blamed holds
-/// the first function without a frame pointer, else the outermost known frame. A stack
-/// `unwound` from a copy needs no frame pointers: only where it ends matters (the name
-/// then starts with `dwarf:`).
+/// the first function without a frame pointer, else the outermost known frame.
 fn truncated_at(
     sym: &Symbolizer,
     tgid: u32,
     ips: &[u64],
     per_ip: &[Vec<SymFrame>],
-    unwound: bool,
 ) -> Option<String> {
     let last = per_ip.last()?.last()?;
     let ends_at_root = STACK_ROOTS.contains(&last.name.as_str());
-    if unwound {
-        let file = ips
-            .last()
-            .and_then(|&ip| sym.file_of(tgid, ip.saturating_sub(1)));
-        return (!ends_at_root)
-            .then(|| format!("dwarf:{}", base_name(file.unwrap_or("[unknown]"))));
-    }
     // The outermost frame's own prologue does not matter: nothing above it is missing.
     let n = if ends_at_root {
         per_ip.len() - 1
