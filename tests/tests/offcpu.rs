@@ -35,13 +35,14 @@ fn run_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("one JSON document")
 }
 
-/// Time of the stacks of thread `tid` in `state` whose user frames name `func`.
+/// Time of the stacks of thread `tid` in `state` (`any`: both) whose user frames name
+/// `func`.
 fn time_in(doc: &Value, tid: u64, state: &str, func: &str) -> u64 {
     doc["stacks"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["tid"] == tid && s["state"] == state)
+        .filter(|s| s["tid"] == tid && (state == "any" || s["state"] == state))
         .filter(|s| {
             s["user"]
                 .as_array()
@@ -70,7 +71,11 @@ fn named_waits_agree(doc: &Value, tr: &Value, label: &str) {
         ("pipe_tid", "offcpu_pipe_read_here", "pipe_ns"),
         ("sleep_tid", "offcpu_nanosleep_here", "sleep_ns"),
     ] {
-        let got = time_in(doc, tr[tid].as_u64().unwrap(), "blocked", func);
+        // The workload's clock around the call also holds any preemption inside the
+        // function before it blocks: a preempted period there has the same user stack,
+        // so both states count. (Once on 2026-12-05 raw-tp read 20.7 ms short of 399, a
+        // whole 20 ms period; this is the likely cause, not reproduced in 50 runs.)
+        let got = time_in(doc, tr[tid].as_u64().unwrap(), "any", func);
         within(&format!("{label}{func}"), got, tr[key].as_u64().unwrap());
     }
     for i in 0..2 {

@@ -120,12 +120,18 @@ fn check_mode(g: &GuestOutput, o: &Offers, mode: &str, arch: &str) -> Verdict {
             continue;
         }
         if dwarf {
-            let whole: u64 = mine
+            let whole_ns: u64 = mine
                 .iter()
                 .filter(|s| s["user_truncated"].as_str().is_none())
                 .filter(|s| s["user"].items().len() >= MIN_FRAMES)
                 .filter_map(|s| s["total_ns"].as_u64())
                 .sum();
+            let whole = whole_ns;
+            c.note(format!(
+                "tid {tid}: {:.0} of {:.0} ms asleep unwound whole (dwarf)",
+                whole as f64 / 1e6,
+                blocked as f64 / 1e6
+            ));
             c.expect(whole * 10 >= blocked * 9, || {
                 let how: Vec<String> = mine
                     .iter()
