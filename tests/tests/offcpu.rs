@@ -54,13 +54,49 @@ fn time_in(doc: &Value, tid: u64, state: &str, func: &str) -> u64 {
 
 /// `got` within `tracer_truth::OFF_CPU` (5%) of `want`.
 fn within(what: &str, got: u64, want: u64) {
+    within_or(what, got, want, String::new);
+}
+
+/// As [`within`], with `why()` (the thread's stacks) in the failure.
+fn within_or(what: &str, got: u64, want: u64, why: impl Fn() -> String) {
     let d = (got as f64 - want as f64).abs() / want as f64 * 100.0;
     let pct = OFF_CPU.rel * 100.0;
     eprintln!("{what}: tracer {got} ns, reference {want} ns ({d:.2}% off)");
     assert!(
         OFF_CPU.holds_ns(got, want),
-        "{what}: tracer {got} ns, reference {want} ns ({d:.1}% off, at most {pct}%)"
+        "{what}: tracer {got} ns, reference {want} ns ({d:.1}% off, at most {pct}%){}",
+        why()
     );
+}
+
+/// Every stack of thread `tid` in a line each (state, time, periods, the innermost user
+/// and kernel frames), with the drops: what a failed comparison needs to be explained.
+fn stacks_of(doc: &Value, tid: u64) -> String {
+    let top = |v: &Value| -> String {
+        match v.as_array() {
+            Some(f) => f
+                .iter()
+                .take(3)
+                .filter_map(|x| x["name"].as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            None => v.to_string(),
+        }
+    };
+    let mut out = format!("\ndrops {}", doc["drops"]);
+    for s in doc["stacks"].as_array().unwrap() {
+        if s["tid"] == tid {
+            out += &format!(
+                "\n  {} {} ns x{}: user {} / kernel {}",
+                s["state"],
+                s["total_ns"],
+                s["count"],
+                top(&s["user"]),
+                top(&s["kernel"])
+            );
+        }
+    }
+    out
 }
 
 /// Each named wait's time against the workload's own clock around it, and the spinners'
@@ -75,8 +111,14 @@ fn named_waits_agree(doc: &Value, tr: &Value, label: &str) {
         // function before it blocks: a preempted period there has the same user stack,
         // so both states count. (Once on 2026-12-05 raw-tp read 20.7 ms short of 399, a
         // whole 20 ms period; this is the likely cause, not reproduced in 50 runs.)
-        let got = time_in(doc, tr[tid].as_u64().unwrap(), "any", func);
-        within(&format!("{label}{func}"), got, tr[key].as_u64().unwrap());
+        let tid = tr[tid].as_u64().unwrap();
+        let got = time_in(doc, tid, "any", func);
+        within_or(
+            &format!("{label}{func}"),
+            got,
+            tr[key].as_u64().unwrap(),
+            || stacks_of(doc, tid),
+        );
     }
     for i in 0..2 {
         let tid = tr["spin_tids"][i].as_u64().unwrap();
@@ -262,10 +304,11 @@ fn wakers_name_the_writer_of_the_pipe() {
         // Against the workload's clock, with any preemption inside the function (as
         // named_waits_agree counts it).
         let preempted = time_in(&doc, pipe, "preempted", "offcpu_pipe_read_here");
-        within(
+        within_or(
             &format!("{mode}: pipe read, all wakers and preempted"),
             all + preempted,
             tr["pipe_ns"].as_u64().unwrap(),
+            || stacks_of(&doc, pipe),
         );
         eprintln!("{mode}: pipe read woken by offcpu_pipe_write_here: {by} of {all} ns");
         assert!(
