@@ -42,21 +42,13 @@ pub fn copy_user(task: *const u8, slot: *mut StackCopy, oc: &OffcpuConfig) -> u3
             return 0;
         }
         let mut len = first;
-        if bpf_probe_read_user(
-            dst.add(len as usize) as *mut _,
-            PAGE as u32,
-            (sp + len) as *const _,
-        ) == 0
-        {
-            len += PAGE;
-            if bpf_probe_read_user(
-                dst.add(len as usize) as *mut _,
-                PAGE as u32,
-                (sp + len) as *const _,
-            ) == 0
-            {
-                len += PAGE;
+        // Two whole pages more, each read only if the one before was there.
+        for _ in 0..2 {
+            let to = dst.add(len as usize) as *mut _;
+            if bpf_probe_read_user(to, PAGE as u32, (sp + len) as *const _) != 0 {
+                break;
             }
+            len += PAGE;
         }
         (*slot).head.len = len as u32;
         len as u32
