@@ -21,7 +21,7 @@ use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
     thread_hist::{self, ProcHists},
-    window::{add_open_off_periods, never_ran},
+    window::{add_open_off_periods, close_slice_ended_in_read, never_ran},
 };
 use crate::sys::root::Root;
 
@@ -412,6 +412,9 @@ impl Collector {
             }
             let st = &mut r.stats;
             st.on_cpu_ns += self.running_part(cs.tid, st, upto - begun, close_ns != 0);
+            if may_have_ended {
+                close_slice_ended_in_read(st, begun, upto);
+            }
             // A thread that switched out and in again during the read: what ended at
             // its second switch-in is left to the kernel (the next read has it).
             if !settled.insert(cs.tid) {
