@@ -30,10 +30,9 @@ struct Pending {
 pub struct Copies {
     ring: RingBuf<MapData>,
     unwinders: Unwinders,
-    /// Unwound stacks (leaf first) by id, and the id of each (process, stack).
-    pub stacks: HashMap<u32, Vec<u64>>,
     /// Ids of the stacks whose walk stopped before a thread's first function.
     pub cut: HashSet<u32>,
+    /// The id of each unwound (process, stack) (leaf first).
     ids: HashMap<(u32, Vec<u64>), u32>,
     sums: HashMap<(OffKey, Option<WakerKey>), Sum>,
     wakers: HashMap<(u32, u64), Pending>,
@@ -47,7 +46,6 @@ impl Copies {
         Copies {
             ring,
             unwinders,
-            stacks: HashMap::new(),
             cut: HashSet::new(),
             ids: HashMap::new(),
             sums: HashMap::new(),
@@ -116,11 +114,10 @@ impl Copies {
             return STACK_EMPTY;
         }
         let next = FIRST_ID + self.ids.len() as u32;
-        let id = *self.ids.entry((tgid, ips.clone())).or_insert(next);
+        let id = *self.ids.entry((tgid, ips)).or_insert(next);
         if !whole {
             self.cut.insert(id);
         }
-        self.stacks.entry(id).or_insert(ips);
         id as i32
     }
 
@@ -149,6 +146,11 @@ impl Copies {
     /// The sums so far (the records still in the ring are read first by the caller).
     pub fn sums(&self) -> Vec<Sum> {
         self.sums.values().copied().collect()
+    }
+
+    /// The unwound stacks by id.
+    pub fn stacks(&self) -> impl Iterator<Item = (u32, &Vec<u64>)> + '_ {
+        self.ids.iter().map(|((_, ips), &id)| (id, ips))
     }
 
     /// The processes whose stacks arrived (their mappings must be kept).

@@ -319,7 +319,7 @@ fn build_report(
             sums.push(x);
         }
         ips.extend(tracer.stacks(&kernel_ids.into_iter().map(|i| i as u32).collect())?);
-        ips.extend(c.stacks.iter().map(|(k, v)| (*k, v.clone())));
+        ips.extend(c.stacks().map(|(k, v)| (k, v.clone())));
     }
     let no_cuts = Default::default();
     let mut parts = Parts {
