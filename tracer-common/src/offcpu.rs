@@ -29,6 +29,24 @@ pub struct OffStart {
     /// [`STATE_BLOCKED`] or [`STATE_PREEMPTED`].
     pub state: u32,
     pub comm: [u8; COMM_LEN],
+    /// The thread's `se.sum_exec_runtime` at the switch-out (0: not known, tracepoint
+    /// mode): times a period whose switch-in the kernel did not report
+    /// ([`unseen_switch_in`]).
+    pub run_ns: u64,
+}
+
+/// The period that began at a switch-out (`ts_ns`, with the thread's runtime `run_ns`)
+/// whose switch-in no event reported, found at the thread's next switch-out (`now`,
+/// runtime `run_now`). The thread ran without a break since that switch-in, since
+/// every switch-out of it is seen, so the switch-in was at `now - (run_now - run_ns)`.
+/// None when the runtime is not known or the figures do not fit (clock skew).
+pub fn unseen_switch_in(ts_ns: u64, run_ns: u64, now: u64, run_now: u64) -> Option<(u64, u64)> {
+    if run_ns == 0 || run_now < run_ns {
+        return None;
+    }
+    let back_in = now.checked_sub(run_now - run_ns)?;
+    let d = back_in.checked_sub(ts_ns)?;
+    Some((d, back_in))
 }
 
 /// Key of the `OFFCPU` sums.
@@ -206,10 +224,15 @@ pub mod offdrop {
     pub const COPY_LOST: u32 = 7;
     /// `--unwind dwarf`: a thread's copy slot could not be made (task storage).
     pub const COPY_NO_SLOT: u32 = 8;
-    pub const COUNT: u32 = 9;
+    /// Periods whose switch-in no event reported, timed from the thread's runtime at
+    /// its next switch-out ([`super::unseen_switch_in`]) and kept.
+    pub const UNSEEN_TIMED: u32 = 9;
+    /// Such periods that could not be timed (no runtime: tracepoint mode): lost.
+    pub const UNSEEN_LOST: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
-const _: () = assert!(core::mem::size_of::<OffStart>() == 40);
+const _: () = assert!(core::mem::size_of::<OffStart>() == 48);
 const _: () = assert!(core::mem::size_of::<OffKey>() == 24);
 const _: () = assert!(core::mem::size_of::<OffVal>() == 32);
 const _: () = assert!(core::mem::size_of::<OffcpuConfig>() == 40);
@@ -230,4 +253,27 @@ mod pod {
     unsafe impl aya::Pod for super::WakeKey {}
     unsafe impl aya::Pod for super::WakeVal {}
     unsafe impl aya::Pod for super::CopyHead {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unseen_switch_in;
+
+    #[test]
+    fn an_unseen_switch_in_is_placed_by_the_runtime_since() {
+        // Out at 1000 with 5000 ns run, back out at 9000 with 5600: it ran 600 ns, so it
+        // came back at 8400 after 7400 ns away.
+        assert_eq!(unseen_switch_in(1000, 5000, 9000, 5600), Some((7400, 8400)));
+        // It ran from the switch-out on (no time away).
+        assert_eq!(unseen_switch_in(1000, 5000, 9000, 13000), Some((0, 1000)));
+    }
+
+    #[test]
+    fn an_unseen_switch_in_without_runtime_or_with_skew_is_not_timed() {
+        assert_eq!(unseen_switch_in(1000, 0, 9000, 5600), None);
+        // The runtime went back, or grew by more than the time since the switch-out.
+        assert_eq!(unseen_switch_in(1000, 5000, 9000, 4000), None);
+        assert_eq!(unseen_switch_in(1000, 5000, 9000, 13001), None);
+        assert_eq!(unseen_switch_in(1000, 5000, 900, 5001), None);
+    }
 }

@@ -535,7 +535,12 @@ fn hostile_offcpu() -> tracer::model::stacks::OffcpuReport {
         StateFilter::All,
         1000,
         stacks,
-        OffcpuDrops::default(),
+        // Switch-ins no event reported: three timed from the runtime, one lost.
+        OffcpuDrops {
+            switch_ins_unseen_timed: 3,
+            switch_ins_unseen_lost: 1,
+            ..OffcpuDrops::default()
+        },
         vec!["user stacks of PID 100 (\x1b]2;OWNED\x07) are not symbolized".into()],
     )
     .with_probe("tracepoint")

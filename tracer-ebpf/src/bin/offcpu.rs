@@ -211,18 +211,34 @@ fn on_switch<C: StackIdContext>(
         Leave::Preempted => STATE_PREEMPTED,
         Leave::Dead => 0,
     };
-    if state & oc.states != 0 && prev.tid != 0 && account::member(&prev) {
-        let stacks = stack_ids(ctx, oc, btf.map(|b| (&USTACK_COPY, b.0)));
-        let start = OffStart {
-            ts_ns: now,
-            tgid: prev.tgid,
-            user_stack: stacks.0,
-            kernel_stack: stacks.1,
-            state,
-            comm: tracer_ebpf::task::current_comm(),
-        };
-        if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
-            add_drop(offdrop::START_FULL, 1);
+    if prev.tid != 0 && account::member(&prev) {
+        let run_ns = prev.sum_exec();
+        // SAFETY: copied out at once.
+        if let Some(s) = (unsafe { OFFCPU_START.get(prev.tid) }).copied() {
+            // Its last switch-in was not reported (see `unseen_switch_in`).
+            let _ = OFFCPU_START.remove(prev.tid);
+            match tracer_common::offcpu::unseen_switch_in(s.ts_ns, s.run_ns, now, run_ns) {
+                Some((d, back_in)) => {
+                    add_drop(offdrop::UNSEEN_TIMED, 1);
+                    add_period(&s, prev.tid, btf.map(|b| b.0), d, back_in);
+                }
+                None => add_drop(offdrop::UNSEEN_LOST, 1),
+            }
+        }
+        if state & oc.states != 0 {
+            let stacks = stack_ids(ctx, oc, btf.map(|b| (&USTACK_COPY, b.0)));
+            let start = OffStart {
+                ts_ns: now,
+                tgid: prev.tgid,
+                user_stack: stacks.0,
+                kernel_stack: stacks.1,
+                state,
+                comm: tracer_ebpf::task::current_comm(),
+                run_ns,
+            };
+            if OFFCPU_START.insert(prev.tid, start, 0).is_err() {
+                add_drop(offdrop::START_FULL, 1);
+            }
         }
     }
 
@@ -239,7 +255,14 @@ fn on_switch<C: StackIdContext>(
     if now <= s.ts_ns {
         return;
     }
-    let d = now - s.ts_ns;
+    add_period(&s, tid, btf.map(|b| b.1), now - s.ts_ns, now);
+}
+
+/// The period `d` of thread `tid` that began at `s` and ended at `now`, added to the
+/// sums (or sent with its stack copy: `task`, the thread as a trusted BTF pointer).
+#[inline(always)]
+fn add_period(s: &OffStart, tid: u32, task: Option<*const u8>, d: u64, now: u64) {
+    let oc = offcpu_config();
     if d < oc.min_ns {
         return;
     }
@@ -252,8 +275,8 @@ fn on_switch<C: StackIdContext>(
         _pad: 0,
     };
     if s.user_stack == STACK_COPIED {
-        if let Some((_, next_ptr)) = btf {
-            if send_copies(&s, tid, next_ptr, d, now) {
+        if let Some(task) = task {
+            if send_copies(s, tid, task, d, now) {
                 return;
             }
         }

@@ -207,11 +207,21 @@ pub struct OffcpuDrops {
     pub copies_lost: u64,
     /// `--unwind dwarf`: switch-outs whose thread had no copy slot (task storage).
     pub copy_slots_failed: u64,
+    /// Periods whose switch-in no event reported (a kernel may leave out the switches
+    /// of some tasks: tracing was not on for them), timed from the thread's runtime at
+    /// its next switch-out: kept, not lost.
+    pub switch_ins_unseen_timed: u64,
+    /// Such periods that could not be timed (tracepoint mode reads no runtime): lost.
+    pub switch_ins_unseen_lost: u64,
 }
 
 impl OffcpuDrops {
+    /// Anything lost (the timed unseen switch-ins are kept, so they are not losses).
     pub fn any(&self) -> bool {
-        *self != OffcpuDrops::default()
+        OffcpuDrops {
+            switch_ins_unseen_timed: 0,
+            ..*self
+        } != OffcpuDrops::default()
     }
 }
 

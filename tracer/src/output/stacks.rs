@@ -62,8 +62,14 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
         r.stacks.len()
     )?;
     let d = &r.drops;
+    let maps = d.kernel_stack_collisions
+        + d.user_stack_collisions
+        + d.stack_map_full
+        + d.start_map_full
+        + d.sums_map_full;
     if d.any() {
-        writeln!(
+        if maps > 0 {
+            writeln!(
             out,
             "drops: stack collisions {} kernel / {} user, stack map full {}, switch-outs not recorded {}, periods not added {} ({})",
             d.kernel_stack_collisions,
@@ -73,6 +79,7 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
             d.sums_map_full,
             secs(d.sums_map_full_ns)
         )?;
+        }
         if d.wakers_map_full > 0 {
             writeln!(
                 out,
@@ -87,8 +94,22 @@ pub fn write_text(r: &OffcpuReport, top: usize, out: &mut dyn Write) -> std::io:
                 d.copies_lost, d.copy_slots_failed
             )?;
         }
+        if d.switch_ins_unseen_lost > 0 {
+            writeln!(
+                out,
+                "drops: {} periods lost: their switch-in was not reported, and without kernel BTF their time cannot be rebuilt from the thread's runtime",
+                d.switch_ins_unseen_lost
+            )?;
+        }
     } else {
         writeln!(out, "drops: none")?;
+    }
+    if d.switch_ins_unseen_timed > 0 {
+        writeln!(
+            out,
+            "note: {} periods' switch-ins were not reported by the kernel; each was timed from its thread's runtime at the next switch-out",
+            d.switch_ins_unseen_timed
+        )?;
     }
     for n in &r.notes {
         writeln!(out, "note: {}", escape(n))?;

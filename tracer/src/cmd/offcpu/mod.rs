@@ -385,6 +385,8 @@ fn build_report(
         wakers_map_full: d[offdrop::WAKERS_FULL as usize],
         copies_lost: d[offdrop::COPY_LOST as usize],
         copy_slots_failed: d[offdrop::COPY_NO_SLOT as usize],
+        switch_ins_unseen_timed: d[offdrop::UNSEEN_TIMED as usize],
+        switch_ins_unseen_lost: d[offdrop::UNSEEN_LOST as usize],
     };
     let mut notes = Vec::new();
     if let Some(c) = copies.filter(|c| c.malformed > 0) {
