@@ -250,6 +250,44 @@ clock_skips() {
     }' "$1"
 }
 
+# ftrace_waits FILE: each thread's run-queue waits as the kernel's own switch and wakeup
+# events in ftrace's trace FILE time them, by the tracer's rule: from a wakeup (of a
+# thread neither on a CPU nor already waiting) or a preemption (prev_state R) to the
+# thread's next switch-in. Where schedstat's run_delay disagrees with the tracer, this
+# says whether the events do too (the scheduler's clock at a switch can be older than the
+# switch: see clock_skips). Output: "TID WAIT_NS WAITS" per thread with a wait.
+ftrace_waits() {
+    awk '{
+        cpu = -1; ev = ""
+        for (i = 1; i <= NF; i++) {
+            if (cpu < 0 && $i ~ /^\[[0-9]+\]$/) { cpu = 1; continue }
+            if (cpu >= 0 && $i ~ /^[0-9]+\.[0-9]+:$/) {
+                ts = substr($i, 1, length($i) - 1) + 0
+                ev = $(i + 1)
+                first = i + 2
+                break
+            }
+        }
+        if (ev == "sched_wakeup:" || ev == "sched_wakeup_new:") {
+            for (i = first; i <= NF; i++) if ($i ~ /^pid=/) woken = substr($i, 5)
+            if (!(woken in on) && !(woken in st)) st[woken] = ts
+        } else if (ev == "sched_switch:") {
+            pstate = ""
+            for (i = first; i <= NF; i++) {
+                if ($i ~ /^prev_pid=/) prev = substr($i, 10)
+                if ($i ~ /^prev_state=/) pstate = substr($i, 12)
+                if ($i ~ /^next_pid=/) nxt = substr($i, 10)
+            }
+            delete on[prev]
+            if (pstate ~ /^R/) st[prev] = ts
+            else delete st[prev]
+            if (nxt in st) { w[nxt] += ts - st[nxt]; n[nxt]++; delete st[nxt] }
+            if (nxt != 0) on[nxt] = 1
+        }
+    }
+    END { for (t in w) if (t != 0) printf "%s %d %d\n", t, w[t] * 1e9 + 0.5, n[t] }' "$1"
+}
+
 # ftrace_sched on|off FILE: ftrace's switch, wakeup and timer-expiry events into its ring
 # (8 MiB a CPU), then the ring into FILE and its per-CPU overrun counts into FILE.overrun.
 ftrace_sched() {
@@ -292,6 +330,7 @@ traced() {
     fi
     if [ ! -e "$P/clock-skips-missing" ]; then
         clock_skips /tmp/sched.trace >"$P/clock-skips"
+        ftrace_waits /tmp/sched.trace >"$P/ftrace-waits"
         # The workloads' leaders' own events, to read the open bug of their run-queue
         # wait (docs/testing.md#open-bugs) when it shows.
         if [ -e /tmp/workload-pids ]; then

@@ -222,6 +222,41 @@ mod tests {
         assert!(!check_mode(&protocol::parse(&garbled), Mode::TpBtf, &o).pass);
     }
 
+    /// A wait off its run_delay passes where ftrace's own switch events time the same
+    /// waits as the tracer (steps.sh `ftrace_waits`), and says so; not where they
+    /// disagree, nor where ftrace's ring overran.
+    #[test]
+    fn a_wait_off_run_delay_passes_only_where_the_kernels_switch_events_agree() {
+        let ours = "{\"tid\":11,\"pid\":10,\"on_cpu_ns\":100000000,\"runq_wait_ns\":46900000,\
+                    \"slices\":4,\"voluntary_switches\":3,\"runq_waits\":7,\"involuntary_switches\":1}";
+        // run_delay 7.4% above the tracer's wait (stop 39's CI, arm64 6.1).
+        let truth =
+            "{\"tid\":11,\"pid\":10,\"run_ns\":100000000,\"wait_ns\":50620000,\"slices\":4}";
+        let o = Offers::from_config(X86);
+        let with = |parts: &str| {
+            check_mode(
+                &protocol::parse(&run_step("run-tp-btf", ours, truth, parts)),
+                Mode::TpBtf,
+                &o,
+            )
+        };
+        assert!(!with("").pass);
+        let v = with("@@vmtest part ftrace-waits\n11 46950000 7\n\n");
+        assert!(v.pass, "{v:?}");
+        assert!(
+            v.summary
+                .contains("off the 7 waits ftrace's switch events time"),
+            "{}",
+            v.summary
+        );
+        assert!(!with("@@vmtest part ftrace-waits\n11 50600000 7\n\n").pass);
+        assert!(!with("@@vmtest part ftrace-waits\n12 46950000 7\n\n").pass);
+        let overran = "@@vmtest part ftrace-waits\n11 46950000 7\n\n\
+                       @@vmtest part ftrace-overrun\n/t/per_cpu/cpu0/stats:overrun: 3\n\n";
+        assert!(!with(overran).pass);
+        assert!(!with("@@vmtest part ftrace-waits\n11 x 7\n\n").pass);
+    }
+
     #[test]
     fn tp_btf_keeps_its_entries_in_task_storage_from_6_4_on() {
         assert_eq!(kernel_version("6.12.117+deb12-amd64"), Some((6, 12)));

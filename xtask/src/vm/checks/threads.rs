@@ -1,6 +1,7 @@
 //! Per-thread numbers against the guest's schedstat, and the probe-mode runs.
 
 use super::common::*;
+use std::collections::HashMap;
 
 /// A workload thread's ground truth: the line every workload writes (`tracer-truth`).
 pub(super) use tracer_truth::Truth;
@@ -53,8 +54,8 @@ pub(super) fn truths(step: &Step, c: &mut Check) -> Vec<Truth> {
 /// Each thread's clock-skip allowance (tests/vm/steps.sh `clock_skips`: how far the
 /// kernel's stale switch clock can have moved schedstat's boundaries), by TID. Without
 /// ftrace in the guest there is none, and that is said.
-pub(super) fn clock_skips(step: &Step, c: &mut Check) -> std::collections::HashMap<u64, u64> {
-    let mut out = std::collections::HashMap::new();
+pub(super) fn clock_skips(step: &Step, c: &mut Check) -> HashMap<u64, u64> {
+    let mut out = HashMap::new();
     let missing = step.part("clock-skips-missing");
     if !missing.trim().is_empty() {
         c.note(format!("no clock-skip allowance: {}", missing.trim()));
@@ -87,6 +88,38 @@ pub(super) fn clock_skips(step: &Step, c: &mut Check) -> std::collections::HashM
     out
 }
 
+/// Each thread's run-queue waits as ftrace's own switch and wakeup events time them
+/// (tests/vm/steps.sh `ftrace_waits`): TID -> (wait ns, waits). Empty where ftrace was
+/// missing or its ring overran (then the events are not all there).
+pub(super) fn ftrace_waits(step: &Step, c: &mut Check) -> HashMap<u64, (u64, u64)> {
+    let mut out = HashMap::new();
+    if !step.part("clock-skips-missing").trim().is_empty() {
+        return out;
+    }
+    let overran = step
+        .part("ftrace-overrun")
+        .lines()
+        .filter_map(|l| l.rsplit(':').next()?.trim().parse::<u64>().ok())
+        .sum::<u64>();
+    if overran > 0 {
+        c.note(format!(
+            "ftrace's ring overran ({overran} events): no event-timed waits"
+        ));
+        return out;
+    }
+    for line in step.part("ftrace-waits").lines() {
+        let f: Vec<Option<u64>> = line.split_whitespace().map(|w| w.parse().ok()).collect();
+        match f[..] {
+            [Some(tid), Some(ns), Some(n)] => {
+                out.insert(tid, (ns, n));
+            }
+            _ if line.trim().is_empty() => {}
+            _ => c.fail(format!("bad ftrace-waits line: {line:?}")),
+        }
+    }
+    out
+}
+
 pub(super) fn thread(doc: &Json, tid: u64) -> Option<&Json> {
     doc["threads"]
         .items()
@@ -114,7 +147,8 @@ pub(super) fn pct(ours: u64, truth: u64) -> f64 {
 fn compare_threads(
     doc: &Json,
     truth: &[Truth],
-    skips: &std::collections::HashMap<u64, u64>,
+    skips: &HashMap<u64, u64>,
+    events: &HashMap<u64, (u64, u64)>,
     c: &mut Check,
 ) {
     let mut worst_on: (f64, u64) = (0.0, 0);
@@ -134,7 +168,7 @@ fn compare_threads(
         if skip > most_skip.0 {
             most_skip = (skip, t.tid);
         }
-        let (on, rq) = compare_thread(th, t, skip, c);
+        let (on, rq) = compare_thread(th, t, skip, events.get(&t.tid).copied(), c);
         let e_on = pct(on, t.run_ns);
         if e_on.abs() >= worst_on.0.abs() {
             worst_on = (e_on, t.tid);
@@ -164,6 +198,35 @@ fn compare_threads(
     report_totals(doc, c);
 }
 
+/// Where a thread's run-queue wait is off its run_delay by more than the bounds and
+/// the clock-skip allowances: whether the kernel's own switch and wakeup events time the
+/// same waits as the tracer (within 2% + 20 us a wait). If they do, run_delay's
+/// difference is the scheduler's clock (its reading at a switch can be older than the
+/// switch, `rq_clock_skip_update`), not the tracer's; the check says so in a note.
+fn by_events(rq: u64, t: &Truth, events: Option<(u64, u64)>, waits: u64, c: &mut Check) -> bool {
+    let Some((ns, n)) = events else {
+        return false;
+    };
+    let ok = BOUND.holds_plus(rq, ns, waits.max(n) as f64 * EVENT_WAIT_NS);
+    if ok {
+        c.note(format!(
+            "tid {} ({}): run-queue wait {:.2} ms is {:+.2}% off run_delay, {:+.2}% off the \
+             {n} waits ftrace's switch events time ({:.2} ms): the scheduler's clock",
+            t.tid,
+            kind(t),
+            rq as f64 / 1e6,
+            pct(rq, t.wait_ns),
+            pct(rq, ns),
+            ns as f64 / 1e6
+        ));
+    }
+    ok
+}
+
+/// What a wait's two timestamps may differ between ftrace's event and the tracer's
+/// program on the same tracepoint (each reads its clock at its own point of the probe).
+const EVENT_WAIT_NS: f64 = 20_000.0;
+
 /// The open bug of docs/testing.md#open-bugs: the busy workload's leader (it forks, execs
 /// and spawns its workers in the window) reads 1.75-1.85 ms more run-queue wait than its
 /// run_delay in about one x86_64 6.1 boot in three, in any probe mode (four times in 14
@@ -177,7 +240,13 @@ fn known_leader_excess(t: &Truth, rq: u64) -> bool {
 /// One thread against its schedstat: on-CPU and run-queue time, and the counts its
 /// workload must produce. `skip`: its clock-skip allowance ([`clock_skips`]), on top of
 /// the bounds for both. Returns (on_cpu_ns, runq_wait_ns).
-fn compare_thread(th: &Json, t: &Truth, skip: u64, c: &mut Check) -> (u64, u64) {
+fn compare_thread(
+    th: &Json,
+    t: &Truth,
+    skip: u64,
+    events: Option<(u64, u64)>,
+    c: &mut Check,
+) -> (u64, u64) {
     let num = |k: &str| th[k].as_u64();
     c.expect(num("pid") == Some(t.pid), || {
         format!(
@@ -200,7 +269,8 @@ fn compare_thread(th: &Json, t: &Truth, skip: u64, c: &mut Check) -> (u64, u64) 
     });
     let waits = num("runq_waits").unwrap_or(0);
     let per_waits = waits as f64 * PER_WAIT_NS;
-    let within = BOUND.holds_plus(rq, t.wait_ns, per_waits + skip as f64);
+    let by_schedstat = BOUND.holds_plus(rq, t.wait_ns, per_waits + skip as f64);
+    let within = by_schedstat || by_events(rq, t, events, waits, c);
     if !within && known_leader_excess(t, rq) {
         c.note(format!(
             "KNOWN (docs/testing.md#open-bugs): tid {} (the busy workload's leader) waited \
@@ -359,7 +429,8 @@ pub(super) fn check_mode(g: &GuestOutput, mode: Mode, o: &Offers) -> Verdict {
     }
     let truth = truths(step, &mut c);
     let skips = clock_skips(step, &mut c);
-    compare_threads(&doc, &truth, &skips, &mut c);
+    let events = ftrace_waits(step, &mut c);
+    compare_threads(&doc, &truth, &skips, &events, &mut c);
     c.done(Some(step))
 }
 
