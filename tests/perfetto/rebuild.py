@@ -6,11 +6,26 @@ Usage: python rebuild.py TRACE
 """
 import json
 import sys
+import zlib
 from collections import defaultdict
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 R, R_PLUS = 0, 0x100  # runnable: preempted (R+) or switched out still running (R)
+
+
+def expand(trace):
+    """The trace's packets, each `compressed_packets` replaced by the packets its zlib
+    stream holds (a serialized Trace), as trace_processor reads them."""
+    out = []
+    for p in trace.packet:
+        if p.HasField("compressed_packets"):
+            inner = pb.Trace()
+            inner.ParseFromString(zlib.decompress(p.compressed_packets))
+            out.extend(inner.packet)
+        else:
+            out.append(p)
+    return out
 
 
 def main(path):
@@ -19,9 +34,11 @@ def main(path):
         data = f.read()
     # Strict: every byte must parse as Trace (no trailing garbage, no cut packet).
     trace.ParseFromString(data)
+    packets = expand(trace)
     out = {
         "bytes": len(data),
-        "packets": len(trace.packet),
+        "packets": len(packets),
+        "compressed_packets": sum(1 for p in trace.packet if p.HasField("compressed_packets")),
         "release": None,
         "stats": {},
         "lost_bundles": 0,
@@ -32,7 +49,7 @@ def main(path):
     out["event_order_errors"] = 0
     switches = []  # (ts, cpu, next_pid, prev_state, comm)
     wakings = []  # (ts, cpu, pid, target_cpu)
-    for p in trace.packet:
+    for p in packets:
         if p.HasField("system_info"):
             out["release"] = p.system_info.utsname.release
             out["num_cpus"] = p.system_info.num_cpus

@@ -27,6 +27,11 @@ pub struct RecordArgs {
     /// Size of the kernel ring buffer the events pass through (e.g. 16M; a power of two).
     #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = parse_buffer_size)]
     pub buffer_size: u32,
+    /// Write the packets uncompressed. By default each flush's packets are deflated into
+    /// one packet (`compressed_packets`, as Perfetto's own recorder writes them), which
+    /// ui.perfetto.dev and trace_processor read; a reader of the raw protos must expand them.
+    #[arg(long)]
+    pub no_compress: bool,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -75,6 +80,7 @@ impl From<RecordArgs> for RecordConfig {
         RecordConfig {
             output: a.output,
             buffer_size: a.buffer_size,
+            compress: !a.no_compress,
             run: a.run.into(),
         }
     }

@@ -51,6 +51,8 @@ pub struct RecordConfig {
     pub output: PathBuf,
     /// Kernel ring buffer bytes (a power of two).
     pub buffer_size: u32,
+    /// Each flush's packets deflated into one (`--no-compress` turns it off).
+    pub compress: bool,
     /// The `tracer run` session it records in.
     pub run: RunConfig,
 }
@@ -75,6 +77,7 @@ struct Outcome {
 struct Recorder {
     path: PathBuf,
     buffer_bytes: u32,
+    compress: bool,
     file: Mutex<Option<outfile::OutFile>>,
     stop: Arc<AtomicBool>,
     /// The window's close (CLOCK_MONOTONIC), handed to the reader before `stop`.
@@ -92,6 +95,7 @@ pub fn run(args: RecordConfig, root: Root) -> Result<i32> {
     let rec = Arc::new(Recorder {
         path: args.output.clone(),
         buffer_bytes: args.buffer_size,
+        compress: args.compress,
         file: Mutex::new(Some(out)),
         stop: Arc::new(AtomicBool::new(false)),
         close: Arc::new(AtomicU64::new(0)),
@@ -153,7 +157,8 @@ impl Extension for Recorder {
         let facts = perfetto::system_facts(cpus);
         let offset = crate::sys::clock::boot_offset_ns();
         let writer = TraceWriter::new(out.file, &facts, cpus, offset)
-            .with_context(|| format!("writing the trace {}", self.path.display()))?;
+            .with_context(|| format!("writing the trace {}", self.path.display()))?
+            .compressed(self.compress);
         let (stop, close, failed, path) = (
             self.stop.clone(),
             self.close.clone(),

@@ -128,6 +128,8 @@ pub struct TraceWriter<W: Write> {
     buf: Vec<u8>,
     /// What `buf` holds, added to `written` once it is written.
     in_buf: Written,
+    /// Each flush's packets deflated into one packet ([`Self::compressed`]).
+    compress: bool,
     gap_tids: std::collections::BTreeSet<u32>,
     /// Per thread, how far the trace moved its switches and wakings from the
     /// accounting's timestamps to the scheduler's boundaries, in all (see `place`).
@@ -161,6 +163,7 @@ impl<W: Write> TraceWriter<W> {
             boot_offset,
             woken: HashMap::new(),
             wake_seq: 0,
+            compress: false,
         };
         w.packet(pb::TracePacket {
             system_info: Some(pb::SystemInfo {
@@ -178,6 +181,14 @@ impl<W: Write> TraceWriter<W> {
         w.stats(1, &vec![0; cpus as usize], None);
         w.write_buf()?;
         Ok(w)
+    }
+
+    /// From the next flush on, each flush's packets go out deflated (zlib) in one packet's
+    /// `compressed_packets`, which ui.perfetto.dev and trace_processor expand: the pipe
+    /// storm's switches repeat, and the file shrinks several times for little CPU.
+    pub fn compressed(mut self, on: bool) -> Self {
+        self.compress = on;
+        self
     }
 
     /// What has been written so far.
@@ -210,12 +221,19 @@ impl<W: Write> TraceWriter<W> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.out.write_all(&self.buf)?;
+        let deflated;
+        let bytes = if self.compress {
+            deflated = deflate_packets(&self.buf)?;
+            &deflated
+        } else {
+            &self.buf
+        };
+        self.out.write_all(bytes)?;
         self.out.flush()?;
         // Counted as written only now: after a failed write, what the report counts is
         // what the file holds.
         let b = std::mem::take(&mut self.in_buf);
-        self.written.bytes += self.buf.len() as u64;
+        self.written.bytes += bytes.len() as u64;
         self.written.packets += b.packets;
         self.written.switches += b.switches;
         self.written.wakings += b.wakings;
@@ -465,6 +483,31 @@ impl<W: Write> TraceWriter<W> {
 }
 
 /// This machine's `SystemInfo` facts (uname, CPUs, page size).
+/// `packets` (a run of encoded `Trace.packet`s) as one `Trace.packet` whose
+/// `compressed_packets` holds them in a zlib stream. Level 1: the switches' arrays repeat
+/// enough that it already gets most of what level 6 would (measured in docs/performance.md).
+pub fn deflate_packets(packets: &[u8]) -> std::io::Result<Vec<u8>> {
+    use prost::Message as _;
+    let mut z = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(packets.len() / 4),
+        flate2::Compression::fast(),
+    );
+    z.write_all(packets)?;
+    let p = pb::TracePacket {
+        compressed_packets: Some(z.finish()?),
+        ..Default::default()
+    };
+    let mut out = Vec::with_capacity(p.encoded_len() + 8);
+    prost::encoding::encode_key(
+        pb::TRACE_PACKET_TAG,
+        prost::encoding::WireType::LengthDelimited,
+        &mut out,
+    );
+    prost::encoding::encode_varint(p.encoded_len() as u64, &mut out);
+    p.encode_raw(&mut out);
+    Ok(out)
+}
+
 pub fn system_facts(num_cpus: u32) -> SystemFacts {
     let u = rustix::system::uname();
     let f = |c: &std::ffi::CStr| c.to_string_lossy().into_owned();

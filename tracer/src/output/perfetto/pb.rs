@@ -14,6 +14,10 @@ pub struct TracePacket {
     pub ftrace_stats: Option<FtraceStats>,
     #[prost(message, optional, tag = "45")]
     pub system_info: Option<SystemInfo>,
+    /// A zlib stream of more packets, each encoded as a `Trace.packet` (field 1), as
+    /// Perfetto's own `traced` writes them with `COMPRESSION_TYPE_DEFLATE`.
+    #[prost(bytes = "vec", optional, tag = "50")]
+    pub compressed_packets: Option<Vec<u8>>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

@@ -303,3 +303,44 @@ fn a_failed_write_counts_nothing_of_it_and_the_stats_still_end_the_trace() {
     let end = p.last().unwrap().ftrace_stats.as_ref().unwrap();
     assert_eq!((end.phase, end.cpu_stats[0].overrun), (Some(2), Some(3)));
 }
+
+/// A compressed trace is the plain one with each flush's packets in one
+/// `compressed_packets` zlib stream: expanded, the very same packets, and smaller.
+#[test]
+fn a_compressed_trace_expands_to_the_plain_one() {
+    let write = |compress: bool| {
+        let mut w = TraceWriter::new(Vec::new(), &SystemFacts::default(), 1, 0)
+            .unwrap()
+            .compressed(compress);
+        for i in 0..2000u64 {
+            let (prev, next) = if i % 2 == 0 { (10, 11) } else { (11, 10) };
+            w.switch(sw(1000 + i * 13_000, 0, prev, next, "pipe"));
+        }
+        w.flush(&[0]).unwrap();
+        let written = w.finish(&[0], &[2000], None).unwrap();
+        (written, w.into_inner())
+    };
+    let (pw, plain) = write(false);
+    let (cw, small) = write(true);
+    assert_eq!(cw.bytes, small.len() as u64);
+    assert_eq!(cw.switches, pw.switches);
+    let expanded: Vec<pb::TracePacket> = packets(&small)
+        .into_iter()
+        .flat_map(|p| match p.compressed_packets {
+            Some(z) => {
+                let mut raw = Vec::new();
+                std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&z[..]), &mut raw)
+                    .unwrap();
+                packets(&raw)
+            }
+            None => vec![p],
+        })
+        .collect();
+    assert_eq!(expanded, packets(&plain));
+    assert!(
+        small.len() * 3 < plain.len(),
+        "{} bytes compressed, {} plain",
+        small.len(),
+        plain.len()
+    );
+}
