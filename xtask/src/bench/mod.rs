@@ -459,12 +459,26 @@ fn record_rows(
 ) -> Result<PathBuf> {
     let s = |p: &Path| p.to_string_lossy().to_string();
     let (tf, pf) = (logs.join("rec-tracer.pftrace"), logs.join("rec-perf.data"));
+    let plain = logs.join("rec-tracer-plain.pftrace");
     let recs = [
         recorders::Recorder {
             key: "tracer-record",
             label: "tracer record -o FILE",
             argv: vec![s(tracer), "record".into(), "-o".into(), s(&tf)],
             output: tf,
+        },
+        // The same without compression (`--no-compress`): what the deflate costs and saves.
+        recorders::Recorder {
+            key: "tracer-record-plain",
+            label: "tracer record --no-compress -o FILE",
+            argv: vec![
+                s(tracer),
+                "record".into(),
+                "--no-compress".into(),
+                "-o".into(),
+                s(&plain),
+            ],
+            output: plain,
         },
         recorders::Recorder {
             key: "perf-sched-record",

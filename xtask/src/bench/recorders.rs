@@ -156,13 +156,14 @@ pub(super) fn print(rows: &[RecRow], load: &Load, runs: usize) {
         "\nRecording every scheduling event to a file, {} load ({} runs each; medians):",
         load.key, runs
     );
+    let w = rows.iter().map(|r| r.label.len()).max().unwrap_or(0).max(8);
     println!(
-        "{:<24} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8} {:>10}",
+        "{:<w$} {:>12} {:>12} {:>8} {:>12} {:>8} {:>8} {:>10}",
         "recorder", "with", "without", "loss", "bytes/switch", "user %", "sys %", "life CPU"
     );
     for r in rows {
         println!(
-            "{:<24} {:>12.0} {:>12.0} {:>7.1}% {:>12.1} {:>8.1} {:>8.1} {:>9.2}s",
+            "{:<w$} {:>12.0} {:>12.0} {:>7.1}% {:>12.1} {:>8.1} {:>8.1} {:>9.2}s",
             r.label,
             median(&r.with),
             median(&r.without),
