@@ -169,6 +169,40 @@ truth() {
     done </tmp/workload-pids
 }
 
+# One line of ftrace's trace, parsed for the two analyses below (an awk rule run before
+# theirs): cpu, flags, ts (s), ev (the event's name and colon); a wakeup's woken pid and
+# target CPU tc; a switch's prev, pstate and nxt.
+FTRACE_EVENT='{
+    cpu = -1; ev = ""
+    for (i = 1; i <= NF; i++) {
+        if (cpu < 0 && $i ~ /^\[[0-9]+\]$/) {
+            cpu = substr($i, 2, length($i) - 2) + 0
+            flags = $(i + 1)
+            continue
+        }
+        if (cpu >= 0 && $i ~ /^[0-9]+\.[0-9]+:$/) {
+            ts = substr($i, 1, length($i) - 1) + 0
+            ev = $(i + 1)
+            first = i + 2
+            break
+        }
+    }
+    if (ev == "sched_wakeup:" || ev == "sched_wakeup_new:") {
+        tc = -1
+        for (i = first; i <= NF; i++) {
+            if ($i ~ /^target_cpu=/) tc = substr($i, 12) + 0
+            if ($i ~ /^pid=/) woken = substr($i, 5)
+        }
+    } else if (ev == "sched_switch:") {
+        pstate = ""
+        for (i = first; i <= NF; i++) {
+            if ($i ~ /^prev_pid=/) prev = substr($i, 10)
+            if ($i ~ /^prev_state=/) pstate = substr($i, 12)
+            if ($i ~ /^next_pid=/) nxt = substr($i, 10)
+        }
+    }
+}'
+
 # The kernel stamps a switch with a stale clock when a wakeup asked for it (6.1 core.c
 # check_preempt_curr(), 6.6+ wakeup_preempt(): rq_clock_skip_update(), "we're going to
 # schedule"): the run queue's clock as it was last updated, not the switch's time.
@@ -197,39 +231,15 @@ truth() {
 # (4% of their wait; their errors stay under 2%), so it checks them less there.
 # Output: "TID NS UNFLAGGED_NS" per thread with an allowance.
 clock_skips() {
-    awk '{
-        cpu = -1; ev = ""
-        for (i = 1; i <= NF; i++) {
-            if (cpu < 0 && $i ~ /^\[[0-9]+\]$/) {
-                cpu = substr($i, 2, length($i) - 2) + 0
-                flags = $(i + 1)
-                continue
-            }
-            if (cpu >= 0 && $i ~ /^[0-9]+\.[0-9]+:$/) {
-                ts = substr($i, 1, length($i) - 1) + 0
-                ev = $(i + 1)
-                first = i + 2
-                break
-            }
-        }
+    awk "$FTRACE_EVENT"'
+    {
         if (ev == "sched_wakeup:" || ev == "sched_wakeup_new:") {
-            tc = -1
-            for (i = first; i <= NF; i++) {
-                if ($i ~ /^target_cpu=/) tc = substr($i, 12) + 0
-                if ($i ~ /^pid=/) woken = substr($i, 5)
-            }
             if (tc >= 0) upd[tc] = ts
             if (tc == cpu && substr(flags, 2, 1) ~ /[Nn]/) asked[cpu] = 1
             else if (tc >= 0) unflagged[tc] = woken
         } else if (ev == "hrtimer_expire_entry:") {
             if ($0 ~ /function=tick_/) upd[cpu] = ts
         } else if (ev == "sched_switch:") {
-            pstate = ""
-            for (i = first; i <= NF; i++) {
-                if ($i ~ /^prev_pid=/) prev = substr($i, 10)
-                if ($i ~ /^prev_state=/) pstate = substr($i, 12)
-                if ($i ~ /^next_pid=/) nxt = substr($i, 10)
-            }
             if (asked[cpu] && prev != 0 && (cpu in upd)) {
                 skip[prev] += ts - upd[cpu]
                 skip[nxt] += ts - upd[cpu]
@@ -257,27 +267,11 @@ clock_skips() {
 # says whether the events do too (the scheduler's clock at a switch can be older than the
 # switch: see clock_skips). Output: "TID WAIT_NS WAITS" per thread with a wait.
 ftrace_waits() {
-    awk '{
-        cpu = -1; ev = ""
-        for (i = 1; i <= NF; i++) {
-            if (cpu < 0 && $i ~ /^\[[0-9]+\]$/) { cpu = 1; continue }
-            if (cpu >= 0 && $i ~ /^[0-9]+\.[0-9]+:$/) {
-                ts = substr($i, 1, length($i) - 1) + 0
-                ev = $(i + 1)
-                first = i + 2
-                break
-            }
-        }
+    awk "$FTRACE_EVENT"'
+    {
         if (ev == "sched_wakeup:" || ev == "sched_wakeup_new:") {
-            for (i = first; i <= NF; i++) if ($i ~ /^pid=/) woken = substr($i, 5)
             if (!(woken in on) && !(woken in st)) st[woken] = ts
         } else if (ev == "sched_switch:") {
-            pstate = ""
-            for (i = first; i <= NF; i++) {
-                if ($i ~ /^prev_pid=/) prev = substr($i, 10)
-                if ($i ~ /^prev_state=/) pstate = substr($i, 12)
-                if ($i ~ /^next_pid=/) nxt = substr($i, 10)
-            }
             delete on[prev]
             if (pstate ~ /^R/) st[prev] = ts
             else delete st[prev]
