@@ -1,10 +1,12 @@
 //! Debian packages: installed when missing (through `sudo -n` when not root), or only
 //! downloaded for a guest of another architecture. One place, so every command refreshes
-//! the lists the same way: only when apt does not know a package, at most once a run.
+//! the lists the same way: when apt does not know a package, or when a fetch fails
+//! (lists older than the mirror name versions it no longer serves), at most once a run.
 
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::atomic::{AtomicBool, Ordering},
 };
 
 use anyhow::{Context, Result};
@@ -31,25 +33,43 @@ fn apt_get(args: &[&str]) -> Command {
     c
 }
 
+/// Whether this run refreshed the lists (every `Apt` of the process shares it).
+static UPDATED: AtomicBool = AtomicBool::new(false);
+
 /// The package lists, refreshed at most once per run. A failure is not fatal: a mirror
 /// often serves one index mid-sync (seen for bookworm-security's ppc64el index) while
 /// the packages we need resolve from the others.
-pub struct Apt {
-    updated: bool,
-}
+pub struct Apt {}
 
 impl Apt {
     pub fn new() -> Apt {
-        Apt { updated: false }
+        Apt {}
     }
 
-    fn update(&mut self) {
-        if self.updated {
-            return;
+    /// Refreshes the lists unless this run did; false when it already had.
+    fn update(&mut self) -> bool {
+        if UPDATED.swap(true, Ordering::Relaxed) {
+            return false;
         }
-        self.updated = true;
         if let Err(e) = cmd::run(&mut apt_get(&["update"])) {
             println!("xtask: warning: {e:#}; going on with the lists apt has");
+        }
+        true
+    }
+
+    /// Runs a fetch (`apt-get install` or `download`); where it fails on lists this run
+    /// has not refreshed, refreshes them and runs it once more, saying so. A machine's
+    /// image can carry lists months old whose versions the mirror has dropped (seen
+    /// 2026-12-05: bookworm-security's bpftool 7.1.0+6.1.172-1, 404).
+    fn fetch(&mut self, what: &str, mut run: impl FnMut(&mut Apt) -> Result<()>) -> Result<()> {
+        match run(self) {
+            Ok(()) => Ok(()),
+            Err(e) if !UPDATED.load(Ordering::Relaxed) => {
+                println!("xtask: {what} failed ({e:#}); refreshing the package lists and trying once more");
+                self.update();
+                run(self)
+            }
+            Err(e) => Err(e),
         }
     }
 
@@ -69,12 +89,9 @@ impl Apt {
         }
         let mut args = vec!["install", "-y", "--no-install-recommends"];
         args.extend(missing);
-        cmd::run(&mut apt_get(&args)).with_context(|| {
-            format!(
-                "installing {} (needs root or passwordless sudo)",
-                missing.join(" ")
-            )
-        })
+        let what = format!("installing {}", missing.join(" "));
+        self.fetch(&what, |_| cmd::run(&mut apt_get(&args)))
+            .with_context(|| format!("{what} (needs root or passwordless sudo)"))
     }
 
     /// Installs those of `packages` that dpkg does not have; an error names what is still
@@ -129,7 +146,8 @@ impl Apt {
             return Ok(());
         }
         cmd::run(privileged("dpkg").args(["--add-architecture", deb_arch]))?;
-        self.updated = false;
+        // The new architecture's lists are needed even where this run refreshed once.
+        UPDATED.store(false, Ordering::Relaxed);
         self.update();
         Ok(())
     }
@@ -151,6 +169,16 @@ impl Apt {
     /// there. Offline (apt knows no candidate), the newest cached .deb of the package.
     pub fn download(&mut self, package: &str, deb_arch: &str, dir: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut deb = None;
+        self.fetch(&format!("downloading {package}:{deb_arch}"), |apt| {
+            deb = Some(apt.download_once(package, deb_arch, dir)?);
+            Ok(())
+        })?;
+        deb.context("no .deb")
+    }
+
+    /// `download` on the lists as they are.
+    fn download_once(&mut self, package: &str, deb_arch: &str, dir: &Path) -> Result<PathBuf> {
         let spec = format!("{package}:{deb_arch}");
         let Some(info) = self.show(&spec) else {
             return newest_cached(dir, &format!("{package}_"), deb_arch).with_context(|| {
