@@ -168,8 +168,6 @@ pub struct RecCpu {
     pub last_switch_ns: u64,
     /// CLOCK_MONOTONIC of the last switch `tracer record` saw on this CPU (0: none yet).
     pub last_ns: u64,
-    /// The current switch's timestamp taken before the accounting ran.
-    pub pre_ns: u64,
     /// The task that switch put on the CPU.
     pub running: u32,
     /// [`rec_cpu`] bits.
@@ -226,7 +224,7 @@ pub mod stat {
 const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
-const _: () = assert!(core::mem::size_of::<RecCpu>() == 48);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 40);
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 208);
 
 #[cfg(feature = "user")]

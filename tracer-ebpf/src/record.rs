@@ -99,8 +99,7 @@ fn comm(t: &Task) -> [u8; COMM_LEN] {
 }
 
 /// A switch from `prev` to `next` (prev is `current`), before the accounting: whether
-/// it is sent is decided here, where a dying thread is still in the traced set, and a
-/// timestamp taken for the case the accounting leaves none.
+/// it is sent is decided here, where a dying thread is still in the traced set.
 #[inline(always)]
 pub fn switch(prev: &Task, next: &Task) {
     if config().record.on & on::SCHED == 0 {
@@ -119,15 +118,15 @@ pub fn switch(prev: &Task, next: &Task) {
         f |= rec_cpu::SEND;
     }
     rc.flags = f;
-    rc.pre_ns = unsafe { bpf_ktime_get_ns() };
 }
 
-/// The same switch after the accounting, which has just timed the wait that ends.
+/// The same switch after the accounting, which has just timed the wait that ends, and
+/// stamped the switch `now` (0: it took no timestamp).
 #[inline(always)]
-pub fn switch_done(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+pub fn switch_done(prev: &Task, preempt: bool, prev_state: u32, next: &Task, now: u64) {
     let r = config().record.on;
     if r & on::SCHED != 0 {
-        sched_switch(prev, preempt, prev_state, next);
+        sched_switch(prev, preempt, prev_state, next, now);
     }
     if r & (on::SLOW_RUNQ | on::SLOW_OFF_CPU) != 0 {
         slow(prev, next);
@@ -194,18 +193,25 @@ fn send_switch(ts: u64, prev_tid: u32, state: u32, flags: u16, runtime: u32, nex
 /// put there, the switch to `prev` that the programs never saw, rebuilt
 /// (`SWITCH_REPAIRED`). Nothing after the window's close.
 #[inline(always)]
-fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task) {
+fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task, now: u64) {
     let Some(rc) = REC_CPU.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: per-CPU slot; switches on a CPU do not nest.
     let rc = unsafe { &mut *rc };
+    // The accounting's timestamp (one clock read a switch, not two): the switch-in of a
+    // traced `next`, or the switch-out that closed `prev`'s slice.
+    let now = if now != 0 {
+        now
+    } else {
+        unsafe { bpf_ktime_get_ns() }
+    };
     let (ts, unseen_wait) = match CPU_STATE.get(0) {
         Some(cs) if next.tid != 0 && cs.tid == next.tid && cs.traced != 0 => {
             (cs.slice_start_ns, cs.unseen_wait_ns)
         }
-        Some(cs) => (rc.pre_ns, cs.unseen_wait_ns),
-        None => (rc.pre_ns, 0),
+        Some(cs) => (now, cs.unseen_wait_ns),
+        None => (now, 0),
     };
     let (open, close) = window();
     let f = rc.flags;

@@ -84,7 +84,7 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
         // Before the accounting: a dying thread leaves the traced set there.
         record::switch(&prev, &next);
     }
-    account::switch(
+    let now = account::switch(
         prev,
         leave_from_args(preempt & 0xff, prev_state as u32),
         next,
@@ -92,8 +92,10 @@ fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, tr
     #[cfg(feature = "record")]
     if rec != 0 {
         // After it: the event carries the accounting's timestamps.
-        record::switch_done(&prev, preempt & 0xff != 0, prev_state as u32, &next);
+        record::switch_done(&prev, preempt & 0xff != 0, prev_state as u32, &next, now);
     }
+    #[cfg(not(feature = "record"))]
+    let _ = now;
 }
 
 /// `sched_wakeup(p)` (`new`: `sched_wakeup_new(p)`).

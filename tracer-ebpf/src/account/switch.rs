@@ -15,10 +15,12 @@ use crate::{
     Leave, Task,
 };
 /// A context switch seen in one place (sched_switch): close `prev`, open `next`.
+/// Returns the switch's timestamp, or 0 when neither side needed one (`tracer record`
+/// stamps its event with it rather than read the clock again).
 #[inline(always)]
-pub fn switch(prev: Task, leave: Leave, next: Task) {
+pub fn switch(prev: Task, leave: Leave, next: Task) -> u64 {
     let now = switch_out(prev, leave);
-    switch_in_at(next, now);
+    switch_in_at(next, now)
 }
 
 /// Closes the slice of `prev`, which is leaving the CPU, and settles everything about
@@ -314,15 +316,15 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
 /// Opens the slice of `next`, which is about to run (perf-sched: has just started).
 #[inline(always)]
 pub fn switch_in(next: Task) {
-    switch_in_at(next, 0)
+    switch_in_at(next, 0);
 }
 
 /// Only per-CPU state: which thread runs here since when. Its entry is touched when it
-/// leaves (see `switch_out`).
+/// leaves (see `switch_out`). Returns `now`, read here if it was 0 and a start is kept.
 #[inline(always)]
-fn switch_in_at(next: Task, mut now: u64) {
+fn switch_in_at(next: Task, mut now: u64) -> u64 {
     let Some(cs) = CPU_STATE.get_ptr_mut(0) else {
-        return;
+        return now;
     };
     // SAFETY: per-CPU state.
     let cs = unsafe { &mut *cs };
@@ -340,14 +342,14 @@ fn switch_in_at(next: Task, mut now: u64) {
             }
             cs.slice_start_ns = now;
             cs.sum_in = sum_in(&next);
-            return;
+            return now;
         }
         // Untraced or idle: the CPU is known, so the next switch-out does not take this
         // thread for one that ran since before the window.
         if cs.slice_start_ns == 0 {
             cs.slice_start_ns = 1;
         }
-        return;
+        return now;
     }
     if now == 0 {
         now = unsafe { bpf_ktime_get_ns() };
@@ -356,7 +358,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     if close != 0 && now > close {
         // The window has closed: no new slice is counted.
         cs.slice_start_ns = now;
-        return;
+        return now;
     }
     cs.traced = 1;
     cs.slice_start_ns = now;
@@ -386,6 +388,7 @@ fn switch_in_at(next: Task, mut now: u64) {
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);
     }
+    now
 }
 
 /// The runtime of `next` before this slice (see `CpuState::sum_in`). Without a pointer
