@@ -12,7 +12,9 @@ use aya_ebpf::{
 use crate::record;
 use crate::{
     account, maps,
-    task::{config, current_task, current_task_btf, leave_from_args, task_from_btf},
+    task::{
+        config, current_from_arg, current_task, current_task_btf, leave_from_args, task_from_btf,
+    },
     CommSrc, Leave, Task,
 };
 
@@ -65,13 +67,21 @@ fn current<C: Args>() -> Task {
 /// start-up (it cost ~50 ms there, even when skipped).
 #[inline(always)]
 pub fn switch<C: Args, const REC: bool>(ctx: &C) {
-    on_switch::<REC>(ctx.arg(0), ctx.ptr(2), ctx.arg(3), C::TRUSTED);
+    on_switch::<REC>(ctx.arg(0), ctx.ptr(1), ctx.ptr(2), ctx.arg(3), C::TRUSTED);
 }
 
 #[inline(always)]
-fn on_switch<const REC: bool>(preempt: u64, next: *const u8, prev_state: u64, trusted: bool) {
+fn on_switch<const REC: bool>(
+    preempt: u64,
+    prev: *const u8,
+    next: *const u8,
+    prev_state: u64,
+    trusted: bool,
+) {
+    // `prev` is `current`. A trusted argument gives its ids in two plain loads; without
+    // one, `bpf_get_current_pid_tgid` beats two probe reads.
     let prev = if trusted {
-        current_task_btf()
+        current_from_arg(prev)
     } else {
         current_task()
     };

@@ -193,6 +193,16 @@ pub fn current_task_btf() -> Task {
     t
 }
 
+/// `current` given as a trusted argument (tp_btf's `prev`): its TID and TGID by plain
+/// loads, where `current_task_btf` makes two helper calls.
+#[inline(always)]
+pub fn current_from_arg(p: *const u8) -> Task {
+    let mut t = task_from_btf(p, true);
+    t.tgid = t.field::<u32>(config().task.tgid).unwrap_or(0);
+    t.comm = CommSrc::Current;
+    t
+}
+
 /// How the previous task left the CPU.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Leave {
