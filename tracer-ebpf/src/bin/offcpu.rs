@@ -29,7 +29,9 @@ use tracer_common::offcpu::{
 use tracer_ebpf::{
     account,
     maps::TaskStorage,
-    task::{config, current_task, current_task_btf, leave_from_args, task_from_btf},
+    task::{
+        config, current_from_arg, current_task, current_task_btf, leave_from_args, task_from_btf,
+    },
     Leave, Task,
 };
 
@@ -156,7 +158,8 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     let next_ptr: *const u8 = ctx.arg(2);
     let next = task_from_btf(next_ptr, true).tid;
     let leave = leave_from_args(preempt & 0xff, prev_state as u32);
-    let prev = current_task_btf();
+    // `prev` is `current`: its ids by two plain loads from the argument.
+    let prev = current_from_arg(ctx.arg(1));
     let prev_ptr = prev.ptr;
     on_switch(&ctx, prev, leave, next, Some((prev_ptr, next_ptr)));
     0
