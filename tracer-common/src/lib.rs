@@ -389,7 +389,10 @@ pub struct TaskOffsets {
     pub signal_exec_task: u32,
     /// Bits of the tp_btf/raw_tp `prev_state` argument meaning TASK_DEAD.
     pub dead_mask: u32,
-    pub _pad: u32,
+    /// `task_struct::on_cpu` (0: not asked; CONFIG_SMP only): in tp_btf mode a wakeup
+    /// tests it (a plain load) for whether it starts a wait (see
+    /// [`slice::wakeup_starts_wait_on_cpu`]).
+    pub on_cpu: u32,
 }
 
 impl TaskOffsets {
@@ -407,7 +410,7 @@ impl TaskOffsets {
         signal: 0,
         signal_exec_task: 0,
         dead_mask: 0,
-        _pad: 0,
+        on_cpu: 0,
     };
 }
 

@@ -185,6 +185,16 @@ pub fn wakeup_starts_wait(woken: u32, current: u32) -> bool {
     woken != current
 }
 
+/// [`wakeup_starts_wait`] from the woken task's `on_cpu` (tp_btf: a plain load, not a
+/// helper call for `current`'s TID). A task still on a CPU, this one's `current` or
+/// another's, is found on its run queue (`ttwu_runnable()`): nothing is queued, no wait
+/// starts. A wakeup that queues it (`ttwu_do_activate()`) comes only after its CPU let
+/// go of it: `try_to_wake_up()` and `sched_ttwu_pending()` wait for `on_cpu` to clear.
+#[inline(always)]
+pub fn wakeup_starts_wait_on_cpu(on_cpu: i32) -> bool {
+    on_cpu == 0
+}
+
 /// Whether a `sched_wakeup` that starts a wait (see [`wakeup_starts_wait`]) stamps its
 /// start, given the start the thread's entry holds (`runnable`, 0: none). Not when one
 /// is there: the thread is already runnable, and `try_to_wake_up()` found it on a run
@@ -297,6 +307,10 @@ mod tests {
             preempted
         };
         assert_eq!(wait_from(runnable, back_in), 12 * MS);
+        // By `on_cpu`: the same task, on a CPU when woken, starts none; one off every
+        // CPU (its switch-out done) starts one.
+        assert!(!wakeup_starts_wait_on_cpu(1));
+        assert!(wakeup_starts_wait_on_cpu(0));
     }
 
     /// One row per case the switch program meets: (what, facts, expected slice).

@@ -34,7 +34,7 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
     let Some(tgid) = traced(&p) else {
         return 0;
     };
-    if !new && !slice::wakeup_starts_wait(p.tid, bpf_get_current_pid_tgid() as u32) {
+    if !new && !starts_wait(&p) {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
@@ -61,6 +61,19 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
         }
     }
     now
+}
+
+/// Whether this wakeup of `p` starts a run-queue wait: from its `on_cpu` where that is
+/// a plain load (tp_btf), else from `current`'s TID.
+#[inline(always)]
+fn starts_wait(p: &Task) -> bool {
+    let off = crate::task::config().task.on_cpu;
+    if p.trusted && off != 0 {
+        if let Some(on_cpu) = p.field::<i32>(off) {
+            return slice::wakeup_starts_wait_on_cpu(on_cpu);
+        }
+    }
+    slice::wakeup_starts_wait(p.tid, bpf_get_current_pid_tgid() as u32)
 }
 
 /// `sched_process_exec` of a thread that was not its process's leader: `de_thread()` gave

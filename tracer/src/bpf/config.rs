@@ -23,6 +23,8 @@ pub(super) fn btf_config(cfg: &mut Config, kbtf: &KernelBtf) -> Result<()> {
     cfg.task.pid = kbtf.member_offset("task_struct", "pid")?;
     cfg.task.tgid = kbtf.member_offset("task_struct", "tgid")?;
     cfg.task.comm = kbtf.member_offset("task_struct", "comm")?;
+    // Absent without CONFIG_SMP: a wakeup then asks `current`'s TID.
+    cfg.task.on_cpu = kbtf.member_offset("task_struct", "on_cpu").unwrap_or(0);
     cfg.task.dead_mask = compat::TASK_DEAD;
     cfg.task.sum_exec = sum_exec_offset(kbtf).unwrap_or(0);
     cfg.task.prev_sum_exec = prev_sum_exec_offset(kbtf).unwrap_or(0);
