@@ -39,31 +39,30 @@ static UPDATED: AtomicBool = AtomicBool::new(false);
 /// The package lists, refreshed at most once per run. A failure is not fatal: a mirror
 /// often serves one index mid-sync (seen for bookworm-security's ppc64el index) while
 /// the packages we need resolve from the others.
-pub struct Apt {}
+pub struct Apt;
 
 impl Apt {
     pub fn new() -> Apt {
-        Apt {}
+        Apt
     }
 
-    /// Refreshes the lists unless this run did; false when it already had.
-    fn update(&mut self) -> bool {
+    /// Refreshes the lists unless this run did.
+    fn update(&mut self) {
         if UPDATED.swap(true, Ordering::Relaxed) {
-            return false;
+            return;
         }
         if let Err(e) = cmd::run(&mut apt_get(&["update"])) {
             println!("xtask: warning: {e:#}; going on with the lists apt has");
         }
-        true
     }
 
     /// Runs a fetch (`apt-get install` or `download`); where it fails on lists this run
     /// has not refreshed, refreshes them and runs it once more, saying so. A machine's
     /// image can carry lists months old whose versions the mirror has dropped (seen
     /// 2026-12-05: bookworm-security's bpftool 7.1.0+6.1.172-1, 404).
-    fn fetch(&mut self, what: &str, mut run: impl FnMut(&mut Apt) -> Result<()>) -> Result<()> {
+    fn fetch<T>(&mut self, what: &str, mut run: impl FnMut(&mut Apt) -> Result<T>) -> Result<T> {
         match run(self) {
-            Ok(()) => Ok(()),
+            Ok(v) => Ok(v),
             Err(e) if !UPDATED.load(Ordering::Relaxed) => {
                 println!("xtask: {what} failed ({e:#}); refreshing the package lists and trying once more");
                 self.update();
@@ -169,12 +168,9 @@ impl Apt {
     /// there. Offline (apt knows no candidate), the newest cached .deb of the package.
     pub fn download(&mut self, package: &str, deb_arch: &str, dir: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let mut deb = None;
         self.fetch(&format!("downloading {package}:{deb_arch}"), |apt| {
-            deb = Some(apt.download_once(package, deb_arch, dir)?);
-            Ok(())
-        })?;
-        deb.context("no .deb")
+            apt.download_once(package, deb_arch, dir)
+        })
     }
 
     /// `download` on the lists as they are.
