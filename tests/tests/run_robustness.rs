@@ -1,7 +1,8 @@
 //! What a hostile or careless environment cannot make `tracer run` do, end to end as
 //! root: kill -9 leaves nothing attached, signals still print the report, thread churn
 //! keeps maps bounded, recycled PIDs start clean, bad input fails fast, the command runs
-//! as the sudo user, capabilities are dropped once attached and named when missing.
+//! as the sudo user, capabilities are dropped once attached and named when missing, the
+//! loader's mount namespace stays its own.
 use std::{
     process::{Command, Stdio},
     time::{Duration, Instant},
@@ -308,5 +309,61 @@ fn unprivileged_run_names_the_capabilities() {
     assert!(
         err.contains("CAP_BPF") && err.contains("CAP_PERFMON"),
         "{err}"
+    );
+}
+
+/// The loader skips aya's own parse of the kernel's BTF by showing it an empty file in a
+/// mount namespace of its own thread (`bpf::object::new_loader`). As root that works and
+/// leaves no mount behind; with only CAP_BPF and CAP_PERFMON (no CAP_SYS_ADMIN to make
+/// the namespace) aya parses as before, and both runs report.
+#[test]
+#[ignore = "needs root"]
+fn the_loader_skips_aya_btf_parse_only_where_allowed_and_leaves_no_mount() {
+    require_root();
+    let run = |caps: Option<&str>| {
+        let mut cmd = match caps {
+            Some(c) => {
+                let mut c2 = Command::new("setpriv");
+                c2.arg(format!("--bounding-set=-all,{c}")).arg(tracer_bin());
+                c2
+            }
+            None => Command::new(tracer_bin()),
+        };
+        let out = cmd
+            .args(["run", "-d", "200ms", "--verbose"])
+            .output()
+            .expect("setpriv (util-linux) is needed");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{caps:?}: {err}");
+        assert!(
+            stdout.contains("tracer total:"),
+            "{caps:?}: no report: {stdout}"
+        );
+        err
+    };
+    let root = run(None);
+    assert!(
+        root.contains("loader ready (without aya's parse of the kernel BTF)"),
+        "as root: {root}"
+    );
+    let least = run(Some("+bpf,+perfmon"));
+    assert!(
+        least.contains("loader ready (aya parsed the kernel BTF)"),
+        "with CAP_BPF and CAP_PERFMON only: {least}"
+    );
+    // The bind mount over the kernel's BTF lived only in the loader thread's namespace.
+    for who in ["self", "1"] {
+        let mounts = std::fs::read_to_string(format!("/proc/{who}/mountinfo")).unwrap();
+        assert!(
+            !mounts.contains("/sys/kernel/btf/vmlinux"),
+            "a mount over the kernel's BTF leaked into /proc/{who}: {mounts}"
+        );
+    }
+    let btf = std::fs::read("/sys/kernel/btf/vmlinux").unwrap();
+    assert!(
+        btf.len() > 1024,
+        "the kernel's BTF reads {} bytes",
+        btf.len()
     );
 }

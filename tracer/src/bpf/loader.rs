@@ -259,8 +259,6 @@ impl Tracer {
         if mode == ProbeMode::PerfSched {
             sched_hook_event = Some(perf_sched_hook_event()?);
         }
-        // aya's loader parses kernel BTF itself; it is dropped before the parse the
-        // BTF-attached programs need, so the two never sit in memory together.
         let family = if opts.record.on != 0 {
             Family::Record
         } else if opts.thread_cgroups {
@@ -280,10 +278,15 @@ impl Tracer {
         };
         let runqlen_fields = runqlen.map(|r| r.0).unwrap_or_default();
         let mut ebpf = {
-            let mut loader = new_loader();
+            let (mut loader, parsed) = new_loader();
             startup::stage(format_args!(
-                "{}: loader ready (aya parsed the BTF)",
-                mode.name()
+                "{}: loader ready ({})",
+                mode.name(),
+                if parsed {
+                    "aya parsed the kernel BTF"
+                } else {
+                    "without aya's parse of the kernel BTF"
+                }
             ));
             loader
                 .override_global("CONFIG", &cfg, true)

@@ -51,10 +51,41 @@ impl Family {
 
 /// A loader for an object. aya 0.14 has no user-space type for task-local storage
 /// (`TASK_STATS`, which only the programs use) and refuses it unless told to allow it.
-pub fn new_loader<'a>() -> aya::EbpfLoader<'a> {
-    let mut l = aya::EbpfLoader::new();
+///
+/// aya 0.14's `EbpfLoader::new()` also parses the kernel's BTF (5.5 MB: ~17 ms of CPU
+/// and wall, a quarter of `tracer run`'s start-up) for CO-RE relocations, which our
+/// objects have none of (a test below holds that): field offsets come from our own
+/// index (`sys::btf`) and attach ids from its stub. It has no constructor without the
+/// parse, so the loader is made on a short-lived thread that sees an empty
+/// `/sys/kernel/btf/vmlinux` in a mount namespace of its own. Where that is refused (no
+/// CAP_SYS_ADMIN, a seccomp or LSM policy), aya parses as before. The second value says
+/// which happened.
+pub fn new_loader<'a>() -> (aya::EbpfLoader<'a>, bool) {
+    let (mut l, parsed) = match std::thread::spawn(loader_without_kernel_btf).join() {
+        Ok(Some(l)) => (l, false),
+        _ => (aya::EbpfLoader::new(), true),
+    };
     l.allow_unsupported_maps();
-    l
+    (l, parsed)
+}
+
+/// On its own thread: a private mount namespace for this thread alone (the rest of the
+/// process, and the system, keep the real file), `/dev/null` over the kernel's BTF, and
+/// aya's loader, whose parse then fails at once and leaves it without kernel BTF.
+fn loader_without_kernel_btf() -> Option<aya::EbpfLoader<'static>> {
+    use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
+    use rustix::thread::{unshare_unsafe, UnshareFlags};
+    // SAFETY: only the mount namespace (and with it this thread's cwd and root) is
+    // unshared; the file descriptor table stays shared.
+    unsafe { unshare_unsafe(UnshareFlags::NEWNS) }.ok()?;
+    // Private first, so the bind below cannot propagate back to the parent namespace.
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .ok()?;
+    mount_bind("/dev/null", crate::sys::btf::VMLINUX_BTF).ok()?;
+    Some(aya::EbpfLoader::new())
 }
 
 #[cfg(test)]
@@ -110,6 +141,36 @@ mod tests {
                 }
             }
             assert!(calls.is_empty(), "{}: {calls:#?}", f.file_name());
+        }
+    }
+
+    /// `new_loader` leaves aya without the kernel's BTF, which aya needs only for CO-RE
+    /// relocations: no object may carry one (`.BTF.ext`'s `core_relo_len`, at byte 28
+    /// of its header when the header is at least 32 bytes long).
+    #[test]
+    fn no_object_has_core_relocations() {
+        for f in [
+            Family::Sched,
+            Family::Record,
+            Family::Serve,
+            Family::Offcpu,
+            Family::Floor,
+        ] {
+            let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(f.object())
+                .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()));
+            let ext = elf
+                .section_by_name(".BTF.ext")
+                .and_then(|s| s.data().ok())
+                .unwrap_or_else(|| panic!("{}: no .BTF.ext", f.file_name()));
+            let word = |at: usize| u32::from_ne_bytes(ext[at..at + 4].try_into().unwrap());
+            assert_eq!(
+                u16::from_ne_bytes([ext[0], ext[1]]),
+                0xeb9f,
+                "{}",
+                f.file_name()
+            );
+            let core_relo_len = if word(4) >= 32 { word(28) } else { 0 };
+            assert_eq!(core_relo_len, 0, "{}: CO-RE relocations", f.file_name());
         }
     }
 

@@ -157,6 +157,7 @@ impl OffcpuTracer {
             }
         }
         let mut ebpf = object::new_loader()
+            .0
             .override_global("CONFIG", &cfg, true)
             .override_global("OFFCPU_CONFIG", &ocfg, true)
             .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })

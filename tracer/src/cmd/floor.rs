@@ -19,6 +19,7 @@ pub fn run_floor(duration: std::time::Duration) -> Result<i32> {
     let kbtf = KernelBtf::from_file(std::path::Path::new(VMLINUX_BTF))?;
     let btf = attach::attach_btf(&kbtf, &[table::FLOOR])?;
     let mut ebpf = new_loader()
+        .0
         .load(Family::Floor.object())
         .context("loading the floor's eBPF object")?;
     table::FLOOR.load(&mut ebpf, Some(&btf))?;
