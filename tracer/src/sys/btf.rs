@@ -97,7 +97,7 @@ struct FoundMember {
 pub struct KernelBtf {
     /// Where the blob came from, for error messages.
     path: PathBuf,
-    data: Vec<u8>,
+    data: blob::Blob,
     big_endian: bool,
     str_start: usize,
     str_end: usize,
@@ -113,7 +113,7 @@ pub struct KernelBtf {
 impl KernelBtf {
     /// Reads and indexes a BTF file such as `/sys/kernel/btf/vmlinux`.
     pub fn from_file(path: &Path) -> Result<Self, TracerError> {
-        let data = match std::fs::read(path) {
+        let data = match blob::Blob::open(path) {
             Ok(d) => d,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(TracerError::NoBtf(path.to_path_buf()))
@@ -135,10 +135,10 @@ impl KernelBtf {
 
     /// Parses a BTF blob held in memory.
     pub fn from_bytes(data: &[u8]) -> Result<Self, String> {
-        Self::parse(data.to_vec())
+        Self::parse(blob::Blob::Copy(data.to_vec()))
     }
 
-    fn parse(data: Vec<u8>) -> Result<Self, String> {
+    fn parse(data: blob::Blob) -> Result<Self, String> {
         if data.len() < MIN_HDR_LEN {
             return Err(format!(
                 "{} bytes is too short for a BTF header",
@@ -475,6 +475,7 @@ impl KernelBtf {
     }
 }
 
+mod blob;
 mod stub;
 pub use stub::Named;
 
