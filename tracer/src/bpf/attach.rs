@@ -202,6 +202,6 @@ pub fn attach_btf(kbtf: &KernelBtf, progs: &[Prog]) -> Result<Btf> {
         })
         .collect();
     let names: Vec<(Named, &str)> = names.iter().map(|(k, n)| (*k, n.as_str())).collect();
-    Btf::parse(&kbtf.id_stub(&names), aya::Endianness::default())
+    kbtf.id_stub(&names)
         .context("the kernel's BTF ids of the attach points")
 }
