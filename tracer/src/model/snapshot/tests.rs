@@ -1,0 +1,145 @@
+//! The arithmetic between reads on made-up snapshots: skipped threads, folding the
+//! exited, an interval across a fold, a read never below the one before, the
+//! iterator's records.
+use super::*;
+
+#[test]
+fn a_read_skipped_the_live_threads_it_lacks_without_a_death_record() {
+    let st = |serial: u64| {
+        let mut s = ThreadStats::zeroed();
+        s.serial = serial;
+        s
+    };
+    let last: std::collections::HashSet<u64> = [1, 2, 3, 4].into_iter().collect();
+    // 1 and 2 live, 3 died (its record), 4 nowhere: one skipped.
+    let live = vec![((10, 0), st(1)), ((11, 0), st(2)), ((13, 0), st(9))];
+    let mut exited = BTreeMap::new();
+    exited.insert(
+        (12, 0),
+        ThreadRecord {
+            tid: 12,
+            stats: st(3),
+            exited: true,
+            folded: 0,
+            became: 0,
+        },
+    );
+    assert_eq!(skipped(&last, &live, &exited), 1);
+    assert_eq!(skipped(&last, &live[..1], &exited), 2);
+    assert_eq!(skipped(&Default::default(), &[], &exited), 0);
+}
+
+fn record(tid: u32, on_cpu_ns: u64) -> Vec<u8> {
+    let mut stats = ThreadStats::zeroed();
+    stats.on_cpu_ns = on_cpu_ns;
+    let r = ExitRecord {
+        tid,
+        became: 0,
+        stats,
+    };
+    // SAFETY: plain data, viewed as its bytes.
+    unsafe {
+        std::slice::from_raw_parts(
+            &r as *const ExitRecord as *const u8,
+            std::mem::size_of::<ExitRecord>(),
+        )
+    }
+    .to_vec()
+}
+
+fn exited(tid: u32, tgid: u32, on_cpu_ns: u64) -> ThreadRecord {
+    let mut stats = ThreadStats::zeroed();
+    stats.tgid = tgid;
+    stats.on_cpu_ns = on_cpu_ns;
+    stats.slices = 1;
+    ThreadRecord {
+        tid,
+        stats,
+        exited: true,
+        folded: 0,
+        became: 0,
+    }
+}
+
+fn snapshot(threads: BTreeMap<ThreadKey, ThreadRecord>) -> Snapshot {
+    Snapshot {
+        at_ns: 0,
+        threads,
+        hist: HistSet::new(),
+        scoped: BTreeMap::new(),
+        drops: [0; drop::COUNT as usize],
+        live_entries: 0,
+        cpu_busy_ns: Vec::new(),
+        recursion_misses: 0,
+    }
+}
+
+#[test]
+fn folding_keeps_the_busiest_and_sums_the_rest_per_process() {
+    let mut m = BTreeMap::new();
+    for tid in 1..=10u32 {
+        m.insert((tid, 0), exited(tid, 100 + tid % 2, tid as u64 * 10));
+    }
+    fold_exited(&mut m, 4);
+    let singles: Vec<u32> = m
+        .values()
+        .filter(|r| r.folded == 0)
+        .map(|r| r.tid)
+        .collect();
+    assert_eq!(singles, vec![7, 8, 9, 10], "the four busiest stay");
+    let odd = &m[&(101, FOLDED_GEN)];
+    let even = &m[&(100, FOLDED_GEN)];
+    assert_eq!((odd.folded, odd.stats.on_cpu_ns), (3, 10 + 30 + 50));
+    assert_eq!((even.folded, even.stats.on_cpu_ns), (3, 20 + 40 + 60));
+    assert_eq!(odd.stats.slices, 3);
+    assert_eq!(snapshot(m.clone()).thread_count(), 10);
+    assert_eq!(
+        snapshot(m).on_cpu_total_ns(),
+        (1..=10).map(|t| t * 10).sum::<u64>()
+    );
+}
+
+#[test]
+fn an_interval_does_not_count_a_fold_as_new_work() {
+    let mut m = BTreeMap::new();
+    for tid in 1..=6u32 {
+        m.insert((tid, 0), exited(tid, 100, 10));
+    }
+    let earlier = snapshot(m.clone());
+    // One more thread exits, then the oldest fold.
+    m.insert((7, 0), exited(7, 100, 25));
+    fold_exited(&mut m, 2);
+    let d = snapshot(m).delta(&earlier);
+    assert_eq!(d.on_cpu_total_ns(), 25, "only thread 7 is new: {d:?}");
+}
+
+#[test]
+fn a_later_read_never_shows_less_than_an_earlier_one() {
+    let mut early = BTreeMap::new();
+    let mut r = exited(7, 100, 100);
+    r.exited = false;
+    r.stats.serial = 42;
+    early.insert((7, 0), r.clone());
+    let earlier = snapshot(early);
+    // The running slice counted before was never confirmed by the kernel.
+    let mut later = BTreeMap::new();
+    r.stats.on_cpu_ns = 80;
+    later.insert((7, 0), r);
+    let mut now = snapshot(later);
+    now.raise_to(&earlier, HistScope::All);
+    assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 100);
+    assert_eq!(now.delta(&earlier).on_cpu_total_ns(), 0);
+    assert_eq!(now.hist.on_cpu.sum_ns, 100, "sums follow the threads");
+}
+
+#[test]
+fn iterator_records_are_split_and_a_torn_tail_dropped() {
+    let mut bytes = record(7, 100);
+    bytes.extend(record(9, 250));
+    bytes.extend(&record(11, 1)[..40]);
+    let got = parse_records(&bytes);
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].0, got[0].1.on_cpu_ns), (7, 100));
+    assert_eq!((got[1].0, got[1].1.on_cpu_ns), (9, 250));
+    assert!(parse_records(&[]).is_empty());
+}
