@@ -3,10 +3,9 @@
 //! entries are written big-endian byte by byte (independently of the decoder).
 use std::{
     fs,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    path::PathBuf,
     sync::atomic::{AtomicU32, Ordering},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use tracer::{
@@ -15,10 +14,15 @@ use tracer::{
     output,
     pseries::{
         dtl, hypervisor,
-        vcpudispatch::{self, DispatchCounters, SettingsGuard, StatsState},
+        vcpudispatch::{self, DispatchCounters, StatsState},
     },
     sys::root::Root,
 };
+
+#[path = "dtl/cli.rs"]
+mod cli;
+#[path = "dtl/settings.rs"]
+mod settings;
 
 /// A temporary directory standing for `/`, removed on drop.
 struct Fixture {
@@ -217,108 +221,6 @@ fn window_gives_deltas_and_rates_and_restores_the_frequency() {
     let j = serde_json::to_value(&r).unwrap();
     assert_eq!(j["vcpus"][0]["delta"]["total_disp"], 1000);
     assert_eq!(j["vcpus"][0]["total_disp"], 7839);
-}
-
-#[test]
-fn enabling_writes_the_state_file_first_and_restores() {
-    let f = Fixture::pseries("enable");
-    f.write(vcpudispatch::STATS_PATH, "off\n");
-    let root = f.root();
-    let (mut g, recovered) = SettingsGuard::acquire(&root).unwrap();
-    assert!(recovered.is_none());
-    assert!(g.enable_stats().unwrap());
-    g.set_freq(200).unwrap();
-    g.set_dtl_mask(0x2).unwrap();
-    assert_eq!(f.read(vcpudispatch::STATS_PATH), "1\n");
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "200\n");
-    assert_eq!(f.read(vcpudispatch::DTL_MASK_PATH), "0x2\n");
-    let state = f.read(vcpudispatch::STATE_PATH);
-    assert!(
-        state.contains(&format!("pid {}", std::process::id())),
-        "{state}"
-    );
-    for line in [
-        "vcpudispatch_stats 0",
-        "vcpudispatch_stats_freq 50",
-        "dtl_event_mask 0x7",
-    ] {
-        assert!(state.contains(line), "{line} missing in\n{state}");
-    }
-    g.restore().unwrap();
-    assert_eq!(f.read(vcpudispatch::STATS_PATH), "0\n");
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "50\n");
-    assert_eq!(f.read(vcpudispatch::DTL_MASK_PATH), "0x7\n");
-    assert!(!f.path(vcpudispatch::STATE_PATH).exists());
-
-    // dropping without restore() restores too
-    f.write(vcpudispatch::STATS_PATH, "off\n");
-    {
-        let (mut g, _) = SettingsGuard::acquire(&root).unwrap();
-        g.set_freq(7).unwrap();
-        assert_eq!(f.read(vcpudispatch::FREQ_PATH), "7\n");
-    }
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "50\n");
-    assert!(!f.path(vcpudispatch::STATE_PATH).exists());
-}
-
-#[test]
-fn bad_settings_are_rejected_before_writing() {
-    let f = Fixture::pseries("reject");
-    let (mut g, _) = SettingsGuard::acquire(&f.root()).unwrap();
-    assert!(g.set_freq(0).unwrap_err().to_string().contains("1..HZ"));
-    assert!(g.set_dtl_mask(0x8).is_err());
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "50\n");
-    assert!(!f.path(vcpudispatch::STATE_PATH).exists());
-}
-
-#[test]
-fn a_dead_runs_state_file_is_restored_at_the_next_start() {
-    let f = Fixture::pseries("stale");
-    f.write(vcpudispatch::FREQ_PATH, "250\n");
-    f.write(
-        vcpudispatch::STATE_PATH,
-        "# tracer dtl\npid 999999999\nstarttime 5\nvcpudispatch_stats 0\nvcpudispatch_stats_freq 50\n",
-    );
-    let rec = vcpudispatch::recover_stale(&f.root()).unwrap().unwrap();
-    assert_eq!(rec.settings.pid, 999_999_999);
-    assert!(rec.describe().contains("PID 999999999"));
-    assert_eq!(f.read(vcpudispatch::STATS_PATH), "0\n");
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "50\n");
-    assert!(!f.path(vcpudispatch::STATE_PATH).exists());
-    assert!(vcpudispatch::recover_stale(&f.root()).unwrap().is_none());
-}
-
-#[test]
-fn a_live_writer_keeps_its_state_file_and_a_reused_pid_does_not() {
-    let f = Fixture::pseries("live");
-    let stat = "4242 (tracer) S 1 4242 4242 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 777 0 0";
-    f.write("/proc/4242/stat", stat);
-    f.write(
-        vcpudispatch::STATE_PATH,
-        "pid 4242\nstarttime 777\nvcpudispatch_stats_freq 50\n",
-    );
-    let e = vcpudispatch::recover_stale(&f.root())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("PID 4242") && e.contains("dtl-state"), "{e}");
-    assert!(SettingsGuard::acquire(&f.root()).is_err());
-
-    // same PID, other start time: a different process, so the writer is dead
-    f.write(
-        vcpudispatch::STATE_PATH,
-        "pid 4242\nstarttime 778\nvcpudispatch_stats_freq 50\n",
-    );
-    assert!(vcpudispatch::recover_stale(&f.root()).unwrap().is_some());
-}
-
-#[test]
-fn malformed_state_file_is_an_error_naming_it() {
-    let f = Fixture::pseries("badstate");
-    f.write(vcpudispatch::STATE_PATH, "pid x\n");
-    let e = vcpudispatch::recover_stale(&f.root())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("run/tracer/dtl-state"), "{e}");
 }
 
 /// cpu-0: ten entries, enqueue_to_dispatch 1..10 us; cpu-1: five entries whose timebase
@@ -590,180 +492,4 @@ fn stats_state_parsing_of_the_fixture_file() {
         panic!("expected counters");
     };
     assert_eq!(v.iter().map(|c| c.cpu).collect::<Vec<_>>(), [0, 1, 2, 3]);
-}
-
-// ---- the binary, end to end ----
-
-/// The tracer binary: $TRACER_BIN (set by `cargo xtask test`), else beside this test's
-/// own target directory (`cargo test` in the workspace builds it), else
-/// ../target/debug/tracer. Missing is a failure: these tests never pass without running.
-fn tracer_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("TRACER_BIN") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "TRACER_BIN={} is not a file", p.display());
-        return p;
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent()?.parent().map(|d| d.join("tracer")));
-    let fallback = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/tracer");
-    beside
-        .into_iter()
-        .chain([fallback])
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "the tracer binary was not found: build it (`cargo xtask build`, or `cargo test` \
-                 in the workspace), or set TRACER_BIN"
-            )
-        })
-}
-
-#[test]
-fn cli_snapshot_json_and_text() {
-    let bin = tracer_bin();
-    let f = Fixture::pseries("cli");
-    dtl_fixture(&f);
-    let out = Command::new(&bin)
-        .arg("--root")
-        .arg(f.path("/"))
-        .args(["dtl", "--duration", "0", "--raw", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["mode"], "raw");
-    assert_eq!(j["dtl"]["entries"], 15);
-    assert_eq!(j["dtl"]["lost"], 2);
-    assert_eq!(j["dtl"]["dispatch_reasons"]["decrementer_interrupt"], 10);
-    assert_eq!(j["vcpus"][0]["total_disp"], 6839);
-
-    let out = Command::new(&bin)
-        .arg("--root")
-        .arg(f.path("/"))
-        .args(["dtl", "--duration", "0"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("numa_home") && text.contains("cpu3"),
-        "{text}"
-    );
-
-    let empty = Fixture::new("cli-x86");
-    let out = Command::new(&bin)
-        .arg("--root")
-        .arg(empty.path("/"))
-        .args(["dtl"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("not a pseries partition:") && err.contains("vcpudispatch_stats not found"),
-        "{err}"
-    );
-    // Where to look instead on this machine.
-    assert!(
-        err.contains("`tracer run`") && err.contains("steal time"),
-        "{err}"
-    );
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !cond() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[test]
-fn cli_sigint_and_sigterm_end_the_window_and_restore() {
-    let bin = tracer_bin();
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        let f = Fixture::pseries("cli-signal");
-        let child = Command::new(&bin)
-            .arg("--root")
-            .arg(f.path("/"))
-            .args(["dtl", "--duration", "60s", "--dtl-freq", "100", "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for("the frequency change", || {
-            fs::read_to_string(f.path(vcpudispatch::FREQ_PATH)).is_ok_and(|s| s == "100\n")
-        });
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as i32, sig) };
-        let start = Instant::now();
-        let out = child.wait_with_output().unwrap();
-        assert!(start.elapsed() < Duration::from_secs(10));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(j["interrupted"], true);
-        assert_eq!(
-            f.read(vcpudispatch::FREQ_PATH),
-            "50\n",
-            "restored after signal {sig}"
-        );
-        assert!(!f.path(vcpudispatch::STATE_PATH).exists());
-    }
-}
-
-#[test]
-fn cli_after_sigkill_the_next_run_restores() {
-    let bin = tracer_bin();
-    let f = Fixture::pseries("cli-kill");
-    let mut child = Command::new(&bin)
-        .arg("--root")
-        .arg(f.path("/"))
-        .args(["dtl", "--duration", "60s", "--dtl-freq", "100"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for("the frequency change", || {
-        fs::read_to_string(f.path(vcpudispatch::FREQ_PATH)).is_ok_and(|s| s == "100\n")
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let state = f.read(vcpudispatch::STATE_PATH);
-    assert!(state.contains(&format!("pid {}", child.id())), "{state}");
-    assert_eq!(
-        f.read(vcpudispatch::FREQ_PATH),
-        "100\n",
-        "left changed by the kill"
-    );
-
-    let out = Command::new(&bin)
-        .arg("--root")
-        .arg(f.path("/"))
-        .args(["dtl", "--duration", "0"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("restored DTL settings") && err.contains("vcpudispatch_stats_freq=50"),
-        "{err}"
-    );
-    assert_eq!(f.read(vcpudispatch::FREQ_PATH), "50\n");
-    assert!(!f.path(vcpudispatch::STATE_PATH).exists());
 }
