@@ -5,7 +5,6 @@
 //! libbpf-tools' offcputime on the same workload at the same time must find the same top
 //! kernel stacks and totals within 5%.
 use std::{
-    collections::BTreeMap,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -13,6 +12,11 @@ use std::{
 use serde_json::Value;
 use tracer_tests::{require_root, run_tracer, scratch, tracer_bin};
 use tracer_truth::OFF_CPU;
+
+#[path = "offcpu/offcputime.rs"]
+mod offcputime;
+#[path = "offcpu/wakers.rs"]
+mod wakers;
 
 /// The workload, with frame pointers or optimized without them.
 fn workload(frame_pointers: bool) -> PathBuf {
@@ -236,136 +240,6 @@ fn named_waits_in_every_probe_mode() {
     }
 }
 
-/// Time of `tid`'s blocked stacks in `func` whose waker's user frames name `waker_fn`
-/// (None: woken from an interrupt), and of all of them.
-fn woken_in(doc: &Value, tid: u64, func: &str, waker_fn: Option<&str>) -> (u64, u64) {
-    let (mut by, mut all) = (0, 0);
-    for s in doc["stacks"].as_array().unwrap() {
-        let named = s["user"]
-            .as_array()
-            .is_some_and(|f| f.iter().any(|f| f["name"] == func));
-        if s["tid"] != tid || s["state"] != "blocked" || !named {
-            continue;
-        }
-        let ns = s["total_ns"].as_u64().unwrap();
-        all += ns;
-        let w = &s["waker"];
-        let hit = match waker_fn {
-            Some(f) => w["user"]
-                .as_array()
-                .is_some_and(|u| u.iter().any(|x| x["name"] == f)),
-            None => w["interrupt"] == true,
-        };
-        if hit {
-            by += ns;
-        }
-    }
-    (by, all)
-}
-
-/// `--wakers` (offwaketime's question): the pipe read was woken by the main thread's
-/// `offcpu_pipe_write_here`, the nanosleep by the timer interrupt; in every probe mode,
-/// in JSON, folded (`waiter;--;waker`) and the flame graph.
-#[test]
-#[ignore = "needs root"]
-fn wakers_name_the_writer_of_the_pipe() {
-    require_root();
-    let w = workload(true);
-    let modes = tracer_tests::probe_modes();
-    for mode in modes.iter().filter(|m| *m != "perf-sched") {
-        let t = scratch("offcpu-wakers-truth");
-        let svg = scratch("offcpu-wakers.svg");
-        let doc = run_json(&[
-            "offcpu",
-            "--json",
-            "--wakers",
-            "--probe",
-            mode,
-            "--svg",
-            svg.to_str().unwrap(),
-            "--",
-            w.to_str().unwrap(),
-            "--ms",
-            "20",
-            "--rounds",
-            "20",
-            "--out",
-            t.to_str().unwrap(),
-        ]);
-        let tr = truth(&t);
-        let pid = tr["pid"].as_u64().unwrap();
-        let pipe = tr["pipe_tid"].as_u64().unwrap();
-        let (by, all) = woken_in(
-            &doc,
-            pipe,
-            "offcpu_pipe_read_here",
-            Some("offcpu_pipe_write_here"),
-        );
-        // Against the workload's clock, with any preemption inside the function (as
-        // named_waits_agree counts it).
-        let preempted = time_in(&doc, pipe, "preempted", "offcpu_pipe_read_here");
-        within_or(
-            &format!("{mode}: pipe read, all wakers and preempted"),
-            all + preempted,
-            tr["pipe_ns"].as_u64().unwrap(),
-            || stacks_of(&doc, pipe),
-        );
-        eprintln!("{mode}: pipe read woken by offcpu_pipe_write_here: {by} of {all} ns");
-        assert!(
-            by * 10 >= all * 9,
-            "{mode}: the writer woke {by} of {all} ns"
-        );
-        let waker_pid = doc["stacks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["tid"] == pipe && s["waker"]["user"].is_array())
-            .map(|s| s["waker"]["pid"].clone());
-        assert_eq!(
-            waker_pid,
-            Some(pid.into()),
-            "{mode}: the writer is the main thread"
-        );
-        let sleep = tr["sleep_tid"].as_u64().unwrap();
-        let (irq, all) = woken_in(&doc, sleep, "offcpu_nanosleep_here", None);
-        assert!(
-            irq * 10 >= all * 9,
-            "{mode}: a timer interrupt woke {irq} of {all} ns"
-        );
-        let svg_text = std::fs::read_to_string(&svg).unwrap();
-        assert!(
-            svg_text.contains("offcpu_pipe_write_here") && svg_text.contains("--"),
-            "{mode}: the flame graph has no waker frames"
-        );
-        let _ = std::fs::remove_file(&svg);
-        let _ = std::fs::remove_file(&t);
-    }
-    // Folded, as offwaketime: the waiter's frames, `--`, the waker's, leaf first.
-    let t = scratch("offcpu-wakers-folded");
-    let out = run_tracer(&[
-        "offcpu",
-        "--folded",
-        "--wakers",
-        "--",
-        w.to_str().unwrap(),
-        "--ms",
-        "20",
-        "--rounds",
-        "5",
-        "--out",
-        t.to_str().unwrap(),
-    ]);
-    let _ = std::fs::remove_file(&t);
-    let folded = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        folded.lines().any(|l| {
-            let (waiter, waker) = l.split_once(";--;").unwrap_or_default();
-            waiter.contains("offcpu_pipe_read_here") && waker.contains("offcpu_pipe_write_here")
-        }),
-        "{folded}"
-    );
-}
-
 #[test]
 #[ignore = "needs root"]
 fn folded_and_kernel_only() {
@@ -495,136 +369,6 @@ fn bad_options_say_what_is_wrong() {
     assert!(!out.status.success());
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("perf-sched") && e.lines().count() == 1, "{e}");
-}
-
-/// offcputime's output: blocks of kernel frames (leaf first), `-  comm (tid)`, the time
-/// in microseconds.
-fn parse_offcputime(s: &str) -> Vec<(String, Vec<String>, u64)> {
-    let mut v = Vec::new();
-    for block in s.split("\n\n") {
-        let lines: Vec<&str> = block
-            .lines()
-            .map(|l| l.trim())
-            .filter(|l| !l.is_empty())
-            .collect();
-        let Some(i) = lines.iter().position(|l| l.starts_with("- ")) else {
-            continue;
-        };
-        let comm = lines[i][1..]
-            .trim()
-            .rsplit_once(" (")
-            .map(|(c, _)| c.trim().to_string());
-        let Some(us) = lines.get(i + 1).and_then(|l| l.parse::<u64>().ok()) else {
-            continue;
-        };
-        let frames = lines[..i]
-            .iter()
-            .filter(|f| {
-                !f.starts_with('[') && !f.starts_with("bpf_") && !f.starts_with("__traceiter")
-            })
-            .map(|f| f.to_string())
-            .collect();
-        v.push((comm.unwrap_or_default(), frames, us));
-    }
-    v
-}
-
-#[test]
-#[ignore = "needs root"]
-fn agrees_with_offcputime() {
-    require_root();
-    let w = workload(true);
-    let t = scratch("offcpu-vs");
-    // The waits begin after both tools have attached (start-up takes up to a second or
-    // two on a loaded 2-CPU machine) and end before they stop.
-    let mut child = Command::new(&w)
-        .args([
-            "--ms",
-            "20",
-            "--rounds",
-            "40",
-            "--delay-ms",
-            "2500",
-            "--out",
-        ])
-        .arg(&t)
-        .spawn()
-        .unwrap();
-    let pid = child.id().to_string();
-    // Its stack map keeps no REUSE_STACKID: a stack whose hash bucket another took is
-    // refused every time ("[Missed Kernel Stack]"; at the default 1024 buckets it lost all
-    // of w-futex's 811 ms once). 65536 buckets make that rare.
-    let oc = Command::new("offcputime")
-        .args(["--stack-storage-size", "65536", "-p", &pid, "7"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("offcputime (apt package libbpf-tools; cargo xtask test installs it)");
-    let ours = Command::new(tracer_bin())
-        .args(["offcpu", "--json", "-d", "7", "-p", &pid])
-        .output()
-        .unwrap();
-    let oc = oc.wait_with_output().unwrap();
-    child.wait().unwrap();
-    assert!(
-        ours.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ours.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&ours.stdout).unwrap();
-    let theirs = parse_offcputime(&String::from_utf8_lossy(&oc.stdout));
-    for comm in ["w-futex", "w-pipe", "w-sleep", "w-spin0", "w-spin1"] {
-        let mut mine: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-        for s in doc["stacks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|s| s["comm"] == comm)
-        {
-            let k: Vec<String> = s["kernel"]
-                .as_array()
-                .map(|f| {
-                    f.iter()
-                        .map(|f| f["name"].as_str().unwrap().to_string())
-                        .collect()
-                })
-                .unwrap_or_default();
-            *mine.entry(k).or_default() += s["total_ns"].as_u64().unwrap() / 1000;
-        }
-        let mut their: BTreeMap<Vec<String>, u64> = BTreeMap::new();
-        for (c, f, us) in &theirs {
-            if c == comm {
-                *their.entry(f.clone()).or_default() += us;
-            }
-        }
-        let top = |m: &BTreeMap<Vec<String>, u64>| {
-            m.iter().max_by_key(|(_, v)| **v).map(|(k, _)| k.clone())
-        };
-        // offcputime prints "[Missed Kernel Stack]" where its stack map refused a stack
-        // (a bucket taken by another stack: it keeps no REUSE_STACKID), and that can be
-        // most of a thread's time; the stack it lost is no truth to compare with, so its
-        // top is taken among the stacks it has. Ours must still have a stack.
-        let missed = their.get(&Vec::new()).copied().unwrap_or(0);
-        if missed > 0 {
-            eprintln!("{comm}: offcputime missed the kernel stack of {missed} us");
-        }
-        let their_top = {
-            let known: BTreeMap<Vec<String>, u64> = their
-                .iter()
-                .filter(|(k, _)| !k.is_empty())
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
-            top(&known).or_else(|| top(&their))
-        };
-        assert!(
-            top(&mine).is_some_and(|k| !k.is_empty()),
-            "{comm}: no kernel stack of ours: {mine:?}"
-        );
-        assert_eq!(top(&mine), their_top, "{comm}: top kernel stacks differ");
-        let (a, b) = (mine.values().sum::<u64>(), their.values().sum::<u64>());
-        within(&format!("{comm} total vs offcputime"), a * 1000, b * 1000);
-    }
-    let _ = std::fs::remove_file(&t);
 }
 
 /// Kernel threads have no user stack: their stacks are the kernel's alone, without a
