@@ -93,11 +93,23 @@ mod tests {
     use super::Family;
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
 
+    const ALL: [Family; 5] = [
+        Family::Sched,
+        Family::Record,
+        Family::Serve,
+        Family::Offcpu,
+        Family::Floor,
+    ];
+
+    fn elf(f: Family) -> object::read::elf::ElfFile64<'static, object::Endianness> {
+        object::read::elf::ElfFile64::parse(f.object())
+            .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()))
+    }
+
     /// The maps an embedded object declares: the symbols of its `maps` and `.maps`
     /// (BTF-defined, task storage) sections, which aya creates at load.
     fn maps(f: Family) -> Vec<String> {
-        let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(f.object())
-            .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()));
+        let elf = elf(f);
         let sections: Vec<_> = ["maps", ".maps"]
             .iter()
             .filter_map(|n| elf.section_by_name(n))
@@ -119,15 +131,8 @@ mod tests {
     #[test]
     fn no_program_calls_the_byte_loops() {
         use object::{ObjectSection as _, RelocationTarget};
-        for f in [
-            Family::Sched,
-            Family::Record,
-            Family::Serve,
-            Family::Offcpu,
-            Family::Floor,
-        ] {
-            let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(f.object())
-                .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()));
+        for f in ALL {
+            let elf = elf(f);
             let mut calls = Vec::new();
             for sec in elf.sections() {
                 for (off, r) in sec.relocations() {
@@ -149,15 +154,8 @@ mod tests {
     /// of its header when the header is at least 32 bytes long).
     #[test]
     fn no_object_has_core_relocations() {
-        for f in [
-            Family::Sched,
-            Family::Record,
-            Family::Serve,
-            Family::Offcpu,
-            Family::Floor,
-        ] {
-            let elf = object::read::elf::ElfFile64::<object::Endianness>::parse(f.object())
-                .unwrap_or_else(|e| panic!("{}: {e}", f.file_name()));
+        for f in ALL {
+            let elf = elf(f);
             let ext = elf
                 .section_by_name(".BTF.ext")
                 .and_then(|s| s.data().ok())
