@@ -2,8 +2,6 @@
 //! second (queried through its HTTP API), `promtool check metrics`, and curl for TLS and
 //! basic auth. Ground truth: the workload's own schedstat per thread.
 use std::{
-    net::TcpListener,
-    path::{Path, PathBuf},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
@@ -11,135 +9,13 @@ use std::{
 use serde_json::Value;
 use tracer_tests::{read_truth, require_root, tracer_bin};
 
+mod serve_common;
+use serve_common::*;
+
 #[path = "serve/churn.rs"]
 mod churn;
 #[path = "serve/tls.rs"]
 mod tls;
-
-/// A fresh directory for one test's files.
-fn scratch(name: &str) -> PathBuf {
-    let dir = tracer_tests::scratch(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// A free loopback port (bound, then released for the child to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Stopped with SIGTERM first (the exporter detaches its programs on the way out).
-use tracer_tests::prometheus::Stopped as Killed;
-
-fn curl(args: &[&str]) -> (u32, String) {
-    let out = Command::new("curl")
-        .args(["-sS", "-m", "10", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl (the test's provisioning installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-/// Starts the exporter and waits until /metrics answers.
-fn start_serve(extra: &[&str], url: &str, curl_extra: &[&str]) -> Killed {
-    let child = Command::new(tracer_bin())
-        .arg("serve")
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tracer serve starts");
-    let mut k = Killed(child);
-    let t = Instant::now();
-    loop {
-        let mut a = curl_extra.to_vec();
-        a.push(url);
-        if curl(&a).0 == 200 {
-            return k;
-        }
-        if let Ok(Some(st)) = k.0.try_wait() {
-            let mut err = String::new();
-            use std::io::Read as _;
-            let _ = k.0.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("tracer serve exited ({st}): {err}");
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "tracer serve never answered {url}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-struct Prometheus {
-    _child: Killed,
-    port: u16,
-}
-
-impl Prometheus {
-    fn start(dir: &Path, target: &str) -> Prometheus {
-        let port = free_port();
-        let cfg = dir.join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  \
-                 - job_name: tracer\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (the test's provisioning installs Debian's package)");
-        let p = Prometheus {
-            _child: Killed(child),
-            port,
-        };
-        let t = Instant::now();
-        while curl(&[&format!("http://127.0.0.1:{port}/-/ready")]).0 != 200 {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "prometheus never got ready"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    /// An instant query; the result vector.
-    fn query(&self, q: &str) -> Vec<Value> {
-        let (code, body) = curl(&[
-            "-G",
-            &format!("http://127.0.0.1:{}/api/v1/query", self.port),
-            "--data-urlencode",
-            &format!("query={q}"),
-        ]);
-        assert_eq!(code, 200, "query {q}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// The single value of an instant query, if there is one.
-    fn value(&self, q: &str) -> Option<f64> {
-        let r = self.query(q);
-        r.first()?["value"][1].as_str()?.parse().ok()
-    }
-}
 
 /// The p50 of `tracer run`'s run-queue histogram for one process, from its JSON.
 fn run_p50_ns(doc: &Value) -> Option<f64> {
@@ -257,7 +133,7 @@ fn prometheus_scrapes_cpu_time_and_latency_as_the_kernel_counts_them() {
 
     // Expiry: the workload ended > 4 s ago: its series is gone from the exposition.
     std::thread::sleep(Duration::from_secs(3));
-    let (code, body) = curl(&[&format!("http://{listen}/metrics")]);
+    let (code, body, _) = curl(&[&format!("http://{listen}/metrics")]);
     assert_eq!(code, 200);
     assert!(
         !body.contains(&format!("pid=\"{pid}\"")),
@@ -277,7 +153,7 @@ fn promtool_accepts_the_exposition_and_bad_requests_get_4xx() {
     // appear with their first observation, so wait for one (the machine always has some).
     let t = Instant::now();
     let body = loop {
-        let (code, body) = curl(&[&url]);
+        let (code, body, _) = curl(&[&url]);
         assert_eq!(code, 200);
         if body.contains("tracer_cgroup_runq_latency_seconds_bucket")
             || t.elapsed() > Duration::from_secs(20)
@@ -309,12 +185,12 @@ fn promtool_accepts_the_exposition_and_bad_requests_get_4xx() {
         assert!(body.contains(name), "{name} missing");
     }
     // OpenMetrics when asked for it.
-    let (code, om) = curl(&["-H", "Accept: application/openmetrics-text", &url]);
+    let (code, om, _) = curl(&["-H", "Accept: application/openmetrics-text", &url]);
     assert_eq!(code, 200);
     assert!(om.trim_end().ends_with("# EOF"));
     assert_eq!(curl(&[&format!("http://{listen}/nope")]).0, 404);
     assert_eq!(curl(&["-X", "POST", &url]).0, 405);
-    let (code, index) = curl(&[&format!("http://{listen}/")]);
+    let (code, index, _) = curl(&[&format!("http://{listen}/")]);
     assert_eq!(code, 200);
     assert!(index.contains("/metrics"));
     // A client that sends half a request and stalls does not hold up others.

@@ -5,9 +5,7 @@
 //! curl with the right password) keeps scraping.
 use std::{
     io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    net::TcpStream,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -16,133 +14,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde_json::Value;
-use tracer_tests::{require_root, tracer_bin};
+use tracer_tests::require_root;
+
+mod serve_common;
+use serve_common::*;
 
 #[path = "serve_hostile/cgroups.rs"]
 mod cgroups;
 #[path = "serve_hostile/startup.rs"]
 mod startup;
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = tracer_tests::scratch(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Stopped with SIGTERM first (the exporter detaches its programs on the way out).
-use tracer_tests::prometheus::Stopped as Killed;
-
-/// (HTTP code, body, seconds taken).
-fn curl(args: &[&str]) -> (u32, String, f64) {
-    let t = Instant::now();
-    let out = Command::new("curl")
-        .args(["-sS", "-m", "20", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl (`cargo xtask test` installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.trim().parse().unwrap_or(0),
-        body.to_string(),
-        t.elapsed().as_secs_f64(),
-    )
-}
-
-fn start_serve(extra: &[&str], url: &str, curl_extra: &[&str]) -> Killed {
-    let child = Command::new(tracer_bin())
-        .arg("serve")
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tracer serve starts");
-    let mut k = Killed(child);
-    let t = Instant::now();
-    loop {
-        let mut a = curl_extra.to_vec();
-        a.push(url);
-        if curl(&a).0 == 200 {
-            return k;
-        }
-        if let Ok(Some(st)) = k.0.try_wait() {
-            let mut err = String::new();
-            let _ = k.0.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("tracer serve exited ({st}): {err}");
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "never answered {url}"
-        );
-        sleep(Duration::from_millis(100));
-    }
-}
-
-struct Prometheus {
-    _child: Killed,
-    port: u16,
-}
-
-impl Prometheus {
-    fn start(dir: &Path, target: &str) -> Prometheus {
-        let port = free_port();
-        let cfg = dir.join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: tracer\n    static_configs:\n      - targets: ['{target}']\n"
-            ),
-        )
-        .unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (`cargo xtask test` installs Debian's package)");
-        let p = Prometheus {
-            _child: Killed(child),
-            port,
-        };
-        let t = Instant::now();
-        while curl(&[&format!("http://127.0.0.1:{port}/-/ready")]).0 != 200 {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "prometheus never got ready"
-            );
-            sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    fn value(&self, q: &str) -> Option<f64> {
-        let (code, body, _) = curl(&[
-            "-G",
-            &format!("http://127.0.0.1:{}/api/v1/query", self.port),
-            "--data-urlencode",
-            &format!("query={q}"),
-        ]);
-        assert_eq!(code, 200, "{q}: {body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-    }
-}
 
 /// Attackers: `n` connections to `addr` that each send `prefix` and then nothing,
 /// reopened as soon as the exporter closes one, until `stop`.
@@ -234,31 +114,6 @@ fn half_sent_requests_do_not_keep_a_scraper_out() {
         probes.len(),
         probes.iter().map(|p| p.1).fold(0.0, f64::max)
     );
-}
-
-/// `openssl` makes a self-signed certificate for 127.0.0.1.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
-    let st = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(st.success());
-    (cert, key)
 }
 
 /// The beginning of a TLS ClientHello: a record header announcing 512 bytes, then only

@@ -156,7 +156,7 @@ fn churn_leaves_memory_maps_and_series_flat_and_counters_monotonic() {
     ];
     while Instant::now() < end {
         std::thread::sleep(Duration::from_secs(1));
-        let (code, body) = curl(&[&url]);
+        let (code, body, _) = curl(&[&url]);
         assert_eq!(code, 200);
         let now = samples(&body, &monotonic);
         for (k, v) in &now {
@@ -196,7 +196,7 @@ fn churn_leaves_memory_maps_and_series_flat_and_counters_monotonic() {
     let _ = procs.wait();
     let _ = threads.wait();
     let n_cgroups: usize = cgroups.into_iter().map(|h| h.join().unwrap()).sum();
-    let (_, body) = curl(&[&url]);
+    let (_, body, _) = curl(&[&url]);
     let expired = sample(&body, "tracer_series_expired_total").unwrap_or(0.0);
     let hist_full = sample(&body, "tracer_drops_total{kind=\"hist_map_full\"}").unwrap_or(0.0);
     let switches = sum_of(&body, "tracer_cgroup_context_switches_total");

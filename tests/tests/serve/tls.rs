@@ -1,38 +1,10 @@
 //! Who may scrape: TLS and basic auth from a web config (curl with and without the
 //! password, plain HTTP to the TLS port), and a public address refused without them.
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
-};
+use std::process::Command;
 
 use tracer_tests::{require_root, tracer_bin};
 
-use super::{curl, free_port, scratch, start_serve};
-
-/// `openssl` makes a self-signed certificate for 127.0.0.1.
-fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let st = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-        ])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(st.success());
-    (cert, key)
-}
+use super::{certificate, curl, free_port, scratch, start_serve};
 
 #[test]
 #[ignore = "needs root"]
@@ -74,7 +46,7 @@ fn tls_and_basic_auth_from_a_web_config() {
         curl(&["--cacert", &cacert, "-u", "eve:s3cret", &url]).0,
         401
     );
-    let (code, body) = curl(&[good[0], good[1], good[2], good[3], &url]);
+    let (code, body, _) = curl(&[good[0], good[1], good[2], good[3], &url]);
     assert_eq!(code, 200);
     assert!(body.contains("tracer_info"));
     // Plain HTTP to the TLS port is not served.
