@@ -338,8 +338,8 @@ impl Tracer {
             runqlen: opts.runqlen,
             irq: opts.irq,
         };
-        // The ids of the attach points, from the index already made (aya's own parse of
-        // the kernel's BTF is its loader's, which it cannot lend).
+        // The ids of the attach points, from the index already made (see
+        // `sys::btf::stub`), not from a full parse.
         let kernel_btf = match (mode, &kbtf) {
             (ProbeMode::TpBtf, Some(kbtf)) => Some(attach::attach_btf(
                 kbtf,

@@ -58,12 +58,23 @@ impl Family {
 /// index (`sys::btf`) and attach ids from its stub. It has no constructor without the
 /// parse, so the loader is made on a short-lived thread that sees an empty
 /// `/sys/kernel/btf/vmlinux` in a mount namespace of its own. Where that is refused (no
-/// CAP_SYS_ADMIN, a seccomp or LSM policy), aya parses as before. The second value says
-/// which happened.
+/// CAP_SYS_ADMIN, a seccomp or LSM policy, no thread to spare), aya parses as before.
+/// The second value says whether aya parsed the kernel's BTF.
 pub fn new_loader<'a>() -> (aya::EbpfLoader<'a>, bool) {
-    let (mut l, parsed) = match std::thread::spawn(loader_without_kernel_btf).join() {
-        Ok(Some(l)) => (l, false),
-        _ => (aya::EbpfLoader::new(), true),
+    let made = std::thread::Builder::new()
+        .name("tracer-loader".into())
+        .spawn(|| (rustix::thread::gettid(), loader_without_kernel_btf()))
+        .ok()
+        .and_then(|h| h.join().ok());
+    let (mut l, parsed) = match made {
+        Some((tid, Some(l))) => {
+            gone(tid);
+            (l, false)
+        }
+        _ => (
+            aya::EbpfLoader::new(),
+            std::path::Path::new(crate::sys::btf::VMLINUX_BTF).exists(),
+        ),
     };
     l.allow_unsupported_maps();
     (l, parsed)
@@ -73,6 +84,7 @@ pub fn new_loader<'a>() -> (aya::EbpfLoader<'a>, bool) {
 /// process, and the system, keep the real file), `/dev/null` over the kernel's BTF, and
 /// aya's loader, whose parse then fails at once and leaves it without kernel BTF.
 fn loader_without_kernel_btf() -> Option<aya::EbpfLoader<'static>> {
+    use crate::sys::btf::VMLINUX_BTF;
     use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
     use rustix::thread::{unshare_unsafe, UnshareFlags};
     // SAFETY: only the mount namespace (and with it this thread's cwd and root) is
@@ -84,8 +96,21 @@ fn loader_without_kernel_btf() -> Option<aya::EbpfLoader<'static>> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .ok()?;
-    mount_bind("/dev/null", crate::sys::btf::VMLINUX_BTF).ok()?;
-    Some(aya::EbpfLoader::new())
+    mount_bind("/dev/null", VMLINUX_BTF).ok()?;
+    // What aya reads here is empty, or it would parse it after all.
+    (std::fs::metadata(VMLINUX_BTF).ok()?.len() == 0).then(aya::EbpfLoader::new)
+}
+
+/// Waits (up to a second) until the loader's thread is gone from the process: `join`
+/// returns before the kernel frees its mount namespace (`exit_mm` comes before
+/// `exit_task_namespaces`), and a thread still exiting would hold the copied mounts and
+/// not answer `sys::privileges::after_attach`'s signal.
+fn gone(tid: rustix::thread::Pid) {
+    let path = format!("/proc/self/task/{}", tid.as_raw_nonzero());
+    let t = std::time::Instant::now();
+    while std::path::Path::new(&path).exists() && t.elapsed() < std::time::Duration::from_secs(1) {
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
 }
 
 #[cfg(test)]

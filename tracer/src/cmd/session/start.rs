@@ -100,7 +100,8 @@ impl Prepared {
         if let Err(e) = privileges::after_attach(keep) {
             notices.push(format!("could not lock privileges after attaching: {e}"));
         }
-        // Loading parsed the kernel's BTF and the object (~20 MiB, now free).
+        // Loading indexed the kernel's BTF and parsed the object and the attach-id stub
+        // (several MiB, now free; aya's own parse of the BTF, where it still happens, more).
         crate::sys::heap::give_back();
         match self.held {
             Some(h) => Ok(Some(h.release(argv)?)),
