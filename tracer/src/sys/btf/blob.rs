@@ -4,10 +4,15 @@
 //! `/sys/kernel/btf/vmlinux` can be mapped read-only and private since v6.16 ("btf:
 //! Allow mmap of vmlinux btf"). Reading it instead takes one `read` per 4 KiB page (a
 //! sysfs binary attribute: ~1,340 calls for 5.5 MB) into freshly zeroed memory, about
-//! 3 ms of `tracer run`'s start-up here. Older kernels, and other files, are read.
+//! 3 ms of `tracer run`'s start-up here. Only sysfs files are mapped: a regular file
+//! (`--root`, fixtures) could change or shrink under the mapping (SIGBUS); those, and
+//! the kernel's BTF before v6.16 or a module's, are read.
 use std::fs::File;
 use std::ops::Deref;
 use std::path::Path;
+
+/// `SYSFS_MAGIC` (linux/magic.h), `statfs::f_type` of sysfs.
+const SYSFS_MAGIC: i64 = 0x6265_6572;
 
 /// A BTF blob held in memory.
 #[derive(Debug)]
@@ -30,9 +35,13 @@ impl Blob {
     pub(super) fn open(path: &Path) -> std::io::Result<Self> {
         let file = File::open(path)?;
         let len = file.metadata()?.len() as usize;
-        if len > 0 {
-            // SAFETY: a fresh private read-only mapping of a whole file, aliased by no
-            // other Rust value; the kernel's BTF does not change while it is mapped.
+        // f_type's integer type differs between libc targets.
+        #[allow(clippy::unnecessary_cast)]
+        let sysfs = rustix::fs::fstatfs(&file).is_ok_and(|s| s.f_type as i64 == SYSFS_MAGIC);
+        if len > 0 && sysfs {
+            // SAFETY: a fresh private read-only mapping of a whole sysfs file, aliased by
+            // no other Rust value; the kernel's BTF is fixed at boot (a module's cannot
+            // be mapped) and never shrinks.
             let mapped = unsafe {
                 rustix::mm::mmap(
                     std::ptr::null_mut(),
