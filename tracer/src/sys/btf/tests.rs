@@ -372,6 +372,26 @@ fn the_id_stub_keeps_the_kernel_ids() {
             (Named::Func, "absent"),
         ],
     );
+    // A name wanted twice, and a typedef name the kernel has twice (the first counts,
+    // as in aya's own lookup).
+    let mut b = Builder::new(cfg!(target_endian = "big"));
+    let int = b.int("int", 4, 32);
+    let proto = b.add("", KIND_FUNC_PROTO, false, 0, int, &[]);
+    b.add("btf_trace_a", KIND_TYPEDEF, false, 0, int, &[]);
+    b.add("f", KIND_FUNC, false, 0, proto, &[]);
+    b.add("btf_trace_a", KIND_TYPEDEF, false, 0, int, &[]);
+    b.add("g", KIND_FUNC, false, 0, proto, &[]);
+    let twice = b.finish();
+    stub_ids_agree(
+        &twice,
+        &[
+            (Named::Typedef, "btf_trace_a"),
+            (Named::Func, "g"),
+            (Named::Typedef, "btf_trace_a"),
+            (Named::Func, "g"),
+            (Named::Func, "f"),
+        ],
+    );
     // Functions only (perf-sched's fentry hooks): every id is appended, none parsed.
     stub_ids_agree(
         &full,
