@@ -161,6 +161,19 @@ pub fn off_cpu(last_off: u64, begun: u64, credit: u64) -> u64 {
     }
 }
 
+/// The off-CPU period open at the window's `close` (0: still open) of a thread whose
+/// next slice `began` after it, `last_off` the period's start (0: none): the part up to
+/// the close. The kernel settles it only when that thread dies before user space's
+/// final read; alive, it is added by the read (`model::window` in the tracer).
+#[inline(always)]
+pub fn open_off_at_close(last_off: u64, began: u64, close: u64) -> u64 {
+    if close != 0 && began > close && last_off != 0 && last_off < close {
+        close - last_off
+    } else {
+        0
+    }
+}
+
 /// A run-queue wait from its start (`runnable`, 0: not waiting) to `ran` (the slice's
 /// start), or [`UNKNOWN`].
 #[inline(always)]

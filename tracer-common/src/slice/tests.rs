@@ -409,3 +409,16 @@ fn a_tid_swap_is_one_task_under_two_tids() {
         );
     }
 }
+
+#[test]
+fn the_open_off_period_at_the_close_counts_up_to_it() {
+    // Asleep from 100, the close at 500, the next slice (the thread's death) at 530.
+    assert_eq!(open_off_at_close(100, 530, 500), 400);
+    // The window still open, or the slice inside it: the kernel settles it as usual.
+    assert_eq!(open_off_at_close(100, 530, 0), 0);
+    assert_eq!(open_off_at_close(100, 450, 500), 0);
+    // No open period, or one that began after the close.
+    assert_eq!(open_off_at_close(0, 530, 500), 0);
+    assert_eq!(open_off_at_close(510, 530, 500), 0);
+    assert_eq!(open_off_at_close(500, 530, 500), 0);
+}

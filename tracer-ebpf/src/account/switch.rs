@@ -4,8 +4,8 @@ use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf
 use tracer_common::{
     drop, filter,
     hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
-    slice, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED, OFF_PREEMPTED,
-    REAPED_BY_EXEC,
+    slice, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
+    OFF_PREEMPTED, REAPED_BY_EXEC,
 };
 
 use super::{entries::*, events::hand_over, membership::*};
@@ -120,7 +120,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         if leave == Leave::Dead && prev.tid != 0 {
             if let Some(s) = existing_entry(&prev) {
                 // SAFETY: map value or task storage.
-                flush_dead(&prev, unsafe { &mut *s });
+                let s = unsafe { &mut *s };
+                if member(&prev) {
+                    settle_at_close(s, start, close);
+                }
+                flush_dead(&prev, s);
             }
         }
         return 0;
@@ -132,7 +136,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         if leave == Leave::Dead {
             if let Some(s) = existing_entry(&prev) {
                 // SAFETY: map value or task storage.
-                flush_dead(&prev, unsafe { &mut *s });
+                let s = unsafe { &mut *s };
+                settle_at_close(s, start, close);
+                flush_dead(&prev, s);
             }
         }
         return now;
@@ -311,6 +317,24 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
     }
     now
+}
+
+/// A thread asleep at the close that dies after it, before user space's final read:
+/// the off-CPU period open at the close is the window's, as the read counts it for a
+/// thread still alive then (`model::window`). Torture seeds 36604 and 36616 lost the
+/// ~30 ms a main thread slept before a close this way (2026-12-06, under load).
+#[inline(always)]
+fn settle_at_close(s: &mut ThreadStats, start: u64, close: u64) {
+    let d = slice::open_off_at_close(s.last_off_ns, start, close);
+    if d != 0 {
+        s.off_cpu_ns += d;
+        if s.off_state == OFF_PREEMPTED {
+            s.preempted_ns += d;
+        } else {
+            s.blocked_ns += d;
+        }
+        s.last_off_ns = close;
+    }
 }
 
 /// Opens the slice of `next`, which is about to run (perf-sched: has just started).
