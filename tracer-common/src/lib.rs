@@ -99,6 +99,17 @@ pub const OFF_BLOCKED: u32 = 1;
 pub const OFF_PREEMPTED: u32 = 2;
 
 impl ThreadStats {
+    /// Adds `d` of off-CPU time, as preempted or blocked by how the thread last left.
+    #[inline(always)]
+    pub fn add_off_cpu(&mut self, d: u64) {
+        self.off_cpu_ns += d;
+        if self.off_state == OFF_PREEMPTED {
+            self.preempted_ns += d;
+        } else {
+            self.blocked_ns += d;
+        }
+    }
+
     /// The totals counted from zero again, the bases of the next slice, wait and
     /// off-CPU period kept: a thread going on under another TID after an exec.
     ///

@@ -262,12 +262,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     s.pending_runtime = 0;
     let d = slice::off_cpu(s.last_off_ns, sl.begun, sl.credit);
     if d != 0 {
-        s.off_cpu_ns += d;
-        if s.off_state == OFF_PREEMPTED {
-            s.preempted_ns += d;
-        } else {
-            s.blocked_ns += d;
-        }
+        s.add_off_cpu(d);
         hist_add(KIND_OFF_CPU, id, d, th);
     }
     let gap = sl.gap;
@@ -327,12 +322,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
 fn settle_at_close(s: &mut ThreadStats, start: u64, close: u64) {
     let d = slice::open_off_at_close(s.last_off_ns, start, close);
     if d != 0 {
-        s.off_cpu_ns += d;
-        if s.off_state == OFF_PREEMPTED {
-            s.preempted_ns += d;
-        } else {
-            s.blocked_ns += d;
-        }
+        s.add_off_cpu(d);
         s.last_off_ns = close;
     }
 }

@@ -4,18 +4,9 @@
 //! asleep at the close, or for the whole window, shows that sleep.
 use std::collections::{BTreeMap, HashMap};
 
-use tracer_common::{ThreadStats, OFF_PREEMPTED};
+use tracer_common::ThreadStats;
 
 use crate::model::snapshot::{ThreadKey, ThreadRecord};
-
-fn add_off(st: &mut ThreadStats, d: u64) {
-    st.off_cpu_ns += d;
-    if st.off_state == OFF_PREEMPTED {
-        st.preempted_ns += d;
-    } else {
-        st.blocked_ns += d;
-    }
-}
 
 /// Adds the off-CPU periods still open at `end` (the read, or the window's close).
 /// `on_cpu`: the threads on a CPU now, with the start of their slice. A thread off-CPU
@@ -40,7 +31,7 @@ pub fn add_open_off_periods(
             None => end,
         };
         if upto > last {
-            add_off(&mut r.stats, upto - last);
+            r.stats.add_off_cpu(upto - last);
         }
     }
 }
@@ -56,7 +47,7 @@ pub fn close_slice_ended_in_read(st: &mut ThreadStats, begun: u64, upto: u64) {
     if st.last_off_ns == 0 || st.last_off_ns >= begun {
         return;
     }
-    add_off(st, begun - st.last_off_ns);
+    st.add_off_cpu(begun - st.last_off_ns);
     st.last_off_ns = upto.max(begun);
 }
 
@@ -67,7 +58,7 @@ pub fn never_ran(tid: u32, tgid: u32, comm: [u8; 16], open: u64, end: u64) -> Th
     stats.tgid = tgid;
     stats.comm = comm;
     stats.off_state = tracer_common::OFF_BLOCKED;
-    add_off(&mut stats, end.saturating_sub(open));
+    stats.add_off_cpu(end.saturating_sub(open));
     ThreadRecord {
         tid,
         stats,
@@ -80,6 +71,7 @@ pub fn never_ran(tid: u32, tgid: u32, comm: [u8; 16], open: u64, end: u64) -> Th
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracer_common::OFF_PREEMPTED;
 
     fn rec(tid: u32, last_off: u64, state: u32) -> ThreadRecord {
         let mut stats = ThreadStats::zeroed();
