@@ -43,6 +43,23 @@ fn wait_detached(
     st
 }
 
+/// Runs the tracer with `args`, its reader going away once it has loaded (so the test
+/// sees its programs): it ends by SIGPIPE's status, quietly, leaving nothing attached.
+fn reader_gone_once_loaded(args: &[&str], what: &str) {
+    let mut child = Command::new(tracer_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let seen = wait_held(child.id());
+    drop(child.stdout.take());
+    let st = wait_detached(&mut child, Duration::from_secs(10), what, seen, true);
+    let err = stderr_of(&mut child);
+    assert_eq!(st.code(), Some(141), "{what}: {err}");
+    assert!(err.is_empty(), "{what}: quiet: {err}");
+}
+
 #[test]
 #[ignore = "needs root"]
 fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
@@ -75,25 +92,7 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
     // No -d and nothing printed yet: the run ends once the reader has gone, rather
     // than running on for nobody.
     let t = Instant::now();
-    let mut child = Command::new(tracer_bin())
-        .args(["run"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The reader goes away once the tracer has loaded (so the test sees its programs).
-    let seen = wait_held(child.id());
-    drop(child.stdout.take());
-    let st = wait_detached(
-        &mut child,
-        Duration::from_secs(10),
-        "no -d, a closed pipe",
-        seen,
-        true,
-    );
-    let err = stderr_of(&mut child);
-    assert_eq!(st.code(), Some(141), "{err}");
-    assert!(err.is_empty(), "quiet: {err}");
+    reader_gone_once_loaded(&["run"], "no -d, a closed pipe");
     assert!(
         t.elapsed() < Duration::from_secs(5),
         "took {:?}",
@@ -101,25 +100,7 @@ fn a_closed_pipe_ends_the_run_quietly_and_detaches() {
     );
 
     // A short run whose reader has gone (`| true`).
-    let mut child = Command::new(tracer_bin())
-        .args(["run", "-d", "500ms"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The reader goes away once the tracer has loaded (so the test sees its programs).
-    let seen = wait_held(child.id());
-    drop(child.stdout.take());
-    let st = wait_detached(
-        &mut child,
-        Duration::from_secs(10),
-        "-d with a closed pipe",
-        seen,
-        true,
-    );
-    let err = stderr_of(&mut child);
-    assert_eq!(st.code(), Some(141), "{err}");
-    assert!(err.is_empty(), "quiet: {err}");
+    reader_gone_once_loaded(&["run", "-d", "500ms"], "-d with a closed pipe");
 }
 
 #[test]
