@@ -283,8 +283,17 @@ pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
     } else {
         let _ = THREADS.remove(tid);
     }
+    untrack_dead(t);
+}
+
+/// A dying thread leaves the traced set, with or without an entry (one whose slices
+/// all fell outside the window has none): user space waits at the close for traced
+/// threads that are gone from /proc and still listed. Not when the exec'ing thread
+/// takes its TID.
+#[inline(always)]
+pub(super) fn untrack_dead(t: &Task) {
     if config().mode.filter != filter::ALL && !exec_takes_tid(t) {
-        let _ = TRACKED.remove(tid);
+        let _ = TRACKED.remove(t.tid);
     }
 }
 

@@ -118,13 +118,16 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // thread no longer in the traced set): a thread with an entry that dies in it
         // still hands over its totals.
         if leave == Leave::Dead && prev.tid != 0 {
-            if let Some(s) = existing_entry(&prev) {
-                // SAFETY: map value or task storage.
-                let s = unsafe { &mut *s };
-                if member(&prev) {
-                    settle_at_close(s, start, close);
+            match existing_entry(&prev) {
+                Some(s) => {
+                    // SAFETY: map value or task storage.
+                    let s = unsafe { &mut *s };
+                    if member(&prev) {
+                        settle_at_close(s, start, close);
+                    }
+                    flush_dead(&prev, s);
                 }
-                flush_dead(&prev, s);
+                None => untrack_dead(&prev),
             }
         }
         return 0;
@@ -134,16 +137,22 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // Began after the close (or before the opening): nothing of it is in the window.
         // Only a death still has to be handed over.
         if leave == Leave::Dead {
-            if let Some(s) = existing_entry(&prev) {
-                // SAFETY: map value or task storage.
-                let s = unsafe { &mut *s };
-                settle_at_close(s, start, close);
-                flush_dead(&prev, s);
+            match existing_entry(&prev) {
+                Some(s) => {
+                    // SAFETY: map value or task storage.
+                    let s = unsafe { &mut *s };
+                    settle_at_close(s, start, close);
+                    flush_dead(&prev, s);
+                }
+                None => untrack_dead(&prev),
             }
         }
         return now;
     }
     let Some(s) = thread_entry(&prev, prev.tgid, None) else {
+        if leave == Leave::Dead {
+            untrack_dead(&prev);
+        }
         return now;
     };
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
