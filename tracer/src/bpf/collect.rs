@@ -16,6 +16,7 @@ use tracer_common::{hist::ThreadHist, CpuState, ExitRecord, ThreadStats, HAVE_RU
 
 use super::read;
 
+mod exiting;
 mod hists;
 use crate::model::{
     options::RunqSource,
@@ -24,6 +25,7 @@ use crate::model::{
     window::{add_open_off_periods, close_slice_ended_in_read, never_ran},
 };
 use crate::sys::root::Root;
+pub use exiting::{ExitWatch, EXIT_WAIT};
 
 /// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
 fn set_comm(comm: &mut [u8], name: &str) {
@@ -83,6 +85,12 @@ pub struct Collector {
     /// after the last try (their earlier totals stand in, see `Snapshot::adopt_missing`).
     pub rereads: u64,
     pub still_missing: u64,
+    /// Each live thread's name as the last read found it in /proc, by TID with its
+    /// entry's serial: a thread that leaves /proc between two reads keeps it.
+    comms: HashMap<u32, (u64, [u8; 16])>,
+    /// Where the traced set is kept (not system-wide): the final read waits for its
+    /// threads that are exiting (see [`ExitWatch`]).
+    pub exit_watch: Option<ExitWatch>,
 }
 
 impl Collector {
@@ -110,6 +118,8 @@ impl Collector {
             last_live: HashSet::new(),
             rereads: 0,
             still_missing: 0,
+            exit_watch: None,
+            comms: HashMap::new(),
             runq,
             root,
             scoped_entries: 0,
@@ -271,6 +281,13 @@ impl Collector {
                 .all(|(b, a)| traced_slice(b) == traced_slice(a));
             let missed = skipped(&self.last_live, &live, &self.exited);
             if (stable && missed == 0) || tries >= 4 {
+                if let Some(w) = &mut self.exit_watch {
+                    let listed: HashSet<u32> = live.iter().map(|((tid, _), _)| *tid).collect();
+                    if w.read_again(ebpf, &self.root, &listed)? {
+                        tries = 0;
+                        continue;
+                    }
+                }
                 if missed > 0 {
                     self.still_missing += missed as u64;
                 }
@@ -297,6 +314,7 @@ impl Collector {
         let mut threads = self.exited.clone();
         let mut live_by_tid: HashMap<u32, ThreadKey> = HashMap::new();
         let mut live_entries = 0;
+        let mut comms = HashMap::new();
         for (mut key, mut stats) in live {
             live_entries += 1;
             if let Some(e) = threads.get(&key) {
@@ -309,11 +327,20 @@ impl Collector {
                 // generation.
                 key = (key.0, self.generations.get(&key.0).copied().unwrap_or(0));
             }
-            // The comm now, not at the entry's creation (an exec since, a rename).
+            // The comm now, not at the entry's creation (an exec since, a rename); for a
+            // thread gone from /proc since it was read, the name an earlier read found.
             if self.proc_comms {
-                if let Some(c) = crate::sys::procfs::comm(&self.root, key.0, key.0) {
-                    set_comm(&mut stats.comm, &c);
+                match crate::sys::procfs::comm(&self.root, key.0, key.0) {
+                    Some(c) => set_comm(&mut stats.comm, &c),
+                    None => {
+                        if let Some(&(_, c)) =
+                            self.comms.get(&key.0).filter(|(s, _)| *s == stats.serial)
+                        {
+                            stats.comm = c;
+                        }
+                    }
                 }
+                comms.insert(key.0, (stats.serial, stats.comm));
             }
             live_by_tid.insert(key.0, key);
             threads.insert(
@@ -326,6 +353,9 @@ impl Collector {
                     became: 0,
                 },
             );
+        }
+        if self.proc_comms {
+            self.comms = comms;
         }
         let running = |cs: &CpuState| cs.traced != 0 && cs.slice_start_ns > 1;
         // Per CPU the kernel's sum and the running slice come from one read: exact.

@@ -93,9 +93,16 @@ fn read_final(
     let cgroup_cpu = s.cgroup_cpu.as_ref().map(|c| c.0.read());
     let runqlen = read_runqlen(s)?;
     let irq = read_irq(s)?;
-    // A thread reaped just now makes its final switch a moment later: let it.
-    std::thread::sleep(Duration::from_millis(5));
+    // A thread unhashed just now makes its final switch a moment later: the traced
+    // set's are waited for (`ExitWatch`); system-wide, a moment is allowed.
+    match &mut s.collector.exit_watch {
+        Some(w) => w.arm(true),
+        None => std::thread::sleep(Duration::from_millis(5)),
+    }
     let attached = s.collector.snapshot(&mut s.tracer.ebpf, true, t1)?;
+    if let Some(w) = &mut s.collector.exit_watch {
+        w.arm(false);
+    }
     let misses = s.tracer.recursion_misses();
     s.tracer.detach();
     // Read again once nothing changes any more (the final records drained, slices cut

@@ -170,6 +170,16 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
             s.collector.still_missing
         ));
     }
+    if let Some(n) = s.collector.exit_watch.as_ref().map(|w| w.given_up) {
+        if n > 0 {
+            notices.push(format!(
+                "{n} thread(s) of the target had left /proc at the close and the kernel \
+                 had handed over no final totals for them after a wait (up to {:?}; their \
+                 CPU stayed busy): their totals are those of an earlier read, or missing",
+                crate::bpf::collect::EXIT_WAIT
+            ));
+        }
+    }
     let mut sections = Sections {
         counters: None,
         hypervisor: w.hypervisor,

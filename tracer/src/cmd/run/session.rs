@@ -147,7 +147,7 @@ pub(super) fn setup(
     }
     let runq = tracer.runq;
     let t0 = tracer.opened_at();
-    let collector = Collector::new(
+    let mut collector = Collector::new(
         &mut tracer.ebpf,
         scope_,
         runq,
@@ -159,6 +159,13 @@ pub(super) fn setup(
             IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
         },
     )?;
+    if plan.filter != Filter::All {
+        collector.exit_watch = Some(crate::bpf::collect::ExitWatch::new(
+            &tracer.ebpf,
+            root,
+            args.max_threads,
+        )?);
+    }
     // Counted: the threads traced now, not those read before the programs were verified.
     let now = targets::tracked_now(&tracer.ebpf, root)?;
     let counted = if now.is_empty() { &threads } else { &now };

@@ -1,0 +1,120 @@
+//! Threads of the traced set caught between leaving the PID hash and their final switch.
+//!
+//! An exiting thread is unhashed (`release_task()` from `exit_notify()`) before its
+//! final switch, where the switch program hands its totals to the ring buffer. In
+//! between, the task iterator cannot find it and no death record has come, so a read
+//! misses it. That moment is usually microseconds, but a thread preempted there waits
+//! for a CPU as long as the CPU stays busy (tens of ms behind RT threads, torture seed
+//! 917296, 2026-12-06: seven threads of a `-p` target missing). At the window's close
+//! the final read waits for them: the traced set (`TRACKED`) lists them until their
+//! final switch takes them out, and /proc no longer does.
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use aya::{maps::HashMap as BpfHashMap, Ebpf};
+use tracer_common::Tracked;
+
+use crate::sys::{procfs, root::Root};
+
+/// How long the final read waits for threads between their unhashing and their final
+/// switch: a CPU kept busy longer than this (an RT thread spinning) gives up, counted.
+pub const EXIT_WAIT: Duration = Duration::from_secs(1);
+/// The wait where the thread's whole process is gone from /proc.
+const REAPED_WAIT: Duration = Duration::from_millis(20);
+
+/// The traced set's exiting threads, for the final read.
+#[derive(Debug, Default)]
+pub struct ExitWatch {
+    /// TIDs the traced set held that were already gone when the window opened (seeded
+    /// from /proc, dead before the switch programs attached): no final switch will take
+    /// them out, so they are not waited for.
+    gone_at_open: HashSet<u32>,
+    /// The traced set's size.
+    cap: u32,
+    /// Whether the next read waits (the final read while the programs are attached).
+    armed: bool,
+    /// When the armed read began waiting.
+    since: Option<Instant>,
+    /// Threads still between unhashing and final switch when the wait gave up.
+    pub given_up: u64,
+}
+
+impl ExitWatch {
+    /// Notes which of the traced set's TIDs are already gone (call once the window is
+    /// open).
+    /// `cap`: the traced set's size (`--max-threads`).
+    pub fn new(ebpf: &Ebpf, root: &Root, cap: u32) -> Result<ExitWatch> {
+        let gone_at_open = traced(ebpf, cap)?
+            .into_iter()
+            .map(|(tid, _)| tid)
+            .filter(|&tid| !procfs::thread_exists(root, tid))
+            .collect();
+        Ok(ExitWatch {
+            gone_at_open,
+            cap,
+            ..ExitWatch::default()
+        })
+    }
+
+    /// Makes the next read wait for exiting threads (or not).
+    pub fn arm(&mut self, on: bool) {
+        self.armed = on;
+        self.since = None;
+    }
+
+    /// Whether the read that listed `live` must be taken again: a thread of the traced
+    /// set is neither listed, nor in /proc (a zombie still is), nor gone at the opening.
+    /// False once the wait is over, with the threads still out counted.
+    pub fn read_again(&mut self, ebpf: &Ebpf, root: &Root, live: &HashSet<u32>) -> Result<bool> {
+        if !self.armed {
+            return Ok(false);
+        }
+        let out: Vec<(u32, u32)> = traced(ebpf, self.cap)?
+            .into_iter()
+            .filter(|(tid, _)| !live.contains(tid) && !self.gone_at_open.contains(tid))
+            .filter(|&(tid, _)| !procfs::thread_exists(root, tid))
+            .collect();
+        if out.is_empty() {
+            return Ok(false);
+        }
+        let since = *self.since.get_or_insert_with(|| {
+            log::debug!("final read: waiting for exiting threads of the target: {out:?}");
+            Instant::now()
+        });
+        // A thread of a process still there (its zombie leader, at least) is surely on
+        // its way out; one whose whole process is gone may be a leader its parent
+        // reaped before its final switch, or an entry left by a death the programs saw
+        // no entry for: that gets a short wait.
+        let limit = if out
+            .iter()
+            .any(|&(_, tgid)| tgid != 0 && procfs::thread_exists(root, tgid))
+        {
+            EXIT_WAIT
+        } else {
+            REAPED_WAIT
+        };
+        if since.elapsed() >= limit {
+            log::debug!("(TID, TGID) {out:?}: no death record in {limit:?}");
+            self.given_up += out.len() as u64;
+            self.armed = false;
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        Ok(true)
+    }
+}
+
+/// The kernel's traced set as (TID, TGID; 0 where not yet known). A walk of a hash map
+/// the programs delete from can start over (the kernel's next key after a deleted one
+/// is the first): bounded.
+fn traced(ebpf: &Ebpf, cap: u32) -> Result<Vec<(u32, u32)>> {
+    let m: BpfHashMap<_, u32, Tracked> =
+        BpfHashMap::try_from(ebpf.map("TRACKED").context("TRACKED missing")?)?;
+    let mut seen = std::collections::HashMap::new();
+    for e in m.iter().take(2 * cap as usize) {
+        let (tid, v) = e?;
+        seen.insert(tid, v.tgid);
+    }
+    Ok(seen.into_iter().collect())
+}
