@@ -121,12 +121,51 @@ impl Histogram {
         }
     }
 
-    /// Per bucket, the larger of `self`'s count and `earlier`'s.
+    /// Raises `self` so that no bucket is below `earlier`'s (an interval is the
+    /// difference of two reads and cannot hold a negative count), without counting a
+    /// value twice: a wait an earlier read counted as pending, estimated into one
+    /// bucket, that this read has settled into another is one wait. The count is the
+    /// larger of the two reads'; what the raise adds above it is taken back from the
+    /// buckets where this read is above `earlier`, nearest first.
     pub fn raise_to(&mut self, earlier: &Histogram) {
+        let target = self.count().max(earlier.count());
+        let mut raised = Vec::new();
         for &(i, then) in &earlier.buckets {
             let now = self.bucket(i as usize);
             if then > now {
                 self.add_bucket(i as usize, then - now);
+                raised.push((i, then - now));
+            }
+        }
+        let mut excess = self.count().saturating_sub(target);
+        for (at, mut n) in raised {
+            while excess > 0 && n > 0 {
+                // The nearest bucket this read holds more in than `earlier` does.
+                let Some(&(j, c)) = self
+                    .buckets
+                    .iter()
+                    .filter(|&&(j, c)| c > earlier.bucket(j as usize))
+                    .min_by_key(|&&(j, _)| j.abs_diff(at))
+                else {
+                    return;
+                };
+                let take = (c - earlier.bucket(j as usize)).min(excess).min(n);
+                self.take_bucket(j as usize, take);
+                excess -= take;
+                n -= take;
+            }
+        }
+    }
+
+    /// Removes `n` events from bucket `idx` (saturating at empty).
+    fn take_bucket(&mut self, idx: usize, n: u64) {
+        if let Ok(at) = self
+            .buckets
+            .binary_search_by_key(&(idx as u16), |&(i, _)| i)
+        {
+            self.buckets[at].1 = self.buckets[at].1.saturating_sub(n);
+            if self.buckets[at].1 == 0 {
+                self.buckets.remove(at);
             }
         }
     }

@@ -136,8 +136,10 @@ fn merge_sub_and_raise_agree_with_the_dense_arithmetic() {
         for (i, (&a, &b)) in dense[0].iter().zip(&dense[1]).enumerate() {
             assert_eq!(m.bucket(i), a + b);
             assert_eq!(d.bucket(i), a.saturating_sub(b));
-            assert_eq!(r.bucket(i), a.max(b));
+            // Never below the earlier read, never above either read.
+            assert!(r.bucket(i) >= b && r.bucket(i) <= a.max(b));
         }
+        assert_eq!(r.count(), h[0].count().max(h[1].count()));
         for x in [&m, &d, &r] {
             assert!(x.buckets.windows(2).all(|w| w[0].0 < w[1].0));
             assert!(x.buckets.iter().all(|&(_, c)| c > 0));
@@ -433,4 +435,26 @@ fn human_ns_formats() {
     for (ns, s) in cases {
         assert_eq!(human_ns(ns), s, "{ns}");
     }
+}
+
+#[test]
+fn raising_to_an_earlier_read_counts_a_moved_value_once() {
+    // A wait the earlier read counted as pending in bucket 5, settled into bucket 9.
+    let mut earlier = Histogram::new();
+    earlier.add_bucket(5, 3);
+    let mut now = Histogram::new();
+    now.add_bucket(5, 2);
+    now.add_bucket(9, 2);
+    now.raise_to(&earlier);
+    assert_eq!((now.bucket(5), now.bucket(9), now.count()), (3, 1, 4));
+    // Nothing moved: the per-bucket maximum, as before.
+    let mut grown = Histogram::new();
+    grown.add_bucket(5, 4);
+    grown.raise_to(&earlier);
+    assert_eq!((grown.bucket(5), grown.count()), (4, 4));
+    // A read below the earlier one (a running slice never confirmed) keeps the earlier.
+    let mut less = Histogram::new();
+    less.add_bucket(5, 1);
+    less.raise_to(&earlier);
+    assert_eq!((less.bucket(5), less.count()), (3, 3));
 }
