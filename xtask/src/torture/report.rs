@@ -175,7 +175,8 @@ pub(super) const KNOWN: &[Known] = &[
                  between the two reads count in one interval and sum in the next (11, 16; \
                  seen again 2026-12-03, once in 15 passes; reading HIST twice was tried \
                  and reverted, 5c528cc); a pending wait counted twice by the per-bucket \
-                 maximum (1, 5: total runq count one above the waits); not yet explained: \
+                 maximum (1, 5: total runq count one above the waits; fixed 2026-12-06, \
+                 086c4cf, kept here until seeds 1 and 5 have run clean); not yet explained: \
                  the total's on-CPU count one above the threads' slices with their on-CPU \
                  times equal (15, system-wide tp-btf, once in 53 runs of seed 15 on \
                  2026-12-04, 0 in 25 on the build before that day's eBPF changes)",
