@@ -41,9 +41,8 @@ pub struct ExitWatch {
 }
 
 impl ExitWatch {
-    /// Notes which of the traced set's TIDs are already gone (call once the window is
-    /// open).
-    /// `cap`: the traced set's size (`--max-threads`).
+    /// Notes which of the traced set's TIDs (at most `cap`, `--max-threads`) are
+    /// already gone; call once the window is open.
     pub fn new(ebpf: &Ebpf, root: &Root, cap: u32) -> Result<ExitWatch> {
         let gone_at_open = traced(ebpf, cap)?
             .into_iter()

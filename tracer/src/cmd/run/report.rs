@@ -174,8 +174,8 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         if n > 0 {
             notices.push(format!(
                 "{n} thread(s) of the target had left /proc at the close and the kernel \
-                 had handed over no final totals for them after a wait (up to {:?}; their \
-                 CPU stayed busy): their totals are those of an earlier read, or missing",
+                 had handed over no final totals for them after a wait (up to {:?}): \
+                 their totals are those of an earlier read, or missing",
                 crate::bpf::collect::EXIT_WAIT
             ));
         }
