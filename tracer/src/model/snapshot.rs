@@ -300,13 +300,20 @@ impl Snapshot {
             if r.folded > 0 {
                 continue;
             }
-            let e = match r.stats.serial {
-                0 => earlier
+            // As in `delta`: by serial, else by key where the earlier row had no serial
+            // yet (its first slice was still running), or the row would not be raised
+            // while the interval still subtracts it.
+            let by_key = || {
+                earlier
                     .threads
                     .get(k)
                     .filter(|e| e.folded == 0)
-                    .map(|e| &e.stats),
-                s => by_serial.get(&s).copied(),
+                    .map(|e| &e.stats)
+                    .filter(|e| e.serial == 0 || e.serial == r.stats.serial)
+            };
+            let e = match r.stats.serial {
+                0 => by_key(),
+                s => by_serial.get(&s).copied().or_else(by_key),
             };
             if let Some(e) = e {
                 max_stats(&mut r.stats, e);

@@ -133,6 +133,29 @@ fn a_later_read_never_shows_less_than_an_earlier_one() {
 }
 
 #[test]
+fn a_first_slice_read_before_its_entry_is_raised_by_key() {
+    // The earlier read estimated a first slice still running (no entry, serial 0); by
+    // this read the thread has its entry and the kernel confirmed less of that slice.
+    let mut r = exited(7, 100, 100);
+    r.exited = false;
+    let earlier = snapshot([((7, 0), r.clone())].into_iter().collect());
+    r.stats.serial = 42;
+    r.stats.on_cpu_ns = 60;
+    let mut now = snapshot([((7, 0), r.clone())].into_iter().collect());
+    now.raise_to(&earlier, HistScope::All);
+    assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 100);
+    assert_eq!(now.hist.on_cpu.sum_ns, 100);
+    // Another thread's row under a reused key (a different serial) is not raised.
+    let mut other = exited(7, 100, 100);
+    other.exited = false;
+    other.stats.serial = 41;
+    let earlier = snapshot([((7, 0), other)].into_iter().collect());
+    let mut now = snapshot([((7, 0), r)].into_iter().collect());
+    now.raise_to(&earlier, HistScope::All);
+    assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 60);
+}
+
+#[test]
 fn iterator_records_are_split_and_a_torn_tail_dropped() {
     let mut bytes = record(7, 100);
     bytes.extend(record(9, 250));
