@@ -265,13 +265,16 @@ pub const RUN_DELAY_AT_BIRTH: u64 = 0;
 /// exec'ing thread and the old leader (`exchange_tids()`) while it ran. `cpu_tid`,
 /// `cpu_task`: the CPU's record (the TID and task address at the switch-in; address 0
 /// when the attach point gives none, classic tracepoints). `prev_task`: the address of
-/// the task leaving (only compared when `cpu_task` is known). Without addresses only the
-/// old leader's final switch is recognised, by its process: the CPU ran the leader
-/// (`cpu_tid` is the TGID of the thread leaving) and a non-main thread of that process
-/// dies there, which without a lost switch is the old leader under its new TID.
+/// the task leaving (only compared when `cpu_task` is known). Without addresses the
+/// process decides, which without a lost switch is only ever an exec: the old leader's
+/// final switch under the exec'ing thread's TID (the CPU ran the leader, `cpu_tid` is
+/// the TGID of the dying non-main thread), and the exec'ing thread leaving under the
+/// leader's TID before `sched_process_exec` moved the CPU's record (a thread of the
+/// process, `cpu_tgid`, ran here and its leader leaves alive; 0: not known).
 pub fn tid_swapped(
     cpu_tid: u32,
     cpu_task: u64,
+    cpu_tgid: u32,
     prev_tid: u32,
     prev_tgid: u32,
     prev_task: u64,
@@ -283,7 +286,11 @@ pub fn tid_swapped(
     if cpu_task != 0 {
         return cpu_task == prev_task;
     }
-    dead && cpu_tid == prev_tgid && prev_tid != prev_tgid
+    if dead {
+        cpu_tid == prev_tgid && prev_tid != prev_tgid
+    } else {
+        cpu_tgid != 0 && cpu_tgid == prev_tgid && prev_tid == prev_tgid
+    }
 }
 
 #[cfg(test)]

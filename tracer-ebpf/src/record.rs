@@ -225,6 +225,7 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task, now: u
             || slice::tid_swapped(
                 was,
                 rc.task,
+                0,
                 prev.tid,
                 prev.tgid,
                 if rc.task != 0 {

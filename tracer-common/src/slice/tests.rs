@@ -384,28 +384,36 @@ fn on_plus_off_is_the_time_between_two_switch_outs() {
 }
 /// One row per way a switch-out can disagree with its CPU's record: only a TID swap
 /// of one task is taken for one; classic tracepoints (no task address) recognise the
-/// old leader's final switch by its process.
+/// two halves of an exec's swap by the process.
 #[test]
 fn a_tid_swap_is_one_task_under_two_tids() {
-    // (cpu tid, cpu task, prev tid, prev tgid, prev task, dead) -> swapped
+    // (cpu tid, cpu task, cpu tgid, prev tid, prev tgid, prev task, dead) -> swapped
     let rows = [
-        ((10, 0xa, 10, 10, 0xa, false), false), // the same thread
-        ((11, 0xa, 10, 10, 0xa, false), true),  // exec'ing thread, swapped mid-slice
-        ((10, 0xb, 11, 10, 0xb, true), true),   // old leader's final switch
-        ((11, 0xa, 12, 10, 0xc, false), false), // a switch not seen: another task
-        ((0, 0, 10, 10, 0xa, false), false),    // nothing switched in here
+        ((10, 0xa, 0, 10, 10, 0xa, false), false), // the same thread
+        ((11, 0xa, 0, 10, 10, 0xa, false), true),  // exec'ing thread, swapped mid-slice
+        ((10, 0xb, 0, 11, 10, 0xb, true), true),   // old leader's final switch
+        ((11, 0xa, 0, 12, 10, 0xc, false), false), // a switch not seen: another task
+        ((11, 0xa, 10, 10, 10, 0xc, false), false), // the address decides, not the process
+        ((0, 0, 0, 10, 10, 0xa, false), false),    // nothing switched in here
         // Classic tracepoints: the old leader dies under the exec'ing thread's TID on
         // the CPU that switched it in as the leader.
-        ((10, 0, 11, 10, 0, true), true),
-        ((10, 0, 11, 10, 0, false), false), // not its death: a switch not seen
-        ((12, 0, 11, 10, 0, true), false),  // the CPU ran another thread
-        ((10, 0, 10, 10, 0, true), false),  // the leader itself dies
+        ((10, 0, 0, 11, 10, 0, true), true),
+        ((10, 0, 10, 11, 10, 0, false), false), // not its death: a switch not seen
+        ((12, 0, 0, 11, 10, 0, true), false),   // the CPU ran another thread
+        ((10, 0, 0, 10, 10, 0, true), false),   // the leader itself dies
+        // The exec'ing thread (11 of process 10) leaves under the leader's TID, alive
+        // (preempted before `sched_process_exec`; torture seed 188684).
+        ((11, 0, 10, 10, 10, 0, false), true),
+        ((11, 0, 0, 10, 10, 0, false), false), // its process not known
+        ((11, 0, 12, 10, 10, 0, false), false), // a thread of another process ran here
+        ((11, 0, 10, 13, 10, 0, false), false), // a non-main thread of the process
+        ((11, 0, 10, 10, 10, 0, true), false), // the leader's own death
     ];
-    for ((ct, ck, pt, pg, pk, dead), want) in rows {
+    for ((ct, ck, cg, pt, pg, pk, dead), want) in rows {
         assert_eq!(
-            tid_swapped(ct, ck, pt, pg, pk, dead),
+            tid_swapped(ct, ck, cg, pt, pg, pk, dead),
             want,
-            "cpu {ct}/{ck:#x}, prev {pt} (tgid {pg})/{pk:#x}, dead {dead}"
+            "cpu {ct}/{ck:#x} (tgid {cg}), prev {pt} (tgid {pg})/{pk:#x}, dead {dead}"
         );
     }
 }

@@ -155,6 +155,15 @@ pub fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
     }
 }
 
+/// The process of a thread with an entry in the `THREADS` hash (0: none). Off the hot
+/// path: only a switch-out that disagrees with its CPU's record asks, in modes without
+/// task addresses.
+#[inline(always)]
+pub(super) fn process_of(tid: u32) -> u32 {
+    // SAFETY: map value, read once.
+    unsafe { THREADS.get(&tid) }.map_or(0, |s| s.tgid)
+}
+
 /// The thread's entry, created on first sight: in task-local storage (one pointer chase
 /// from the task) in tp_btf mode, else in the `THREADS` hash. A new entry's off-CPU
 /// time runs from `born` (a thread created in the window: `sched_wakeup_new`), else

@@ -41,6 +41,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         && slice::tid_swapped(
             cs.tid,
             cs.task,
+            if cs.task == 0 && leave != Leave::Dead && prev.tid == prev.tgid {
+                process_of(cs.tid)
+            } else {
+                0
+            },
             prev.tid,
             prev.tgid,
             if cs.task != 0 { task_addr(&prev) } else { 0 },
