@@ -161,7 +161,7 @@ pub fn existing_entry(t: &Task) -> Option<*mut ThreadStats> {
 #[inline(always)]
 pub(super) fn process_of(tid: u32) -> u32 {
     // SAFETY: map value, read once.
-    unsafe { THREADS.get(&tid) }.map_or(0, |s| s.tgid)
+    unsafe { THREADS.get(tid) }.map_or(0, |s| s.tgid)
 }
 
 /// The thread's entry, created on first sight: in task-local storage (one pointer chase
