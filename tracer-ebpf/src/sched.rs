@@ -147,6 +147,13 @@ fn on_exec(p: *const u8, old: u64, bprm: *const u8, trusted: bool) {
     let _ = bprm;
 }
 
+/// `sched_process_exit(p)`: `p` is `current` (system-wide in tp_btf mode, see
+/// `account::exiting`).
+#[inline(always)]
+pub fn exiting() {
+    account::exiting(&current_task_btf());
+}
+
 // Task events of `tracer record` (attached only when recording; see `record`).
 
 /// `task_newtask(task, clone_flags)`.

@@ -57,6 +57,14 @@ pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
     0
 }
 
+/// System-wide: the threads between their exit and their final switch, for the final
+/// read (see `account::exiting`).
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_exit_btf(_ctx: BtfTracePointContext) -> u32 {
+    sched::exiting();
+    0
+}
+
 // Task events of `tracer record` (attached only when recording).
 
 #[cfg(feature = "record")]

@@ -113,6 +113,9 @@ pub struct Tracer {
     /// `--irq`: whether threads' on-CPU time includes their interrupt time (None:
     /// unknown, no BTF; see `compat::irq_time_apart`).
     pub on_cpu_includes_irq: Option<bool>,
+    /// System-wide: `TRACKED` lists the threads between their exit and their final
+    /// switch (`table::Needs::exits`), for the final read's wait.
+    pub lists_exits: bool,
     /// The programs loaded (from the table), until detached.
     programs: Vec<Prog>,
     /// perf-sched mode: the per-task perf event that keeps perf's switch hooks on.
@@ -266,6 +269,11 @@ impl Tracer {
         } else {
             Family::Sched
         };
+        // The final read waits for threads between unhashing and their final switch:
+        // with a target the traced set lists them, system-wide the exit program (where
+        // the task iterator reads the threads; the `THREADS` hash keeps them anyway).
+        // `tracer serve` has no final read.
+        let exits = !with_fork && runq == RunqSource::TaskStorage && family != Family::Serve;
         let on_cpu_includes_irq = if opts.irq {
             match &kbtf {
                 Some(k) => Some(!compat::irq_time_apart(k)),
@@ -310,7 +318,14 @@ impl Tracer {
                     },
                 )
                 // Maps the chosen options do not use are created with one entry.
-                .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
+                .map_max_entries(
+                    "TRACKED",
+                    if with_fork || exits {
+                        opts.max_threads
+                    } else {
+                        1
+                    },
+                )
                 .map_max_entries("EVENTS", opts.record.buffer_bytes.max(4096))
                 .map_max_entries("IRQ_THREADS", if opts.irq { 65536 } else { 1 })
                 .map_max_entries(
@@ -337,6 +352,7 @@ impl Tracer {
             hist_iter: hist_in_task,
             runqlen: opts.runqlen,
             irq: opts.irq,
+            exits,
         };
         // The ids of the attach points, from the index already made (see
         // `sys::btf::stub`), not from a full parse.
@@ -394,6 +410,7 @@ impl Tracer {
             runqlen_delayed_told: runqlen.map(|r| r.1),
             irq: opts.irq,
             on_cpu_includes_irq,
+            lists_exits: exits,
             // The iterator stays loaded after detach(): the final report reads it.
             programs: progs
                 .into_iter()

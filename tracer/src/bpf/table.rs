@@ -102,6 +102,10 @@ pub struct Needs {
     pub runqlen: bool,
     /// `--irq`: the interrupt-time programs (raw tracepoints, any mode).
     pub irq: bool,
+    /// System-wide with entries in task storage: the exit program lists the threads
+    /// between their exit and their final switch, which the task iterator no longer
+    /// sees, for the final read to wait for (`bpf::collect::exiting`).
+    pub exits: bool,
 }
 
 /// A probe mode as the table sees it: perf-sched with the way its hooks attach (fentry,
@@ -164,6 +168,9 @@ pub fn programs(mode: Mode, needs: &Needs) -> Vec<Prog> {
     v.push(exec);
     if needs.fork {
         v.push(fork);
+    }
+    if needs.exits && matches!(mode, Mode::TpBtf | Mode::PerfSched(_)) {
+        v.push(prog("sched_exit_btf", TpBtf, "sched_process_exit"));
     }
     if needs.stat_runtime {
         v.push(prog(
@@ -360,6 +367,26 @@ mod tests {
             assert!(irq
                 .iter()
                 .all(|p| p.attach == Attach::RawTp && p.role == Role::Counts));
+        }
+    }
+
+    #[test]
+    fn the_exit_program_lists_dying_threads_only_where_storage_hides_them() {
+        let off = Needs {
+            wakeup: true,
+            iter: true,
+            ..Default::default()
+        };
+        let on = Needs { exits: true, ..off };
+        for mode in [Mode::TpBtf, Mode::PerfSched(Attach::Fentry)] {
+            assert!(!names(&programs(mode, &off)).contains(&"sched_exit_btf"));
+            let v = programs(mode, &on);
+            let p = v.iter().find(|p| p.name == "sched_exit_btf").unwrap();
+            assert_eq!((p.attach, p.target), (Attach::TpBtf, "sched_process_exit"));
+        }
+        // The THREADS hash keeps a dying thread's entry until its final switch.
+        for mode in [Mode::RawTp, Mode::Tracepoint] {
+            assert!(!names(&programs(mode, &on)).contains(&"sched_exit_btf"));
         }
     }
 

@@ -173,7 +173,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     if let Some(n) = s.collector.exit_watch.as_ref().map(|w| w.given_up) {
         if n > 0 {
             notices.push(format!(
-                "{n} thread(s) of the target had left /proc at the close and the kernel \
+                "{n} exiting thread(s) had left /proc at the close and the kernel \
                  had handed over no final totals for them after a wait (up to {:?}): \
                  their totals are those of an earlier read, or missing",
                 crate::bpf::collect::EXIT_WAIT

@@ -159,7 +159,7 @@ pub(super) fn setup(
             IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
         },
     )?;
-    if plan.filter != Filter::All {
+    if plan.filter != Filter::All || tracer.lists_exits {
         collector.exit_watch = Some(crate::bpf::collect::ExitWatch::new(
             &tracer.ebpf,
             root,
