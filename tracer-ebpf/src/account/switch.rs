@@ -280,16 +280,18 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         hist_add(KIND_OFF_CPU, id, d, th);
     }
     let gap = sl.gap;
-    // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
-    // the per-CPU figures add up to the threads'. They never overlap on a CPU: after a
-    // wakeup preemption the scheduler charges the woken thread from the wakeup, and the
-    // thread it preempts only up to it (the boundary is one rq clock reading).
-    cs.busy_ns += slice;
     if has_slice {
         s.on_cpu_ns += slice;
         s.slices += 1;
         hist_add(KIND_ON_CPU, id, slice, th);
     }
+    // The CPU's busy time is the slice as the scheduler charged it, as for the thread:
+    // the per-CPU figures add up to the threads'. They never overlap on a CPU: after a
+    // wakeup preemption the scheduler charges the woken thread from the wakeup, and the
+    // thread it preempts only up to it (the boundary is one rq clock reading). Written
+    // after the entry and the histograms: user space takes a read whose CPU records
+    // kept their busy time for one where neither changed (`bpf/collect.rs`).
+    cs.busy_ns += slice;
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         if cs.counter_base[i] != 0 {

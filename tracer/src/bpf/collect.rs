@@ -252,22 +252,24 @@ impl Collector {
         close_ns: u64,
     ) -> Result<Snapshot> {
         self.drain();
-        // Histograms first: an event the kernel settles while we read is then missing
-        // from this snapshot (and in the next), never counted twice (kernel and pending).
-        let (mut hist, mut scoped) = self.read_hists(ebpf)?;
-        // The threads and the slices running on the CPUs, read consistently: a slice
-        // the kernel closes while the live entries are read is in those entries or not,
-        // depending on timing. Read again while a traced slice changed across the read
-        // (after the window's close none starts, so this ends); past a few tries, a
-        // slice that ended during the read is counted here only when its thread's entry
-        // shows no switch-out since it began, and no further than the read's start.
+        // The histograms, the threads and the slices running on the CPUs, read
+        // consistently: a slice the kernel closes while they are read is in the entries
+        // or not, and in the histograms or not, depending on timing. Read again while a
+        // traced slice changed across the read (after the window's close none starts,
+        // so this ends); past a few tries, a slice that ended during the read is counted
+        // here only when its thread's entry shows no switch-out since it began, and no
+        // further than the read's start. Histograms first: a slice settled after them
+        // is missing from them in this snapshot (and in the next), never counted twice
+        // (kernel and pending); inside the check, or an interval whose threads did
+        // nothing could show slices the interval before had (torture seed 345292).
         let cpu_states = read::cpu_states;
         let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
         let mut tries = 0;
-        let (live, before, after, read_start) = loop {
+        let (live, before, after, read_start, mut hist, mut scoped) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
             let before = cpu_states(ebpf)?;
+            let (hist, scoped) = self.read_hists(ebpf)?;
             let live: Vec<(ThreadKey, ThreadStats)> = read::live_threads(ebpf, self.runq)?
                 .into_iter()
                 .map(|(tid, st)| ((tid, self.generations.get(&tid).copied().unwrap_or(0)), st))
@@ -278,7 +280,9 @@ impl Collector {
             let stable = before
                 .iter()
                 .zip(after.iter())
-                .all(|(b, a)| traced_slice(b) == traced_slice(a));
+                // A whole traced slice can begin and end between the two reads, with
+                // an untraced thread on the CPU at both: its time on the CPU tells.
+                .all(|(b, a)| traced_slice(b) == traced_slice(a) && b.busy_ns == a.busy_ns);
             let missed = skipped(&self.last_live, &live, &self.exited);
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
@@ -291,7 +295,7 @@ impl Collector {
                 if missed > 0 {
                     self.still_missing += missed as u64;
                 }
-                break (live, before, after, read_start);
+                break (live, before, after, read_start, hist, scoped);
             }
             if missed > 0 {
                 // The task iterator (seen on 6.18 under load) or a hash map walk during
