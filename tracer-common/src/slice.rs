@@ -235,21 +235,16 @@ pub fn wait_by_run_delay(run_delay: u64, base: u64) -> u64 {
 }
 
 /// The run-queue wait that ended at a slice's start: `timed` (from the wakeup or
-/// preemption, [`UNKNOWN`] when no program saw its start); else, where the switch-in was
-/// not seen either and the thread had blocked, what the scheduler's
-/// `sched_info.run_delay` grew by since that switch-out (`base`, [`UNKNOWN`] when not
-/// read): the kernel reported neither end of the wait (see `drop::UNSEEN_SWITCH_IN`).
-/// A switch-in that was seen after an unseen wakeup keeps no wait: its thread was
-/// running already (`try_to_wake_up()` on `current`, see [`wakeup_starts_wait`]).
+/// preemption, [`UNKNOWN`] when no program saw its start); else, where the thread had
+/// blocked, what the scheduler's `sched_info.run_delay` grew by since that switch-out
+/// (`base`, [`UNKNOWN`] when not read). A thread taken off its run queue runs again only
+/// after a wakeup, so an untimed wait after a blocked switch-out is a wakeup no program
+/// saw: the kernel reported neither end of the wait (see `drop::UNSEEN_SWITCH_IN`), or
+/// skipped the wakeup program's run (`recursion_misses`), whether or not the switch-in
+/// was seen. After a preemption the start is always kept.
 #[inline(always)]
-pub fn unseen_wait(
-    timed: u64,
-    switch_in_seen: bool,
-    left_blocked: bool,
-    run_delay: u64,
-    base: u64,
-) -> u64 {
-    if timed != UNKNOWN || switch_in_seen || !left_blocked {
+pub fn unseen_wait(timed: u64, left_blocked: bool, run_delay: u64, base: u64) -> u64 {
+    if timed != UNKNOWN || !left_blocked {
         timed
     } else {
         wait_by_run_delay(run_delay, base)

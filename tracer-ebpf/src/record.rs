@@ -274,6 +274,10 @@ fn sched_switch(prev: &Task, preempt: bool, prev_state: u32, next: &Task, now: u
             send_wakeup(since - unseen_wait, prev, false, 0);
         }
         chained = send_switch(since, was, 0, SWITCH_REPAIRED, RUNTIME_UNKNOWN, prev);
+    } else if unseen_wait != 0 && last > unseen_wait {
+        // Its switch-in was seen, its wakeup not: the accounting took the wait from the
+        // scheduler's `run_delay`; the waking goes back where that wait began.
+        send_wakeup(last - unseen_wait, prev, false, 0);
     }
     if f & rec_cpu::SEND == 0 {
         return;

@@ -292,57 +292,22 @@ fn edges_off_cpu_and_waits() {
 }
 
 #[test]
-fn a_wait_with_neither_end_seen_is_the_schedulers() {
-    // (timed, switch-in seen, left blocked, run_delay now, base) -> wait
-    let rows: &[(u64, bool, bool, u64, u64, u64, &str)] = &[
-        (
-            5_000,
-            false,
-            true,
-            9_000,
-            1_000,
-            5_000,
-            "timed from its wakeup",
-        ),
+fn an_untimed_wait_after_blocking_is_the_schedulers() {
+    // (timed, left blocked, run_delay now, base) -> wait
+    let rows: &[(u64, bool, u64, u64, u64, &str)] = &[
+        (5_000, true, 9_000, 1_000, 5_000, "timed from its wakeup"),
+        (UNKNOWN, true, 9_000, 1_000, 8_000, "its wakeup unseen"),
         (
             UNKNOWN,
-            false,
-            true,
-            9_000,
-            1_000,
-            8_000,
-            "wakeup and switch-in unseen",
-        ),
-        (
-            UNKNOWN,
-            true,
-            true,
-            9_000,
-            1_000,
-            UNKNOWN,
-            "switch-in seen: no wait",
-        ),
-        (
-            UNKNOWN,
-            false,
             false,
             9_000,
             1_000,
             UNKNOWN,
             "preempted: its start is kept",
         ),
+        (UNKNOWN, true, 9_000, UNKNOWN, UNKNOWN, "no base read"),
         (
             UNKNOWN,
-            false,
-            true,
-            9_000,
-            UNKNOWN,
-            UNKNOWN,
-            "no base read",
-        ),
-        (
-            UNKNOWN,
-            false,
             true,
             1_000,
             1_000,
@@ -351,7 +316,6 @@ fn a_wait_with_neither_end_seen_is_the_schedulers() {
         ),
         (
             UNKNOWN,
-            false,
             true,
             4_530,
             RUN_DELAY_AT_BIRTH,
@@ -359,8 +323,8 @@ fn a_wait_with_neither_end_seen_is_the_schedulers() {
             "born in the window",
         ),
     ];
-    for &(timed, seen, blocked, rd, base, want, why) in rows {
-        assert_eq!(unseen_wait(timed, seen, blocked, rd, base), want, "{why}");
+    for &(timed, blocked, rd, base, want, why) in rows {
+        assert_eq!(unseen_wait(timed, blocked, rd, base), want, "{why}");
     }
 }
 
