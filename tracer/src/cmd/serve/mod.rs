@@ -214,7 +214,8 @@ async fn serve(
         Default::default(),
     )?
     .with_thread_hists(tracer.hist_in_task)
-    .without_proc_comms();
+    .without_proc_comms()
+    .with_hists_apart();
     let prev = collector.snapshot(&mut tracer.ebpf, true, 0)?;
     if let Err(e) = privileges::after_attach(privileges::Keep::Nothing) {
         log::warn!("could not lock privileges after attaching: {e}");
