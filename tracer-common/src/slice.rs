@@ -10,6 +10,15 @@
 /// Not known.
 pub const UNKNOWN: u64 = u64::MAX;
 
+/// A bit of `pending_runtime`: one of our classic tracepoint programs that run with
+/// interrupts on (`sched_process_exec`, `sched_process_fork`) ran in this slice. A tick
+/// landing in it finds the per-CPU BPF guard taken (`bpf_prog_active`, shared by all
+/// classic tracepoint and kprobe programs), so that tick's `sched_stat_runtime` run is
+/// skipped: up to a tick of runtime lost, counted as a recursion miss only since Linux
+/// 6.7 (vm-test, ppc64le 6.1: an exec'd thread 4 ms under schedstat). Such a slice is
+/// timed by the clock where its switch-in was seen.
+pub const RUNTIME_GAP: u64 = 1 << 63;
+
 /// What is known when a traced thread leaves a CPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Facts {
@@ -29,8 +38,21 @@ pub struct Facts {
     /// `sum_exec_runtime` now and at the thread's last switch-out (0: unknown).
     pub sum: u64,
     pub last_sum: u64,
-    /// Without BTF: `sched_stat_runtime` deltas since the last switch-out.
+    /// Without BTF: `sched_stat_runtime` deltas since the last switch-out, as
+    /// [`runtime_deltas`] gives them.
     pub pending_runtime: u64,
+}
+
+/// The `sched_stat_runtime` deltas a slice counts, from the entry's sum (`pending`, with
+/// [`RUNTIME_GAP`]): none where a tick's may be missing and the switch-in was seen
+/// (`start` != 0), for the clock to time it.
+#[inline(always)]
+pub fn runtime_deltas(pending: u64, start: u64) -> u64 {
+    if pending & RUNTIME_GAP != 0 && start != 0 {
+        0
+    } else {
+        pending & !RUNTIME_GAP
+    }
 }
 
 /// The slice, as [`slice`] decides it.
@@ -60,7 +82,7 @@ pub struct Slice {
 /// agrees with it); cut by the clock at the window's close, since the scheduler's figure
 /// runs past it; a slice running at the attach counts from the later of the opening and
 /// its switch-in; otherwise the scheduler's runtime of the slice, then the
-/// `sched_stat_runtime` deltas, then the wall time.
+/// `sched_stat_runtime` deltas (see [`runtime_deltas`]), then the wall time.
 #[inline(always)]
 pub fn slice(f: &Facts) -> Slice {
     let cut = f.close != 0 && f.now > f.close;

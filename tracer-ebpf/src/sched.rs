@@ -253,12 +253,16 @@ pub fn exec_tp(ctx: &TracePointContext) {
     let c = config();
     let t = tid_only(rec_u32(ctx, c.tp.exec_pid), CommSrc::None);
     account::exec(&t, rec_u32(ctx, c.tp.exec_old_pid));
+    account::runtime_gap(t.tid);
 }
 
 #[inline(always)]
 pub fn fork_tp(ctx: &TracePointContext) {
     let child = tid_only(rec_u32(ctx, config().tp.fork_child_pid), CommSrc::None);
-    account::fork(current_task(), child);
+    let parent = current_task();
+    let tid = parent.tid;
+    account::fork(parent, child);
+    account::runtime_gap(tid);
 }
 
 // ---------------------------------------------------------------- perf-sched

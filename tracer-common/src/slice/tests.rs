@@ -394,3 +394,37 @@ fn the_open_off_period_at_the_close_counts_up_to_it() {
     assert_eq!(open_off_at_close(510, 530, 500), 0);
     assert_eq!(open_off_at_close(500, 530, 500), 0);
 }
+
+#[test]
+fn runtime_deltas_give_way_to_the_clock_where_a_tick_may_be_missing() {
+    for (why, pending, start, want) in [
+        ("all deltas seen", 6 * MS, 200 * MS, 6 * MS),
+        (
+            "a tick maybe missing: the clock times it",
+            RUNTIME_GAP | (6 * MS),
+            200 * MS,
+            0,
+        ),
+        (
+            "maybe missing, switch-in unseen: the deltas there are",
+            RUNTIME_GAP | (6 * MS),
+            0,
+            6 * MS,
+        ),
+        (
+            "maybe missing, no deltas, switch-in unseen: nothing",
+            RUNTIME_GAP,
+            0,
+            0,
+        ),
+        ("no deltas", 0, 200 * MS, 0),
+    ] {
+        assert_eq!(runtime_deltas(pending, start), want, "{why}");
+    }
+    // Where the deltas give way, the slice is the wall time.
+    let f = Facts {
+        pending_runtime: runtime_deltas(RUNTIME_GAP | (6 * MS), 200 * MS),
+        ..seen(200 * MS, 210 * MS)
+    };
+    assert_eq!(slice(&f).len, 10 * MS);
+}

@@ -22,6 +22,17 @@ pub fn add_runtime(pid: u32, runtime: u64) {
     }
 }
 
+/// One of our programs that run with interrupts on ran in `pid`'s slice, as classic
+/// tracepoints (see `slice::RUNTIME_GAP`): a tick's `sched_stat_runtime` may be missing
+/// from it, so that slice is timed by the clock.
+#[inline(always)]
+pub fn runtime_gap(pid: u32) {
+    if let Some(s) = THREADS.get_ptr_mut(pid) {
+        // SAFETY: map value.
+        unsafe { (*s).pending_runtime |= slice::RUNTIME_GAP };
+    }
+}
+
 /// A thread became runnable: its run-queue wait starts now. `new`: it was just created
 /// (`sched_wakeup_new`), so its time in the window starts now too. Returns the time
 /// stamped (0: not traced), for the trace's wakeup event: read back from the entry it

@@ -25,7 +25,7 @@ mod switch;
 #[cfg(feature = "scheduling")]
 pub use entries::{existing_entry, exiting, task_addr};
 #[cfg(feature = "scheduling")]
-pub use events::{add_runtime, exec, wakeup};
+pub use events::{add_runtime, exec, runtime_gap, wakeup};
 pub use membership::{follow_exec, fork, member, traced};
 #[cfg(feature = "scheduling")]
 pub use switch::{switch, switch_in, switch_out};

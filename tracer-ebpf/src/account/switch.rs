@@ -287,7 +287,13 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         running,
         sum,
         last_sum,
-        pending_runtime: s.pending_runtime,
+        // Only classic tracepoints have deltas; `trusted` is a constant there, so the
+        // BTF programs do not carry this.
+        pending_runtime: if prev.trusted {
+            s.pending_runtime
+        } else {
+            slice::runtime_deltas(s.pending_runtime, start)
+        },
     });
     let (has_slice, slice) = (sl.counted, sl.len);
     s.last_sum_exec = sum;

@@ -249,10 +249,12 @@ impl Collector {
                 Err(_) => 0,
             };
         }
-        if st.pending_runtime != 0 {
-            return st.pending_runtime.min(elapsed);
+        // Its switch-in was seen (it began `elapsed` ago): the kernel will count the
+        // deltas, or the clock where one may be missing.
+        match tracer_common::slice::runtime_deltas(st.pending_runtime, 1) {
+            0 => elapsed,
+            deltas => deltas.min(elapsed),
         }
-        elapsed
     }
 
     /// A cumulative snapshot. With `partial_slices`, time of slices still running on each
