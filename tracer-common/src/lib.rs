@@ -256,7 +256,9 @@ pub mod drop {
     pub const HIST_FULL: u32 = 3;
     /// `bpf_perf_event_read_value` failed for a slice counter.
     pub const COUNTER_READ: u32 = 4;
-    /// Task-local storage could not be created (out of memory): a wait was not timed.
+    /// Task-local storage could not be created: out of memory, or the CPU's storage
+    /// lock was held by a program this one interrupted (`bpf_task_storage_trylock`,
+    /// e.g. a wakeup in an interrupt during an exit): a slice or a wait was not counted.
     pub const STORAGE: u32 = 5;
     /// Not a loss: a traced thread left a CPU whose switch-in to it no program saw,
     /// because the switch before it was never reported (see [`UNSEEN_SWITCH_OUT`]).

@@ -256,7 +256,9 @@ pub fn drop_advice(name: &str) -> Option<&'static str> {
         }
         "hist_map_full" => "per-process histograms were full: fewer processes, or drop -P/-L",
         "counter_read_failed" => "per-slice counters failed: see `tracer check`",
-        "task_storage_failed" => "the kernel was out of memory for task storage",
+        "task_storage_failed" => {
+            "the kernel refused task storage (out of memory, or busy in a nested program): those slices or waits are not counted"
+        }
         "switch_out_unseen" => {
             "the kernel switched tasks out without reporting it (their slices are not counted)"
         }
