@@ -206,13 +206,14 @@ pub(super) fn check(
             }
             continue;
         }
+        let hi = e.hi_in(w.open);
         lifetime(o, e, &mine, w, close_min);
         names(o, e, &mine);
         let sum = |k: &str| mine.iter().map(|r| num(r, k)).sum::<f64>();
         let (on, wait, slices) = (sum("on_cpu_ns"), sum("runq_wait_ns"), sum("slices"));
         let lo_run = e.lo.run - out_start - out_end;
         let tol = ON_CPU.allowed(e.lo.run);
-        let (lo_b, hi_b) = (lo_run - tol, e.hi.run + tol + e.slack_ns);
+        let (lo_b, hi_b) = (lo_run - tol, hi.run + tol + e.slack_ns);
         let alive = mine.iter().any(|r| r["exited"].as_bool() == Some(false));
         let where_ = if inside && alive {
             "its last record is inside the window, yet its row says it had not exited \
@@ -236,7 +237,7 @@ pub(super) fn check(
                 ms(lo_b.max(0.0)),
                 ms(hi_b),
                 ms(e.lo.run),
-                ms(e.hi.run),
+                ms(hi.run),
                 where_,
                 rows_text(&mine),
                 e.truth_text
@@ -245,7 +246,7 @@ pub(super) fn check(
         if inside {
             let (lo_s, hi_s) = TORTURE_SLICES
                 .plus(e.slack_slices)
-                .range(e.lo.slices, e.hi.slices);
+                .range(e.lo.slices, hi.slices);
             let hi_s = hi_s + EXIT_SLICES;
             o.expect(Class::Slices, slices >= lo_s && slices <= hi_s, || {
                 format!(
@@ -253,7 +254,7 @@ pub(super) fn check(
                     e.name,
                     side(slices, lo_s),
                     e.lo.slices,
-                    e.hi.slices,
+                    hi.slices,
                     rows_text(&mine),
                     e.truth_text
                 )
@@ -263,13 +264,13 @@ pub(super) fn check(
             // run_delay's growth is taken at switch-out: a thread still in its slice when
             // the window closes has its last wait unread, so the lower bound holds only
             // for threads inside the window.
-            let (lo_w, hi_w) = TORTURE_RUNQ_FROM_SCHEDSTAT.range(e.lo.wait, e.hi.wait);
+            let (lo_w, hi_w) = TORTURE_RUNQ_FROM_SCHEDSTAT.range(e.lo.wait, hi.wait);
             let lo_w = if inside { lo_w } else { 0.0 };
             let hi_w = hi_w + e.slack_ns + exit_wait_ns;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
                 format!(
                     "{}: run-queue wait {} (--runq-from schedstat) {} [{}, {}] (run_delay {} .. {}); rows: {}; truth: {}",
-                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(e.hi.wait), rows_text(&mine), e.truth_text
+                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(hi.wait), rows_text(&mine), e.truth_text
                 )
             });
         } else if inside {
@@ -284,12 +285,11 @@ pub(super) fn check(
             } else {
                 0.0
             };
-            let hi_w =
-                wakeup_wait_ceiling(e.hi.wait, e.hi.slices.max(slices), TICK_NS) + exit_wait_ns;
+            let hi_w = wakeup_wait_ceiling(hi.wait, hi.slices.max(slices), TICK_NS) + exit_wait_ns;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
                 format!(
                     "{}: run-queue wait {} (from wakeups) {} [{}, {}] (run_delay {} .. {}, {} slices; 90% of run_delay less 25 us a wait; {} per wait allowed for the clock skip, {} for the exit: the window's time after the last record); rows: {}; truth: {}",
-                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(e.hi.wait), e.hi.slices, ms(TICK_NS), ms(exit_wait_ns), rows_text(&mine), e.truth_text
+                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(hi.wait), hi.slices, ms(TICK_NS), ms(exit_wait_ns), rows_text(&mine), e.truth_text
                 )
             });
         }

@@ -118,6 +118,13 @@ pub(super) struct Entity {
     pub(super) lo: Stat,
     /// The most it may have seen.
     pub(super) hi: Stat,
+    /// Where `lo` and `hi` start at a baseline the thread wrote after the tracer attached
+    /// (`-p`, `-t`, `--cgroup`): its figures from birth, all inside the window when it
+    /// was born after the opening (a thread born during start-up, seed 235626: 1 ms
+    /// of its running before the baseline is the window's). See [`Entity::hi_in`].
+    pub(super) whole: Option<Stat>,
+    /// Its birth (wall time), for `whole`.
+    pub(super) born_ns: u64,
     /// Wall time of the start of `lo` (birth or baseline) and of the record that ends it
     /// (the last one, or `block`: the last inside the window before sleeping past it).
     pub(super) b_ns: u64,
@@ -133,6 +140,16 @@ pub(super) struct Entity {
     pub(super) slack_slices: f64,
     pub(super) expected: bool,
     pub(super) truth_text: String,
+}
+
+impl Entity {
+    /// The upper end of its figures in a window opened at `open` (wall time).
+    pub(super) fn hi_in(&self, open: u64) -> Stat {
+        match self.whole {
+            Some(w) if self.born_ns >= open => w,
+            _ => self.hi,
+        }
+    }
 }
 
 pub(super) fn build_entities(
@@ -222,6 +239,8 @@ pub(super) fn build_entities(
             keys,
             lo: total,
             hi,
+            whole: None,
+            born_ns: born(fin),
             b_ns: born(fin),
             e_ns: t(fin),
             life: leader.is_none().then(|| (born(fin), t(fin))),
@@ -260,11 +279,13 @@ pub(super) fn build_entities(
         let mut b_ns = born(fin);
         let mut e_ns = t(last);
         let mut life = (born(fin), t(fin));
+        let mut whole = None;
         if let Some(base) = find("base") {
             lo = f.minus(Stat::of(base));
             // Under -- CMD the time before the baseline is inside the window too.
             if !cmd {
                 hi = lo;
+                whole = Some(f);
             }
             b_ns = t(base);
         }
@@ -272,6 +293,7 @@ pub(super) fn build_entities(
             if let Some(j) = find("join") {
                 lo = f.minus(Stat::of(j));
                 hi = lo;
+                whole = None;
                 b_ns = t(j);
                 life.0 = t(j);
             }
@@ -280,6 +302,7 @@ pub(super) fn build_entities(
                 // record at the move is all of it.
                 lo = Stat::of(lv);
                 hi = lo;
+                whole = None;
                 e_ns = t(lv);
                 life.1 = t(lv);
             }
@@ -288,6 +311,7 @@ pub(super) fn build_entities(
             let tail = Stat::of(z).minus(f);
             if tail.run >= 0.0 && tail.wait >= 0.0 && tail.slices >= 0.0 {
                 hi = hi.plus(tail);
+                whole = whole.map(|w| w.plus(tail));
             }
         }
         let comm = l_name(fin);
@@ -297,6 +321,8 @@ pub(super) fn build_entities(
             keys: vec![*k],
             lo,
             hi,
+            whole,
+            born_ns: born(fin),
             b_ns,
             e_ns,
             life: Some(life),
@@ -352,5 +378,27 @@ mod zombie_tests {
         assert!(j["run_ns"].as_u64().unwrap() > 0, "{line}");
         // Reaped: no zombie left behind.
         assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    /// A `-p` thread with a baseline: only what followed it, unless it was born after
+    /// the window opened (then all of it is the window's: seed 235626).
+    #[test]
+    fn a_thread_born_inside_the_window_owns_its_time_before_the_baseline() {
+        let text = r#"{"ev":"base","role":"starter","tid":7,"pid":5,"t_ns":2000,"born_ns":1000,"run_ns":1000000,"wait_ns":100,"slices":3}
+{"ev":"end","role":"starter","tid":7,"pid":5,"t_ns":3000,"born_ns":1000,"run_ns":1300000,"wait_ns":150,"slices":5}"#;
+        let (es, problems) = build_entities(&crate::json::lines(text), Target::Pid, (0, 0, 0));
+        assert!(problems.is_empty(), "{problems:?}");
+        let e = &es[0];
+        assert_eq!(e.lo.run, 300_000.0);
+        // Opened before its birth: the whole of it.
+        assert_eq!(e.hi_in(900).run, 1_300_000.0);
+        assert_eq!(e.hi_in(1000).slices, 5.0);
+        // Opened after: only from the baseline.
+        assert_eq!(e.hi_in(1500).run, 300_000.0);
     }
 }
