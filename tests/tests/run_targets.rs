@@ -305,6 +305,54 @@ fn cgroup_filter_traces_only_tasks_in_the_cgroup() {
     }
 }
 
+/// A process that leaves the `--cgroup` target asleep is counted up to its last
+/// switch-out inside it, never to the close: the move is not timed, and the time after
+/// it is not the target's. The report counts it among the threads that left.
+#[test]
+#[ignore = "needs root"]
+fn a_sleeper_that_leaves_the_cgroup_is_not_counted_past_its_move() {
+    require_root();
+    let base =
+        tracer_tests::cgroup2_mount().join(format!("tracer-test-leave-{}", std::process::id()));
+    let (inside, outside) = (base.join("in"), base.join("out"));
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let sleeper = Killed(Command::new("sleep").arg("30").spawn().unwrap());
+    let pid = sleeper.0.id();
+    std::fs::write(inside.join("cgroup.procs"), pid.to_string()).unwrap();
+    let tracer = Command::new(tracer_tests::tracer_bin())
+        .args([
+            "run",
+            "--json",
+            "-d",
+            "1s",
+            "--cgroup",
+            inside.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    std::fs::write(outside.join("cgroup.procs"), pid.to_string()).unwrap();
+    let out = tracer.wait_with_output().unwrap();
+    drop(sleeper);
+    let _ = [&inside, &outside, &base].map(std::fs::remove_dir);
+    let doc = final_report(&out);
+    if let Some(t) = thread(&doc, pid as u64) {
+        // Off-CPU since its last switch-out inside: before the window, so nothing.
+        assert!(
+            t["off_cpu_ns"].as_u64().unwrap() < 600_000_000,
+            "counted past its move: {t}"
+        );
+    }
+    let notices = doc["notices"].to_string();
+    assert!(
+        notices.contains("1 thread(s) left the --cgroup target"),
+        "the leaver is counted: {notices}"
+    );
+}
+
 /// `--pod` and `--container` find the workload's cgroup in the kubelet's and docker's
 /// layouts (made here in the cgroup v2 tree: no runtime runs on this machine) by UID, by
 /// id prefix, and refuse in one line what matches none or two.

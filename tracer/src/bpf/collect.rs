@@ -18,14 +18,16 @@ use super::read;
 
 mod exiting;
 mod hists;
+mod idle;
 use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
     thread_hist::{self, ProcHists},
-    window::{add_open_off_periods, close_slice_ended_in_read, never_ran},
+    window::{add_open_off_periods, close_slice_ended_in_read},
 };
 use crate::sys::root::Root;
 pub use exiting::{ExitWatch, EXIT_WAIT};
+pub use idle::{IdleThreads, Members};
 
 /// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
 fn set_comm(comm: &mut [u8], name: &str) {
@@ -33,20 +35,6 @@ fn set_comm(comm: &mut [u8], name: &str) {
     let n = b.len().min(comm.len() - 1);
     comm.fill(0);
     comm[..n].copy_from_slice(&b[..n]);
-}
-
-/// The threads a read lists although no program saw them run: they were off-CPU all
-/// window, which is what `--sort off-cpu` is for. A thread born since the opening has
-/// an entry from its first wakeup, so only those alive at the opening are listed.
-#[derive(Clone, Debug, Default)]
-pub enum IdleThreads {
-    /// None (`tracer serve`, whose series are per cgroup and process).
-    #[default]
-    None,
-    /// The traced set's threads as seeded from /proc when the window opened.
-    Seeded(std::collections::HashSet<u32>),
-    /// Every thread of the machine (system-wide), from /proc at each read.
-    All,
 }
 
 /// Reads the maps; keeps the totals of threads that died.
@@ -94,6 +82,10 @@ pub struct Collector {
     /// Where the traced set is kept (not system-wide): the final read waits for its
     /// threads that are exiting (see [`ExitWatch`]).
     pub exit_watch: Option<ExitWatch>,
+    /// A `--cgroup` target's members now, to find the threads that left it.
+    pub members: Option<Members>,
+    /// Threads found alive outside the `--cgroup` target by the last read.
+    pub left_target: usize,
 }
 
 impl Collector {
@@ -123,6 +115,8 @@ impl Collector {
             rereads: 0,
             still_missing: 0,
             exit_watch: None,
+            members: None,
+            left_target: 0,
             comms: HashMap::new(),
             runq,
             root,
@@ -389,6 +383,7 @@ impl Collector {
             self.comms = comms;
         }
         let running = |cs: &CpuState| cs.traced != 0 && cs.slice_start_ns > 1;
+        let mut left = idle::Left::read(self.members.as_ref());
         // Per CPU the kernel's sum and the running slice come from one read: exact.
         let cpu_busy_ns: Vec<u64> = after
             .iter()
@@ -397,7 +392,8 @@ impl Collector {
                 let open = partial_slices
                     && running(cs)
                     && cs.slice_start_ns < end
-                    && crate::sys::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32);
+                    && crate::sys::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32)
+                    && !left.is_out(&self.root, cs.tid);
                 cs.busy_ns + if open { end - cs.slice_start_ns } else { 0 }
             })
             .collect();
@@ -418,7 +414,7 @@ impl Collector {
         let mut settled = std::collections::HashSet::new();
         for (cpu, cs, upto, may_have_ended) in slices {
             let begun = cs.slice_start_ns;
-            if upto <= begun {
+            if upto <= begun || left.check(&self.root, cs.tid) {
                 continue;
             }
             // The CPU's record says this thread runs there; the kernel says whether it
@@ -499,8 +495,20 @@ impl Collector {
             .filter(|cs| cs.tid != 0 && cs.slice_start_ns > 1)
             .map(|cs| (cs.tid, cs.slice_start_ns))
             .collect();
+        left.close_open_periods(&self.root, &mut threads);
         add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
-        self.add_never_ran(&mut threads, &live_by_tid, &on_cpu, end);
+        idle::add_never_ran(
+            &self.idle,
+            &self.root,
+            self.open_ns,
+            &self.generations,
+            &mut threads,
+            &live_by_tid,
+            &on_cpu,
+            end,
+            &mut left,
+        );
+        self.left_target = left.found.len();
 
         for (tid, tgid, d) in pending {
             let b = tracer_common::hist::bucket_index(d);
@@ -525,50 +533,6 @@ impl Collector {
         };
         snap.set_hist_sums(self.hist_scope);
         Ok(snap)
-    }
-
-    /// The threads of [`IdleThreads`] with no entry, no record and no slice on a CPU:
-    /// alive, they were off-CPU all window.
-    fn add_never_ran(
-        &self,
-        threads: &mut BTreeMap<ThreadKey, ThreadRecord>,
-        live: &HashMap<u32, ThreadKey>,
-        on_cpu: &HashMap<u32, u64>,
-        end: u64,
-    ) {
-        let candidates: Vec<(u32, u32)> = match &self.idle {
-            IdleThreads::None => return,
-            IdleThreads::Seeded(set) => set.iter().map(|&t| (0, t)).collect(),
-            IdleThreads::All => crate::sys::procfs::all_threads(&self.root),
-        };
-        let seen: std::collections::HashSet<u32> = threads.values().map(|r| r.tid).collect();
-        // A thread started within a clock tick of the opening may have been born after
-        // it (and then has an entry, or is about to): not listed.
-        let tick = 1_000_000_000 / 100;
-        for (tgid, tid) in candidates {
-            if live.contains_key(&tid) || on_cpu.contains_key(&tid) || seen.contains(&tid) {
-                continue;
-            }
-            if matches!(self.idle, IdleThreads::All)
-                && crate::sys::birth::started_ns(&self.root, tid)
-                    .is_none_or(|b| b + tick > self.open_ns)
-            {
-                continue;
-            }
-            // Gone: it exited before the window, or left the set.
-            let Some(name) = crate::sys::procfs::comm(&self.root, tid, tid) else {
-                continue;
-            };
-            let mut comm = [0u8; 16];
-            set_comm(&mut comm, &name);
-            let tgid = if tgid != 0 {
-                tgid
-            } else {
-                crate::sys::procfs::tgid_of(&self.root, tid).unwrap_or(0)
-            };
-            let key = (tid, self.generations.get(&tid).copied().unwrap_or(0));
-            threads.insert(key, never_ran(tid, tgid, comm, self.open_ns, end));
-        }
     }
 
     /// Forgets the threads that died, once a long-lived reader (`tracer serve`) has

@@ -149,6 +149,15 @@ pub(crate) fn resolve_workload(t: &mut Targets, root: &Root) -> Result<()> {
 
 /// The cgroup directories whose tasks are traced: `dir`, and unless `node_only` every
 /// directory below it (cgroupfs has no symlinks to follow).
+/// The threads in a `--cgroup` target now: in `dir` and, unless `node_only`, below it.
+pub fn cgroup_members(dir: &Path, node_only: bool) -> std::collections::HashSet<u32> {
+    cgroup_dirs(dir, node_only)
+        .iter()
+        .filter_map(|d| procfs::cgroup_threads(d).ok())
+        .flatten()
+        .collect()
+}
+
 fn cgroup_dirs(dir: &Path, node_only: bool) -> Vec<PathBuf> {
     let mut out = vec![dir.to_path_buf()];
     let mut i = 0;

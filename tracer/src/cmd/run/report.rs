@@ -170,6 +170,13 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
             s.collector.still_missing
         ));
     }
+    if s.collector.left_target > 0 {
+        notices.push(format!(
+            "{} thread(s) left the --cgroup target during the window: counted up to their \
+             last switch-out inside it (the move itself is not timed)",
+            s.collector.left_target
+        ));
+    }
     if let Some(n) = s.collector.exit_watch.as_ref().map(|w| w.given_up) {
         if n > 0 {
             notices.push(format!(

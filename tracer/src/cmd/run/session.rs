@@ -159,6 +159,10 @@ pub(super) fn setup(
             IdleThreads::Seeded(threads.iter().map(|&(_, tid)| tid).collect())
         },
     )?;
+    if let Some(cg) = &args.targets.cgroup {
+        let (cg, node_only) = (cg.clone(), args.targets.cgroup_node_only);
+        collector.members = Some(Box::new(move || targets::cgroup_members(&cg, node_only)));
+    }
     if plan.filter != Filter::All || tracer.lists_exits {
         collector.exit_watch = Some(crate::bpf::collect::ExitWatch::new(
             &tracer.ebpf,
