@@ -370,6 +370,26 @@ pub fn thread_alive(root: &Root, pid: u32, tid: u32) -> bool {
     task_alive(&root.path(format!("/proc/{pid}/task/{tid}/stat")), None).is_some()
 }
 
+/// Whether thread `tid` is alive and not exiting: not a zombie, and without `PF_EXITING` (0x4 in
+/// stat's field 9, set by `do_exit()` before `cgroup_exit()` takes the thread off its
+/// cgroup's lists, so a dying thread is not taken for one that moved out).
+pub fn thread_alive_not_exiting(root: &Root, tid: u32) -> bool {
+    let Ok(text) = std::fs::read(root.path(format!("/proc/{tid}/task/{tid}/stat"))) else {
+        return false;
+    };
+    parse_alive_not_exiting(&text)
+}
+
+fn parse_alive_not_exiting(text: &[u8]) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Some(f) = stat_fields(text) else {
+        return false;
+    };
+    let state = f.first().and_then(|s| s.chars().next());
+    let flags = f.get(9 - 3).and_then(|v| v.parse::<u64>().ok());
+    matches!((state, flags), (Some(s), Some(fl)) if !matches!(s, 'Z' | 'X' | 'x') && fl & PF_EXITING == 0)
+}
+
 fn task_alive(stat_path: &Path, start: Option<u64>) -> Option<u64> {
     let text = std::fs::read(stat_path).ok()?;
     let (state, st) = stat_state_start(&text)?;

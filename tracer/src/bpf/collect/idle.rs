@@ -44,11 +44,12 @@ impl Left {
 
     /// Whether `tid` left the target (alive, not a member now).
     pub fn is_out(&self, root: &Root, tid: u32) -> bool {
-        // Not listed, and alive: an exiting thread leaves cgroup.threads before its
-        // final switch (`cgroup_exit()`), and is no leaver.
+        // Not listed, and alive and not exiting: an exiting thread leaves
+        // cgroup.threads before its final switch (`cgroup_exit()`), and is no leaver
+        // (torture seed 665069: one taken for a leaver lost its slice at the close).
         self.members
             .as_ref()
-            .is_some_and(|m| !m.contains(&tid) && procfs::thread_alive(root, tid, tid))
+            .is_some_and(|m| !m.contains(&tid) && procfs::thread_alive_not_exiting(root, tid))
     }
 
     /// [`Left::is_out`], remembered in `found`.

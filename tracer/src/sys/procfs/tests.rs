@@ -300,3 +300,27 @@ fn live_this_process() {
         Err(TracerError::NoSuchProcess(_))
     ));
 }
+
+#[test]
+fn an_exiting_thread_is_not_taken_for_a_live_one() {
+    // Field 9 is the flags: PF_EXITING (0x4) is set from `do_exit()` on.
+    let line = |state: &str, flags: u64| {
+        format!("42 (a (b) c) {state} 1 42 42 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 99")
+    };
+    assert!(parse_alive_not_exiting(line("S", 0x400040).as_bytes()));
+    assert!(parse_alive_not_exiting(line("R", 0x400000).as_bytes()));
+    assert!(
+        !parse_alive_not_exiting(line("R", 0x400044).as_bytes()),
+        "exiting"
+    );
+    assert!(
+        !parse_alive_not_exiting(line("Z", 0x400000).as_bytes()),
+        "a zombie"
+    );
+    assert!(!parse_alive_not_exiting(b"42 (cut"), "unreadable");
+    let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+    assert!(thread_alive_not_exiting(
+        &crate::sys::root::Root::default(),
+        me
+    ));
+}
