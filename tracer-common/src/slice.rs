@@ -32,6 +32,9 @@ pub struct Facts {
     pub start: u64,
     /// The first switch on this CPU since the attach: it ran since before it.
     pub at_open: bool,
+    /// The start of the thread's open off-CPU period (its last switch-out; 0: none):
+    /// no slice of it began before that.
+    pub last_off: u64,
     /// The scheduler's runtime of this slice (`sum_exec_runtime -
     /// prev_sum_exec_runtime`), or [`UNKNOWN`].
     pub running: u64,
@@ -90,7 +93,17 @@ pub fn slice(f: &Facts) -> Slice {
     let (counted, len) = if cut {
         (end > f.start, end.saturating_sub(f.start))
     } else if f.at_open {
-        let since_open = f.now.saturating_sub(f.open);
+        // From the opening, or from its last switch-out where the programs saw one:
+        // the switch that put it on this CPU may be one the kernel did not report
+        // (6.18 reports none whose `prev` is one of PID 1's tokio threads), so it
+        // need not have run here since the attach (torture seed 10, tracepoint: the
+        // tracer's own thread 3.2 ms above the window).
+        let from = if f.last_off > f.open {
+            f.last_off
+        } else {
+            f.open
+        };
+        let since_open = f.now.saturating_sub(from);
         (
             true,
             if f.running < since_open {

@@ -141,6 +141,23 @@ fn slice_table() {
             },
         ),
         (
+            "running at the attach by this CPU's record, but it left a CPU since: from there",
+            Facts {
+                at_open: true,
+                start: 100 * MS,
+                last_off: 107 * MS,
+                ..seen(0, 110 * MS)
+            },
+            Slice {
+                counted: true,
+                len: 3 * MS,
+                wall: UNKNOWN,
+                begun: 107 * MS,
+                credit: 0,
+                gap: 0,
+            },
+        ),
+        (
             "switch-in not seen, first slice of the thread: the scheduler's runtime",
             Facts {
                 running: 3 * MS,

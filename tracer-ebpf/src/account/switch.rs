@@ -288,6 +288,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         close,
         start,
         at_open,
+        // Where the runtime is not known (classic tracepoints) it bounds a slice
+        // running at the attach; with BTF the runtime does.
+        last_off: if prev.trusted { 0 } else { s.last_off_ns },
         running,
         sum,
         last_sum,

@@ -23,7 +23,7 @@ use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
     thread_hist::{self, ProcHists},
-    window::{add_open_off_periods, close_slice_ended_in_read},
+    window::{add_open_off_periods, close_slice_ended_in_read, latest_switch_ins},
 };
 use crate::sys::root::Root;
 pub use exiting::{ExitWatch, EXIT_WAIT};
@@ -382,7 +382,11 @@ impl Collector {
         if self.proc_comms {
             self.comms = comms;
         }
+        // A record is a running slice only where it is its thread's latest switch-in
+        // (`latest_switch_ins`: the others are stale).
+        let latest = latest_switch_ins(after.iter().map(|cs| (cs.tid, cs.slice_start_ns)));
         let running = |cs: &CpuState| cs.traced != 0 && cs.slice_start_ns > 1;
+        let current = |cs: &CpuState| latest.get(&cs.tid) == Some(&cs.slice_start_ns);
         let mut left = idle::Left::read(self.members.as_ref());
         // Per CPU the kernel's sum and the running slice come from one read: exact.
         let cpu_busy_ns: Vec<u64> = after
@@ -391,6 +395,7 @@ impl Collector {
             .map(|(cpu, cs)| {
                 let open = partial_slices
                     && running(cs)
+                    && current(cs)
                     && cs.slice_start_ns < end
                     && crate::sys::procfs::may_be_running_on(&self.root, cs.tid, cpu as u32)
                     && !left.is_out(&self.root, cs.tid);
@@ -404,7 +409,7 @@ impl Collector {
                 if traced_slice(b) != traced_slice(a) && running(b) && b.slice_start_ns < end {
                     slices.push((cpu, *b, read_start.min(end), true));
                 }
-                if running(a) && a.slice_start_ns < end {
+                if running(a) && current(a) && a.slice_start_ns < end {
                     slices.push((cpu, *a, end, false));
                 }
             }
@@ -412,6 +417,9 @@ impl Collector {
         // Run-queue waits that ended at a running slice's switch-in: (tid, tgid, ns).
         let mut pending: Vec<(u32, u32, u64)> = Vec::new();
         let mut settled = std::collections::HashSet::new();
+        // The threads whose running slice this read counted, with its start: their
+        // open off-CPU period ends there (the others' runs up to the read).
+        let mut counted_running: HashMap<u32, u64> = HashMap::new();
         for (cpu, cs, upto, may_have_ended) in slices {
             let begun = cs.slice_start_ns;
             if upto <= begun || left.check(&self.root, cs.tid) {
@@ -471,6 +479,8 @@ impl Collector {
             st.on_cpu_ns += self.running_part(cs.tid, st, upto - begun, close_ns != 0);
             if may_have_ended {
                 close_slice_ended_in_read(st, begun, upto);
+            } else {
+                counted_running.insert(cs.tid, begun);
             }
             // A thread that switched out and in again during the read: what ended at
             // its second switch-in is left to the kernel (the next read has it).
@@ -489,14 +499,10 @@ impl Collector {
             }
         }
 
-        // Off-CPU periods still open, and threads of the target that never ran.
-        let on_cpu: HashMap<u32, u64> = after
-            .iter()
-            .filter(|cs| cs.tid != 0 && cs.slice_start_ns > 1)
-            .map(|cs| (cs.tid, cs.slice_start_ns))
-            .collect();
+        // Off-CPU periods still open, and threads of the target that never ran (not
+        // those a CPU's record names).
         left.close_open_periods(&self.root, &mut threads);
-        add_open_off_periods(&mut threads, &on_cpu, end, close_ns != 0);
+        add_open_off_periods(&mut threads, &counted_running, end, close_ns != 0);
         idle::add_never_ran(
             &self.idle,
             &self.root,
@@ -504,7 +510,7 @@ impl Collector {
             &self.generations,
             &mut threads,
             &live_by_tid,
-            &on_cpu,
+            &latest,
             end,
             &mut left,
         );

@@ -36,6 +36,24 @@ pub fn add_open_off_periods(
     }
 }
 
+/// Each thread's latest switch-in among the CPUs' records, `(tid, slice start)` with 0
+/// for no thread. A thread runs on one CPU at a time, so where two records name it
+/// the earlier is stale: a switch-out the kernel did not report (6.18 reports none
+/// whose `prev` is one of PID 1's tokio threads). Only the latest may be its running
+/// slice (torture seed 10 in CI, 2026-12-06: such a thread read 6.6 ms on-CPU from a
+/// stale record beside off-CPU up to the close from a switch-in after it).
+pub fn latest_switch_ins(records: impl IntoIterator<Item = (u32, u64)>) -> HashMap<u32, u64> {
+    let mut latest: HashMap<u32, u64> = HashMap::new();
+    for (tid, begun) in records {
+        if tid == 0 || begun <= 1 {
+            continue;
+        }
+        let e = latest.entry(tid).or_insert(begun);
+        *e = (*e).max(begun);
+    }
+    latest
+}
+
 /// A slice that began at `begun` and ended during the read (its CPU switched between
 /// the two reads of the CPU states), counted up to `upto` from the CPU's record because
 /// the thread's entry, read before its switch-out, lacks it. The entry's open off-CPU
@@ -109,6 +127,12 @@ mod tests {
         assert_eq!(open[&(4, 0)].stats.off_cpu_ns, 5);
         add_open_off_periods(&mut t, &on_cpu, 200, true);
         assert_eq!(t[&(3, 0)].stats.off_cpu_ns, 55);
+    }
+
+    #[test]
+    fn a_thread_named_by_two_cpus_runs_where_it_switched_in_last() {
+        let latest = latest_switch_ins([(7, 500), (0, 900), (7, 300), (8, 1), (9, 40)]);
+        assert_eq!(latest, HashMap::from([(7, 500), (9, 40)]));
     }
 
     #[test]
