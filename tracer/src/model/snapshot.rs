@@ -69,6 +69,29 @@ fn max_stats(into: &mut ThreadStats, s: &ThreadStats) {
     }
 }
 
+/// After [`max_stats`], where an earlier read's running slice kept `on_back` of on-CPU
+/// time the kernel never confirmed: this read counted that time as off-CPU (the
+/// thread's open period ran through it), so it comes off again, down to the earlier
+/// read's figures. On-CPU plus off-CPU stays the thread's time in the window (torture
+/// seed 10: a PID 1 thread whose switch-outs the kernel does not report read 3.2 ms
+/// above the window).
+fn take_off_cpu(into: &mut ThreadStats, earlier: &ThreadStats, on_back: u64) {
+    let off = into
+        .off_cpu_ns
+        .saturating_sub(on_back)
+        .max(earlier.off_cpu_ns);
+    let mut take = into.off_cpu_ns - off;
+    let blocked = into.blocked_ns.saturating_sub(take).max(earlier.blocked_ns);
+    take -= into.blocked_ns - blocked;
+    let preempted = into
+        .preempted_ns
+        .saturating_sub(take)
+        .max(earlier.preempted_ns);
+    into.blocked_ns = blocked;
+    into.preempted_ns = preempted;
+    into.off_cpu_ns = off.max(blocked + preempted);
+}
+
 /// Folds all but the `keep` busiest individual exited threads into one row per process.
 pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) {
     let mut single: Vec<(u64, ThreadKey)> = exited
@@ -296,6 +319,7 @@ impl Snapshot {
             .filter(|e| e.folded == 0 && e.stats.serial != 0)
             .map(|e| (e.stats.serial, &e.stats))
             .collect();
+        let mut waits_kept = Vec::new();
         for (k, r) in self.threads.iter_mut() {
             if r.folded > 0 {
                 continue;
@@ -316,7 +340,28 @@ impl Snapshot {
                 s => by_serial.get(&s).copied().or_else(by_key),
             };
             if let Some(e) = e {
+                let on_back = e.on_cpu_ns.saturating_sub(r.stats.on_cpu_ns);
+                let waits_back = e.runq_waits.saturating_sub(r.stats.runq_waits);
+                let wait_ns_back = e.runq_wait_ns.saturating_sub(r.stats.runq_wait_ns);
                 max_stats(&mut r.stats, e);
+                take_off_cpu(&mut r.stats, e, on_back);
+                if waits_back > 0 {
+                    waits_kept.push((r.tid, r.stats.tgid, waits_back, wait_ns_back));
+                }
+            }
+        }
+        // The waits kept go into the histograms too, or their counts fall below the
+        // threads' (torture seed 10: one wait of a PID 1 thread, system-wide).
+        for (tid, tgid, n, ns) in waits_kept {
+            let b = tracer_common::hist::bucket_index(ns / n);
+            self.hist.runq.add_bucket(b, n);
+            let scoped = match hist_scope {
+                HistScope::Process => Some(tgid),
+                HistScope::Thread => Some(tid),
+                _ => None,
+            };
+            if let Some(id) = scoped {
+                self.scoped.entry(id).or_default().runq.add_bucket(b, n);
             }
         }
         for (i, v) in self.cpu_busy_ns.iter_mut().enumerate() {

@@ -132,6 +132,43 @@ fn a_later_read_never_shows_less_than_an_earlier_one() {
     assert_eq!(now.hist.on_cpu.sum_ns, 100, "sums follow the threads");
 }
 
+/// A PID 1 thread on 6.18 (no switch of it out is reported): one read counted its
+/// running slice and the wait before it; the next found it off-CPU since the opening.
+#[test]
+fn an_unconfirmed_slice_kept_is_not_off_cpu_too_and_its_wait_stays_in_the_histogram() {
+    let mut r = exited(7, 100, 0);
+    r.exited = false;
+    r.stats.serial = 42;
+    r.stats.on_cpu_ns = 3;
+    r.stats.runq_waits = 1;
+    r.stats.runq_wait_ns = 2_000;
+    let mut earlier = snapshot([((7, 0), r.clone())].into_iter().collect());
+    earlier
+        .hist
+        .runq
+        .add_bucket(tracer_common::hist::bucket_index(2_000), 1);
+    // Later: no slice, no wait, blocked from the opening (10 ns ago) to the read.
+    r.stats.on_cpu_ns = 0;
+    r.stats.runq_waits = 0;
+    r.stats.runq_wait_ns = 0;
+    r.stats.off_cpu_ns = 10;
+    r.stats.blocked_ns = 10;
+    let mut other = exited(8, 100, 0);
+    other.exited = false;
+    other.stats.runq_waits = 4;
+    let mut now = snapshot([((7, 0), r), ((8, 0), other)].into_iter().collect());
+    now.hist
+        .runq
+        .add_bucket(tracer_common::hist::bucket_index(50_000), 4);
+    now.raise_to(&earlier, HistScope::Process);
+    let st = &now.threads[&(7, 0)].stats;
+    assert_eq!((st.on_cpu_ns, st.off_cpu_ns, st.blocked_ns), (3, 7, 7));
+    assert_eq!(st.runq_waits, 1);
+    let waits: u64 = now.threads.values().map(|r| r.stats.runq_waits).sum();
+    assert_eq!(now.hist.runq.count(), waits, "{:?}", now.hist.runq);
+    assert_eq!(now.scoped[&100].runq.count(), 1);
+}
+
 #[test]
 fn a_first_slice_read_before_its_entry_is_raised_by_key() {
     // The earlier read estimated a first slice still running (no entry, serial 0); by
