@@ -96,8 +96,9 @@ pub fn slice(f: &Facts) -> Slice {
         // From the opening, or from its last switch-out where the programs saw one:
         // the switch that put it on this CPU may be one the kernel did not report
         // (6.18 reports none whose `prev` is one of PID 1's tokio threads), so it
-        // need not have run here since the attach (torture seed 10, tracepoint: the
-        // tracer's own thread 3.2 ms above the window).
+        // need not have run here since the attach. A candidate cause, not reproduced,
+        // of the tracer's own thread 3.2 ms above the window in CI (torture seed 10,
+        // classic tracepoints, 2026-12-06).
         let from = if f.last_off > f.open {
             f.last_off
         } else {

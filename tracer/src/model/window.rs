@@ -40,8 +40,8 @@ pub fn add_open_off_periods(
 /// for no thread. A thread runs on one CPU at a time, so where two records name it
 /// the earlier is stale: a switch-out the kernel did not report (6.18 reports none
 /// whose `prev` is one of PID 1's tokio threads). Only the latest may be its running
-/// slice (torture seed 10 in CI, 2026-12-06: such a thread read 6.6 ms on-CPU from a
-/// stale record beside off-CPU up to the close from a switch-in after it).
+/// slice; counting the other too would put the time since its switch-in on-CPU and
+/// off-CPU at once (a rule from reading torture seed 10's failure in CI, 2026-12-06).
 pub fn latest_switch_ins(records: impl IntoIterator<Item = (u32, u64)>) -> HashMap<u32, u64> {
     let mut latest: HashMap<u32, u64> = HashMap::new();
     for (tid, begun) in records {
