@@ -92,6 +92,8 @@ fn half_sent_requests_do_not_keep_a_scraper_out() {
     }
     let up = prom.value("sum_over_time(up{job=\"tracer\"}[25s])");
     let all = prom.value("count_over_time(up{job=\"tracer\"}[25s])");
+    // How long the scrapes took (a failed one counts its timeout), for the messages.
+    let slowest_scrape = prom.value("max_over_time(scrape_duration_seconds{job=\"tracer\"}[25s])");
     stop.store(true, Ordering::Relaxed);
     let opened: u64 = attackers.into_iter().map(|h| h.join().unwrap()).sum();
     assert!(opened >= 200, "the attack ran ({opened} connections)");
@@ -107,10 +109,11 @@ fn half_sent_requests_do_not_keep_a_scraper_out() {
     let (up, all) = (up.unwrap_or(0.0), all.unwrap_or(0.0));
     assert!(
         all >= 20.0 && up == all,
-        "Prometheus up for {up} of {all} scrapes"
+        "Prometheus up for {up} of {all} scrapes (slowest scrape {slowest_scrape:?} s)"
     );
     eprintln!(
-        "slow requests: {opened} opened; {} probes, slowest {:.2} s; up {up}/{all}",
+        "slow requests: {opened} opened; {} probes, slowest {:.2} s; up {up}/{all}, \
+         slowest scrape {slowest_scrape:?} s",
         probes.len(),
         probes.iter().map(|p| p.1).fold(0.0, f64::max)
     );
