@@ -15,6 +15,8 @@ use tracer_truth::OFF_CPU;
 
 #[path = "offcpu/offcputime.rs"]
 mod offcputime;
+#[path = "offcpu/stack_map.rs"]
+mod stack_map;
 #[path = "offcpu/wakers.rs"]
 mod wakers;
 

@@ -22,8 +22,9 @@ use aya_ebpf::{
 };
 use tracer_common::offcpu::{
     offdrop, OffKey, OffStart, OffVal, OffcpuConfig, StackCopy, WakeKey, WakeVal, Waker,
-    COPY_HEADER, COPY_STACK, COPY_WAITER, COPY_WAKER, NO_WAKER, STACK_COLLISION, STACK_COPIED,
-    STACK_COPY_LOST, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN, STATE_BLOCKED, STATE_PREEMPTED,
+    COPY_HEADER, COPY_STACK, COPY_WAITER, COPY_WAKER, NO_WAKER, SPILL_ID, STACK_COLLISION,
+    STACK_COPIED, STACK_COPY_LOST, STACK_EMPTY, STACK_FULL, STACK_NOT_TAKEN, STATE_BLOCKED,
+    STATE_PREEMPTED,
 };
 
 use tracer_ebpf::{
@@ -58,6 +59,10 @@ fn offcpu_config() -> &'static OffcpuConfig {
 // Created with one entry each; `tracer offcpu` sizes them at load.
 #[map]
 pub static OFFCPU_STACKS: StackTrace = StackTrace::with_max_entries(1, 0);
+/// Stacks that collided in `OFFCPU_STACKS` (their ids carry [`SPILL_ID`]): nearly empty,
+/// so a second collision is rare, and a stack found here once is found here again.
+#[map]
+pub static OFFCPU_SPILL: StackTrace = StackTrace::with_max_entries(1, 0);
 #[map]
 pub static OFFCPU_START: HashMap<u32, OffStart> = HashMap::with_max_entries(1, 0);
 #[map]
@@ -90,10 +95,19 @@ fn add_drop(idx: u32, n: u64) {
 }
 
 /// A stack id, or the error as a negative number (collisions and a full map counted).
+/// A stack whose bucket holds another goes to the spill map.
 #[inline(always)]
 fn stack_id<C: StackIdContext>(ctx: &C, user: bool) -> i32 {
     let flags = if user { BPF_F_USER_STACK as u64 } else { 0 };
-    match ctx.get_stackid(&OFFCPU_STACKS, flags) {
+    let got = match ctx.get_stackid(&OFFCPU_STACKS, flags) {
+        Err(e) if e == STACK_COLLISION => ctx
+            .get_stackid(&OFFCPU_SPILL, flags)
+            // A full spill map loses the stack to the collision all the same.
+            .map(|id| id | SPILL_ID as i64)
+            .map_err(|_| STACK_COLLISION),
+        r => r,
+    };
+    match got {
         Ok(id) => id as i32,
         Err(e) => {
             if e == STACK_COLLISION {

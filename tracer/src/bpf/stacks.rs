@@ -6,11 +6,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
-    maps::{HashMap as BpfHashMap, PerCpuArray, StackTraceMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
 use tracer_common::{
-    offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig, WakeKey, WakeVal},
+    offcpu::{offdrop, OffKey, OffStart, OffVal, OffcpuConfig, WakeKey, WakeVal, SPILL_ID},
     Config,
 };
 
@@ -162,6 +162,7 @@ impl OffcpuTracer {
             .override_global("OFFCPU_CONFIG", &ocfg, true)
             .map_max_entries("TRACKED", if with_fork { opts.max_threads } else { 1 })
             .map_max_entries("OFFCPU_STACKS", opts.stack_entries)
+            .map_max_entries("OFFCPU_SPILL", spill_entries(opts.stack_entries))
             .map_max_entries("OFFCPU_START", opts.max_threads)
             .map_max_entries("OFFCPU", opts.sum_entries)
             .map_max_entries("WAKERS", if wakers { opts.max_threads } else { 1 })
@@ -303,14 +304,22 @@ impl OffcpuTracer {
 
     /// The instruction pointers of every stack id in use (leaf first).
     pub fn stacks(&self, ids: &BTreeSet<u32>) -> Result<HashMap<u32, Vec<u64>>> {
-        let m = StackTraceMap::try_from(
-            self.ebpf
-                .map("OFFCPU_STACKS")
-                .context("OFFCPU_STACKS missing")?,
-        )?;
+        let map = |name: &str| -> Result<StackTraceMap<&MapData>> {
+            let m = self
+                .ebpf
+                .map(name)
+                .with_context(|| format!("{name} missing"))?;
+            Ok(StackTraceMap::try_from(m)?)
+        };
+        let (main, spill) = (map("OFFCPU_STACKS")?, map("OFFCPU_SPILL")?);
         let mut out = HashMap::new();
         for &id in ids {
-            match m.get(&id, 0) {
+            let got = if id & SPILL_ID != 0 {
+                spill.get(&(id & !SPILL_ID), 0)
+            } else {
+                main.get(&id, 0)
+            };
+            match got {
                 Ok(st) => {
                     out.insert(id, st.frames().iter().map(|f| f.ip).collect());
                 }
@@ -377,4 +386,11 @@ fn dwarf_here(
         (Err(e), Unwind::Dwarf) => Err(anyhow!(e)),
         (Err(e), _) => Ok((None, Some(e))),
     }
+}
+
+/// Slots of the spill map: a quarter of the stack map's (n stacks in m buckets collide
+/// about n^2/2m times: a quarter holds them up to ~70% full), at least 1024 (1 MiB), so
+/// a small `--stack-entries` still keeps a few hundred stacks.
+fn spill_entries(stack_entries: u32) -> u32 {
+    (stack_entries / 4).max(1024)
 }

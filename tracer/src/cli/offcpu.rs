@@ -45,7 +45,8 @@ pub struct OffcpuArgs {
     /// Capacity of the traced set and of the map of threads off-CPU now.
     #[arg(long, value_name = "N", default_value_t = 65536, value_parser = parse_max_threads)]
     pub max_threads: u32,
-    /// Slots of the stack map (distinct user and kernel stacks).
+    /// Slots of the stack map (distinct user and kernel stacks); a spill map of a quarter
+    /// as many (at least 1024) takes the stacks that collide in it.
     #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_max_threads)]
     pub stack_entries: u32,
     /// Attach mode: auto tries tp-btf, then raw-tp (both need kernel BTF and 5.18's
