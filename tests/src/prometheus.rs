@@ -53,6 +53,7 @@ pub fn curl(url: &str, args: &[&str]) -> (u32, String) {
 pub struct Prometheus {
     _child: Stopped,
     pub port: u16,
+    log: std::path::PathBuf,
 }
 
 impl Prometheus {
@@ -69,6 +70,8 @@ impl Prometheus {
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            // Debug logs each failed scrape with its error (`failed_scrapes`).
+            .arg("--log.level=debug")
             .stdout(Stdio::null())
             .stderr(Stdio::from(
                 std::fs::File::create(dir.join("prometheus.log")).unwrap(),
@@ -91,7 +94,18 @@ impl Prometheus {
         Prometheus {
             _child: child,
             port,
+            log: dir.join("prometheus.log"),
         }
+    }
+
+    /// Prometheus's log lines of the scrapes that failed, each with its error.
+    pub fn failed_scrapes(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("msg=\"Scrape failed\""))
+            .map(str::to_string)
+            .collect()
     }
 
     /// GET an API path with curl's `args`; the `data` of a success, else the error.

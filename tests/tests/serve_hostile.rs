@@ -109,7 +109,9 @@ fn half_sent_requests_do_not_keep_a_scraper_out() {
     let (up, all) = (up.unwrap_or(0.0), all.unwrap_or(0.0));
     assert!(
         all >= 20.0 && up == all,
-        "Prometheus up for {up} of {all} scrapes (slowest scrape {slowest_scrape:?} s)"
+        "Prometheus up for {up} of {all} scrapes (slowest scrape {slowest_scrape:?} s); \
+         failed scrapes: {:?}",
+        prom.0.failed_scrapes()
     );
     eprintln!(
         "slow requests: {opened} opened; {} probes, slowest {:.2} s; up {up}/{all}, \

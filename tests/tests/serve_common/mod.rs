@@ -97,7 +97,7 @@ pub fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// A Prometheus server scraping `target` every second.
-pub struct Prometheus(tracer_tests::prometheus::Prometheus);
+pub struct Prometheus(pub tracer_tests::prometheus::Prometheus);
 
 impl Prometheus {
     pub fn start(dir: &Path, target: &str) -> Prometheus {
