@@ -354,51 +354,57 @@ pub struct Watched {
     start: u64,
 }
 
-/// State letter and starttime from a `stat` file's bytes.
-fn stat_state_start(text: &[u8]) -> Option<(char, u64)> {
-    let f = stat_fields(text)?;
-    // Field 3 is the state; starttime is field 22.
-    let state = f.first()?.chars().next()?;
-    let start = f.get(22 - 3)?.parse().ok()?;
-    Some((state, start))
+/// What this module reads of a `stat` file: the state letter (field 3), the flags (9)
+/// and the starttime (22), from one parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StatHead {
+    state: char,
+    flags: u64,
+    start: u64,
 }
 
-/// A task counts as alive until it is a zombie (exited, not yet reaped) or dead.
+impl StatHead {
+    fn parse(text: &[u8]) -> Option<StatHead> {
+        let f = stat_fields(text)?;
+        // The first field after the comm is field 3.
+        Some(StatHead {
+            state: f.first()?.chars().next()?,
+            flags: f.get(9 - 3)?.parse().ok()?,
+            start: f.get(22 - 3)?.parse().ok()?,
+        })
+    }
+
+    fn read(path: &Path) -> Option<StatHead> {
+        StatHead::parse(&std::fs::read(path).ok()?)
+    }
+
+    /// Not a zombie (exited, not yet reaped) or dead.
+    fn alive(self) -> bool {
+        !matches!(self.state, 'Z' | 'X' | 'x')
+    }
+
+    /// `PF_EXITING` (0x4), set by `do_exit()` before `cgroup_exit()` takes the thread off
+    /// its cgroup's lists.
+    fn exiting(self) -> bool {
+        self.flags & 0x4 != 0
+    }
+}
+
 /// Whether thread `tid` of `pid` is alive (not a zombie: a leader that exited while
 /// its other threads run stays listed, and perf cannot count it).
 pub fn thread_alive(root: &Root, pid: u32, tid: u32) -> bool {
-    task_alive(&root.path(format!("/proc/{pid}/task/{tid}/stat")), None).is_some()
+    StatHead::read(&root.path(format!("/proc/{pid}/task/{tid}/stat"))).is_some_and(StatHead::alive)
 }
 
-/// Whether thread `tid` is alive and not exiting: not a zombie, and without `PF_EXITING` (0x4 in
-/// stat's field 9, set by `do_exit()` before `cgroup_exit()` takes the thread off its
-/// cgroup's lists, so a dying thread is not taken for one that moved out).
+/// Whether thread `tid` is alive and not exiting, so a dying thread is not taken for one
+/// that moved out of its cgroup.
 pub fn thread_alive_not_exiting(root: &Root, tid: u32) -> bool {
-    let Ok(text) = std::fs::read(root.path(format!("/proc/{tid}/task/{tid}/stat"))) else {
-        return false;
-    };
-    parse_alive_not_exiting(&text)
-}
-
-fn parse_alive_not_exiting(text: &[u8]) -> bool {
-    const PF_EXITING: u64 = 0x4;
-    let Some(f) = stat_fields(text) else {
-        return false;
-    };
-    let state = f.first().and_then(|s| s.chars().next());
-    let flags = f.get(9 - 3).and_then(|v| v.parse::<u64>().ok());
-    matches!((state, flags), (Some(s), Some(fl)) if !matches!(s, 'Z' | 'X' | 'x') && fl & PF_EXITING == 0)
-}
-
-fn task_alive(stat_path: &Path, start: Option<u64>) -> Option<u64> {
-    let text = std::fs::read(stat_path).ok()?;
-    let (state, st) = stat_state_start(&text)?;
-    (!matches!(state, 'Z' | 'X' | 'x') && start.is_none_or(|s| s == st)).then_some(st)
+    StatHead::read(&root.path(format!("/proc/{tid}/task/{tid}/stat")))
+        .is_some_and(|h| h.alive() && !h.exiting())
 }
 
 fn watch(root: &Root, dir: String, process: bool) -> Option<Watched> {
-    let text = std::fs::read(root.path(format!("{dir}/stat"))).ok()?;
-    let (_, start) = stat_state_start(&text)?;
+    let start = StatHead::read(&root.path(format!("{dir}/stat")))?.start;
     Some(Watched {
         dir,
         process,
@@ -421,20 +427,18 @@ pub fn watch_thread(root: &Root, tid: u32) -> Option<Watched> {
 pub fn still_alive(root: &Root, w: &Watched) -> bool {
     let dir = root.path(&w.dir);
     // The same task, not a recycled PID: the leader's (or thread's) starttime matches.
-    let Ok(text) = std::fs::read(dir.join("stat")) else {
+    let Some(head) = StatHead::read(&dir.join("stat")).filter(|h| h.start == w.start) else {
         return false;
     };
-    match stat_state_start(&text) {
-        Some((_, st)) if st == w.start => {}
-        _ => return false,
-    }
     if !w.process {
-        return task_alive(&dir.join("stat"), Some(w.start)).is_some();
+        return head.alive();
     }
     numeric_entries(&dir.join("task"))
         .unwrap_or_default()
         .iter()
-        .any(|tid| task_alive(&dir.join(format!("task/{tid}/stat")), None).is_some())
+        .any(|tid| {
+            StatHead::read(&dir.join(format!("task/{tid}/stat"))).is_some_and(StatHead::alive)
+        })
 }
 
 #[cfg(test)]

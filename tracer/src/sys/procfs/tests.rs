@@ -1,11 +1,12 @@
 #[test]
 fn stat_state_and_starttime() {
     let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 98765 1000 10";
-    assert_eq!(super::stat_state_start(line.as_bytes()), Some(('S', 98765)));
-    assert_eq!(super::stat_state_start(b"1 (x) Z"), None);
+    let head = |t: &[u8]| super::StatHead::parse(t).map(|h| (h.state, h.flags, h.start));
+    assert_eq!(head(line.as_bytes()), Some(('S', 4194560, 98765)));
+    assert_eq!(head(b"1 (x) Z"), None);
     // A name that is not UTF-8 (issue 24 item 11: the run took the process for gone).
     let line = b"42 (w\xff\xfe)) R 1 42 42 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 777 1000 10";
-    assert_eq!(super::stat_state_start(line), Some(('R', 777)));
+    assert_eq!(head(line), Some(('R', 4194560, 777)));
 }
 
 #[test]
@@ -307,17 +308,12 @@ fn an_exiting_thread_is_not_taken_for_a_live_one() {
     let line = |state: &str, flags: u64| {
         format!("42 (a (b) c) {state} 1 42 42 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 99")
     };
-    assert!(parse_alive_not_exiting(line("S", 0x400040).as_bytes()));
-    assert!(parse_alive_not_exiting(line("R", 0x400000).as_bytes()));
-    assert!(
-        !parse_alive_not_exiting(line("R", 0x400044).as_bytes()),
-        "exiting"
-    );
-    assert!(
-        !parse_alive_not_exiting(line("Z", 0x400000).as_bytes()),
-        "a zombie"
-    );
-    assert!(!parse_alive_not_exiting(b"42 (cut"), "unreadable");
+    let ok = |t: &[u8]| StatHead::parse(t).is_some_and(|h| h.alive() && !h.exiting());
+    assert!(ok(line("S", 0x400040).as_bytes()));
+    assert!(ok(line("R", 0x400000).as_bytes()));
+    assert!(!ok(line("R", 0x400044).as_bytes()), "exiting");
+    assert!(!ok(line("Z", 0x400000).as_bytes()), "a zombie");
+    assert!(!ok(b"42 (cut"), "unreadable");
     let me = rustix::thread::gettid().as_raw_nonzero().get() as u32;
     assert!(thread_alive_not_exiting(
         &crate::sys::root::Root::default(),
