@@ -56,17 +56,26 @@ fn max_stats(into: &mut ThreadStats, s: &ThreadStats) {
     into.involuntary = into.involuntary.max(s.involuntary);
     into.runq_wait_ns = into.runq_wait_ns.max(s.runq_wait_ns);
     into.runq_waits = into.runq_waits.max(s.runq_waits);
-    into.off_cpu_ns = into.off_cpu_ns.max(s.off_cpu_ns);
-    into.blocked_ns = into.blocked_ns.max(s.blocked_ns);
-    into.preempted_ns = into.preempted_ns.max(s.preempted_ns);
-    // Each part kept on its own can add up past the larger total (an open period one
-    // read counted as blocked, the next read settled a little shorter and then added a
-    // preemption): off-CPU is their sum then.
-    into.off_cpu_ns = into.off_cpu_ns.max(into.blocked_ns + into.preempted_ns);
+    raise_off_cpu(into, s);
     into.migrations = into.migrations.max(s.migrations);
     for i in 0..into.counters.len() {
         into.counters[i] = into.counters[i].max(s.counters[i]);
     }
+}
+
+/// Off-CPU time raised to an earlier read's (`e`): the larger of the two totals, split
+/// as this read splits it, moved only as far as keeps each part at or above the earlier
+/// read's. Raising each part on its own counted a period twice where one read took an
+/// open period for preempted and the next settled it as blocked (torture seed 420210: a
+/// kernel thread 34.8 ms above the window, system-wide, its preempted time kept while
+/// its blocked time took the period in again).
+fn raise_off_cpu(into: &mut ThreadStats, e: &ThreadStats) {
+    let off = into.off_cpu_ns.max(e.off_cpu_ns);
+    // Each read's parts sum to its total, so the earlier's fit within the larger one.
+    let most_blocked = off.saturating_sub(e.preempted_ns).max(e.blocked_ns);
+    into.blocked_ns = into.blocked_ns.clamp(e.blocked_ns, most_blocked);
+    into.preempted_ns = off.saturating_sub(into.blocked_ns).max(e.preempted_ns);
+    into.off_cpu_ns = off.max(into.blocked_ns + into.preempted_ns);
 }
 
 /// After [`max_stats`], where an earlier read's running slice kept `on_back` of on-CPU
