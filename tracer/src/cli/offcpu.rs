@@ -7,7 +7,10 @@ use crate::{
     cli::TargetArgs,
     model::options::{ProbeMode, Unwind},
     model::stacks::StateFilter,
-    sys::parse::{parse_duration, parse_max_threads, parse_top, parse_window, DURATION_HELP},
+    sys::parse::{
+        parse_duration, parse_max_threads, parse_stack_entries, parse_top, parse_window,
+        DURATION_HELP,
+    },
 };
 
 #[derive(Args, Debug, Clone)]
@@ -47,7 +50,7 @@ pub struct OffcpuArgs {
     pub max_threads: u32,
     /// Slots of the stack map (distinct user and kernel stacks); a spill map of a quarter
     /// as many (at least 1024) takes the stacks that collide in it.
-    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_max_threads)]
+    #[arg(long, value_name = "N", default_value_t = 16384, value_parser = parse_stack_entries)]
     pub stack_entries: u32,
     /// Attach mode: auto tries tp-btf, then raw-tp (both need kernel BTF and 5.18's
     /// prev_state), then the classic tracepoint (tracefs formats only); not perf-sched.

@@ -1,6 +1,6 @@
 //! The command line's parsers and definitions, as users type them.
 use super::*;
-use crate::sys::parse::{MAX_THREADS_LIMIT, MIN_INTERVAL};
+use crate::sys::parse::{parse_stack_entries, MAX_STACK_ENTRIES, MAX_THREADS_LIMIT, MIN_INTERVAL};
 
 #[test]
 fn durations() {
@@ -31,6 +31,16 @@ fn numeric_options_are_validated() {
     assert_eq!(parse_max_threads("4194304").unwrap(), MAX_THREADS_LIMIT);
     let e = parse_max_threads("0").unwrap_err().to_string();
     assert!(e.contains("at least 1"), "{e}");
+    // Stack map slots, in their own words (not "threads").
+    for bad in ["0", "-1", "4194305", "many"] {
+        let e = parse_stack_entries(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("stack map slots") && !e.contains("thread"),
+            "{e}"
+        );
+    }
+    assert_eq!(parse_stack_entries("1").unwrap(), 1);
+    assert_eq!(parse_stack_entries("4194304").unwrap(), MAX_STACK_ENTRIES);
     // Through clap, as a user types them.
     for bad in [
         &["tracer", "run", "-i", "0s", "--count", "1"][..],

@@ -134,6 +134,21 @@ pub fn parse_max_threads(s: &str) -> Result<u32, TracerError> {
     }
 }
 
+/// Largest `--stack-entries`: a slot holds a 127-frame stack (~1 KiB), so this is
+/// 4 GiB of kernel memory, and the map's ids stay below the spill map's mark (2^29).
+pub const MAX_STACK_ENTRIES: u32 = 1 << 22;
+
+/// `--stack-entries`: 1 ..= [`MAX_STACK_ENTRIES`] slots (its own words: it counts
+/// stacks, not threads).
+pub fn parse_stack_entries(s: &str) -> Result<u32, TracerError> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_STACK_ENTRIES as u64).contains(&n) => Ok(n as u32),
+        _ => Err(TracerError::BadOption(format!(
+            "expected a whole number of stack map slots from 1 to {MAX_STACK_ENTRIES}"
+        ))),
+    }
+}
+
 /// Parses `0x10`, `0o17`, `0b101` or decimal.
 pub fn parse_u32_any_base(s: &str) -> Result<u32, TracerError> {
     let t = s.trim();
