@@ -178,6 +178,12 @@ pub struct RecCpu {
     /// The `task_struct` address of `running` (0: not known): a task whose TID changed
     /// while it ran here (an exec from a non-main thread) is still the one switched in.
     pub task: u64,
+    /// When the task leaving is not `running` (its switch-in went unseen): its
+    /// `sum_exec_runtime` at its last switch-out, from its entry, read before the
+    /// accounting moves it (`u64::MAX`: not known). The base of the slice the repaired
+    /// switch-in begins, as the summary's: `running_slice()` is no base there, the exit
+    /// path's `sched_move_task()` restarts it.
+    pub prev_last_sum: u64,
 }
 
 /// `SchedEvent::runtime` of a slice that ends now: `sum` (its `sum_exec_runtime` now)
@@ -224,7 +230,7 @@ pub mod stat {
 const _: () = assert!(core::mem::size_of::<EventHead>() == 16);
 const _: () = assert!(core::mem::size_of::<SchedEvent>() == 56);
 const _: () = assert!(core::mem::size_of::<SlowEvent>() == 80);
-const _: () = assert!(core::mem::size_of::<RecCpu>() == 40);
+const _: () = assert!(core::mem::size_of::<RecCpu>() == 48);
 const _: () = assert!(core::mem::size_of::<TaskEvent>() == 208);
 
 #[cfg(feature = "user")]
