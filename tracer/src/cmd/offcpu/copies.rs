@@ -18,6 +18,14 @@ use crate::{
 /// Ids of unwound stacks start here: stack map ids are below `--stack-entries`.
 pub const FIRST_ID: u32 = 1 << 30;
 
+// The three kinds of stack id never meet: the stack map's stay below `--stack-entries`'
+// largest value, the spill map's (no larger) carry `SPILL_ID`, unwound ones start here.
+const _: () = assert!(
+    crate::sys::parse::MAX_STACK_ENTRIES <= tracer_common::offcpu::SPILL_ID
+        && tracer_common::offcpu::SPILL_ID < FIRST_ID
+        && tracer_common::offcpu::SPILL_ID + (crate::sys::parse::MAX_STACK_ENTRIES - 1) < FIRST_ID
+);
+
 /// A waker as a sum's key has it: (tgid, tid, user stack, kernel stack).
 type WakerKey = (u32, u32, i32, i32);
 
