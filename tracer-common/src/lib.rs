@@ -218,6 +218,11 @@ pub struct CpuState {
     /// its switch-in was seen (0: none): `tracer record` puts the waking back in the
     /// trace.
     pub unseen_wait_ns: u64,
+    /// Odd while a switch program writes a traced thread's entry and the histograms on
+    /// this CPU, even otherwise: user space keeps a read only where it is even and
+    /// unchanged across the read (a program in flight, its vCPU stopped by the host,
+    /// had counted a slice in the entry but not yet in the histogram).
+    pub seq: u64,
 }
 
 /// The window, in `CLOCK_MONOTONIC` ns (the `WINDOW` map's one value), written by user
@@ -494,7 +499,7 @@ impl RecordConfig {
 const _: () = assert!(core::mem::size_of::<ThreadStats>() == 200);
 const _: () = assert!(core::mem::size_of::<ExitRecord>() == 208);
 const _: () = assert!(core::mem::size_of::<hist::ThreadHist>() == 944);
-const _: () = assert!(core::mem::size_of::<CpuState>() == 80);
+const _: () = assert!(core::mem::size_of::<CpuState>() == 88);
 const _: () = assert!(core::mem::size_of::<Tracked>() == 8);
 const _: () = assert!(core::mem::size_of::<Window>() == 16);
 const _: () = assert!(core::mem::size_of::<Config>() == 160);

@@ -166,6 +166,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     };
     // SAFETY: map value pointer; other CPUs only touch it when this thread runs there.
     let s = unsafe { &mut *s };
+    // From here to the end the entry and the histograms change (see `CpuState::seq`).
+    seq_bump(cs);
     s.tgid = prev.tgid;
     if s.comm[0] == 0 {
         // Made where no name was at hand (a classic fork or exec record): user space
@@ -358,7 +360,21 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             flush_dead(&prev, s);
         }
     }
+    seq_bump(cs);
     now
+}
+
+/// Moves this CPU's `seq` on by one: odd while a switch program writes a traced
+/// thread's entry and the histograms, even when done (`bpf/collect.rs` keeps a read
+/// only where it is even and unchanged across it). Volatile, so neither bump merges
+/// with the other or moves across the entry's and histograms' writes.
+#[inline(always)]
+fn seq_bump(cs: &mut CpuState) {
+    // SAFETY: per-CPU state, only this CPU's switch programs write it.
+    unsafe {
+        let n = core::ptr::read_volatile(&cs.seq);
+        core::ptr::write_volatile(&mut cs.seq, n.wrapping_add(1));
+    }
 }
 
 /// A thread that left a `--cgroup` target during this slice (a member at its switch-in,
@@ -369,12 +385,13 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
 // Not inlined: a call the configuration leaves dead costs the other modes nothing,
 // where inlined code reshaped the shared path (tp-btf system-wide +555 instructions).
 #[inline(never)]
-fn settle_leaver(prev: &Task, cs: &CpuState, start: u64) {
+fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
     let Some(s) = existing_entry(prev) else {
         return;
     };
     // SAFETY: map value or task storage of the task leaving.
     let s = unsafe { &mut *s };
+    seq_bump(cs);
     let c = config();
     let id = scoped_id(c.mode.hist_scope, prev.tid, prev.tgid);
     let th = thread_hist(prev);
@@ -399,6 +416,7 @@ fn settle_leaver(prev: &Task, cs: &CpuState, start: u64) {
         core::ptr::write_volatile(&mut s.last_off_ns, 0);
         core::ptr::write_volatile(&mut s.runnable_ns, 0);
     }
+    seq_bump(cs);
 }
 
 /// A thread asleep at the close that dies after it, before user space's final read:

@@ -170,6 +170,16 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
             s.collector.still_missing
         ));
     }
+    if s.collector.unsettled > 0 && matches!(w.kind, ReportKind::Total) {
+        // Once, at the end: under load system-wide most reads are, and the totals
+        // are exact either way.
+        notices.push(format!(
+            "{} read(s) of the kernel's totals kept after four tries with a CPU's \
+             accounting still changing: a slice or wait that ended during one may be in \
+             its rows but only a later read's histograms",
+            s.collector.unsettled
+        ));
+    }
     if s.collector.left_target > 0 {
         notices.push(format!(
             "{} thread(s) left the --cgroup target during the window: counted up to their \
