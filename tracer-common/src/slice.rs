@@ -197,6 +197,30 @@ pub fn off_cpu(last_off: u64, begun: u64, credit: u64) -> u64 {
     }
 }
 
+/// The final slice of a leader an exec reaped (`de_thread()` swapped its TID mid-slice),
+/// begun at `start` inside the window and ending `now`: the runtime since its last
+/// switch-out (`last_sum`, 0: unknown) where known, else the wall time; cut at the
+/// `close` (0: open).
+#[inline(always)]
+pub fn reaped_slice(now: u64, start: u64, close: u64, sum: u64, last_sum: u64) -> u64 {
+    let end = if close != 0 && now > close {
+        close
+    } else {
+        now
+    };
+    let wall = end.saturating_sub(start);
+    if last_sum != 0 && sum > last_sum {
+        let run = sum - last_sum;
+        if end < now {
+            run.min(wall)
+        } else {
+            run
+        }
+    } else {
+        wall
+    }
+}
+
 /// The off-CPU period open at the window's `close` (0: still open) of a thread whose
 /// next slice `began` after it, `last_off` the period's start (0: none): the part up to
 /// the close. The kernel settles it only when that thread dies before user space's

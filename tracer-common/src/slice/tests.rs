@@ -445,3 +445,61 @@ fn runtime_deltas_give_way_to_the_clock_where_a_tick_may_be_missing() {
     };
     assert_eq!(slice(&f).len, 10 * MS);
 }
+
+#[test]
+fn a_reaped_leaders_final_slice_is_its_runtime_since_its_last_switch_out() {
+    // (why, now, start, close, sum, last_sum, want)
+    for (why, now, start, close, sum, last_sum, want) in [
+        (
+            "runtime known",
+            20 * MS,
+            10 * MS,
+            0,
+            57 * MS,
+            50 * MS,
+            7 * MS,
+        ),
+        (
+            "runtime unknown: the wall time",
+            20 * MS,
+            10 * MS,
+            0,
+            57 * MS,
+            0,
+            10 * MS,
+        ),
+        (
+            "runtime not grown: the wall time",
+            20 * MS,
+            10 * MS,
+            0,
+            50 * MS,
+            50 * MS,
+            10 * MS,
+        ),
+        (
+            "cut at the close",
+            20 * MS,
+            10 * MS,
+            15 * MS,
+            59 * MS,
+            50 * MS,
+            5 * MS,
+        ),
+        (
+            "the close after it: not cut",
+            20 * MS,
+            10 * MS,
+            25 * MS,
+            59 * MS,
+            50 * MS,
+            9 * MS,
+        ),
+    ] {
+        assert_eq!(
+            reaped_slice(now, start, close, sum, last_sum),
+            want,
+            "{why}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf_ktime_get_ns};
 use tracer_common::{
     drop, filter,
-    hist::{KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
+    hist::{ThreadHist, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
     slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
     OFF_PREEMPTED, REAPED_BY_EXEC,
 };
@@ -56,13 +56,14 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // thread, `de_thread()` swapping the TIDs of the exec'ing thread and the old
         // leader (`exchange_tids()`) while it ran here.
         if leave == Leave::Dead {
-            // The old leader's final switch: its last moments since the exec are not
-            // counted; its totals go out under its own TID (in task storage the entry
-            // hangs off the task; in the THREADS hash `hand_over` hands them over
-            // (or did). Not `flush_dead`: the traced set's entry for that TID is the
-            // exec'd thread's.
+            // The old leader's final switch: its totals, with this last slice (in task
+            // storage the entry hangs off the task), go out under its own TID. In the
+            // THREADS hash `hand_over` hands them over (or did), without the slice.
+            // Not `flush_dead`: the traced set's entry for that TID is the exec'd
+            // thread's.
             if in_storage(&prev) {
                 if let Some(s) = existing_entry(&prev) {
+                    settle_reaped(&prev, cs, s);
                     // SAFETY: task storage of the task leaving.
                     flush_record_as(cs.tid, REAPED_BY_EXEC, unsafe { &*s });
                     flush_hist(&prev);
@@ -400,16 +401,7 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
     } else {
         slice::wait_from(s.runnable_ns, start)
     };
-    if wait != slice::UNKNOWN {
-        s.runq_wait_ns += wait;
-        s.runq_waits += 1;
-        hist_add(KIND_RUNQ, id, wait, th);
-    }
-    let d = slice::off_cpu(s.last_off_ns, start, 0);
-    if d != 0 {
-        s.add_off_cpu(d);
-        hist_add(KIND_OFF_CPU, id, d, th);
-    }
+    count_before(s, id, th, wait, slice::off_cpu(s.last_off_ns, start, 0));
     // Volatile: two adjacent zero stores become a 16-byte `memset` call out of line.
     // SAFETY: fields of the entry in hand.
     unsafe {
@@ -417,6 +409,62 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
         core::ptr::write_volatile(&mut s.runnable_ns, 0);
     }
     seq_bump(cs);
+}
+
+/// The old leader's final slice, in which an exec from another thread of its process
+/// swapped their TIDs (`de_thread()` waits for the leader's `exit_state`, set before
+/// its final switch): with what ended when it began, counted under the TID the slice
+/// began with (`cs.tid`, the entry's), as the trace shows it. Its slice can be long: a
+/// leader running when the exec killed it runs on to its exit (2-6 ms seen).
+// Not inlined: the configuration-dead call costs the other modes nothing.
+#[inline(never)]
+fn settle_reaped(prev: &Task, cs: &mut CpuState, s: *mut ThreadStats) {
+    let (open, close) = window();
+    let start = cs.slice_start_ns;
+    if start <= 1 || cs.traced == 0 || slice::edge(start, open, close) == slice::Edge::Outside {
+        // Its switch-in was not seen (or not timed), or it is outside the window.
+        return;
+    }
+    // SAFETY: task storage of the task leaving, only this CPU's program touches it now.
+    let s = unsafe { &mut *s };
+    let now = unsafe { bpf_ktime_get_ns() };
+    // By the scheduler's runtime since its last switch-out (the exit path's
+    // `sched_move_task()` restarts `prev_sum_exec_runtime`, see `record::switch`), cut
+    // at the close; the wall time where that base is not known. Not `slice::slice`:
+    // its walk here cost the default program 1,300 verified instructions.
+    let len = slice::reaped_slice(now, start, close, prev.sum_exec(), s.last_sum_exec);
+    let c = config();
+    let id = scoped_id(c.mode.hist_scope, cs.tid, prev.tgid);
+    let th = thread_hist(prev);
+    seq_bump(cs);
+    count_before(
+        s,
+        id,
+        th,
+        cs.wait_ns,
+        slice::off_cpu(s.last_off_ns, start, 0),
+    );
+    s.on_cpu_ns += len;
+    s.slices += 1;
+    hist_add(KIND_ON_CPU, id, len, th);
+    cs.busy_ns += len;
+    s.voluntary += 1;
+    seq_bump(cs);
+}
+
+/// What ended when a slice began: its run-queue wait (`slice::UNKNOWN`: none) and the
+/// off-CPU period before it (0: none).
+#[inline(always)]
+fn count_before(s: &mut ThreadStats, id: u32, th: *mut ThreadHist, wait: u64, off: u64) {
+    if wait != slice::UNKNOWN {
+        s.runq_wait_ns += wait;
+        s.runq_waits += 1;
+        hist_add(KIND_RUNQ, id, wait, th);
+    }
+    if off != 0 {
+        s.add_off_cpu(off);
+        hist_add(KIND_OFF_CPU, id, off, th);
+    }
 }
 
 /// A thread asleep at the close that dies after it, before user space's final read:
