@@ -199,25 +199,17 @@ pub fn off_cpu(last_off: u64, begun: u64, credit: u64) -> u64 {
 
 /// The final slice of a leader an exec reaped (`de_thread()` swapped its TID mid-slice),
 /// begun at `start` inside the window and ending `now`: the runtime since its last
-/// switch-out (`last_sum`, 0: unknown) where known, else the wall time; cut at the
-/// `close` (0: open).
+/// switch-out (`last_sum`, 0: unknown) where known, else the wall time; a slice
+/// running at the `close` (0: open) is the wall time up to it, as [`slice`] and user
+/// space's read cut one.
 #[inline(always)]
 pub fn reaped_slice(now: u64, start: u64, close: u64, sum: u64, last_sum: u64) -> u64 {
-    let end = if close != 0 && now > close {
-        close
+    if close != 0 && now > close {
+        close.saturating_sub(start)
+    } else if last_sum != 0 && sum > last_sum {
+        sum - last_sum
     } else {
-        now
-    };
-    let wall = end.saturating_sub(start);
-    if last_sum != 0 && sum > last_sum {
-        let run = sum - last_sum;
-        if end < now {
-            run.min(wall)
-        } else {
-            run
-        }
-    } else {
-        wall
+        now.saturating_sub(start)
     }
 }
 

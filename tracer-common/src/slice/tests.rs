@@ -478,11 +478,11 @@ fn a_reaped_leaders_final_slice_is_its_runtime_since_its_last_switch_out() {
             10 * MS,
         ),
         (
-            "cut at the close",
+            "cut at the close: the clock, not the runtime",
             20 * MS,
             10 * MS,
             15 * MS,
-            59 * MS,
+            53 * MS,
             50 * MS,
             5 * MS,
         ),

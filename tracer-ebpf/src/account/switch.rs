@@ -61,6 +61,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             // THREADS hash `hand_over` hands them over (or did), without the slice.
             // Not `flush_dead`: the traced set's entry for that TID is the exec'd
             // thread's.
+            // Inside the bumps up to `traced`: a read in between would see the slice
+            // both in the record and still running here.
+            seq_bump(cs);
             if in_storage(&prev) {
                 if let Some(s) = existing_entry(&prev) {
                     settle_reaped(&prev, cs, s);
@@ -72,6 +75,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
                 }
             }
             cs.traced = 0;
+            seq_bump(cs);
             return 0;
         }
         // The exec'ing thread, leaving before `sched_process_exec`: its TID changed
@@ -367,8 +371,12 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
 
 /// Moves this CPU's `seq` on by one: odd while a switch program writes a traced
 /// thread's entry and the histograms, even when done (`bpf/collect.rs` keeps a read
-/// only where it is even and unchanged across it). Volatile, so neither bump merges
-/// with the other or moves across the entry's and histograms' writes.
+/// only where it is even and unchanged across it). Volatile, so the two bumps never
+/// merge; the entry's and histograms' stores stay between them because the compiler
+/// cannot tell those map values from this one (a `compiler_fence` does not lower to
+/// BPF: LLVM cannot select `AtomicFence`). Not an atomic: x86 keeps stores in order
+/// (a `lock` prefix would cost every traced switch); a weakly ordered CPU may show
+/// another CPU's writes out of order, which a read then misses as before.
 #[inline(always)]
 fn seq_bump(cs: &mut CpuState) {
     // SAFETY: per-CPU state, only this CPU's switch programs write it.
@@ -436,20 +444,23 @@ fn settle_reaped(prev: &Task, cs: &mut CpuState, s: *mut ThreadStats) {
     let c = config();
     let id = scoped_id(c.mode.hist_scope, cs.tid, prev.tgid);
     let th = thread_hist(prev);
-    seq_bump(cs);
+    // Runtime charged from before the switch-in (see `slice::Slice::credit`) is not
+    // off-CPU time too.
+    let wall = now
+        .min(if close != 0 { close } else { now })
+        .saturating_sub(start);
     count_before(
         s,
         id,
         th,
         cs.wait_ns,
-        slice::off_cpu(s.last_off_ns, start, 0),
+        slice::off_cpu(s.last_off_ns, start, len.saturating_sub(wall)),
     );
     s.on_cpu_ns += len;
     s.slices += 1;
     hist_add(KIND_ON_CPU, id, len, th);
     cs.busy_ns += len;
     s.voluntary += 1;
-    seq_bump(cs);
 }
 
 /// What ended when a slice began: its run-queue wait (`slice::UNKNOWN`: none) and the
