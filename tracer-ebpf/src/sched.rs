@@ -326,12 +326,16 @@ pub fn dump_threads(ctx: *mut core::ffi::c_void) {
     let Some(s) = (unsafe { maps::TASK_STATS.get(task, None) }) else {
         return;
     };
-    let rec = tracer_common::ExitRecord {
+    let mut rec = tracer_common::ExitRecord {
         tid: t.tid,
         became: 0,
         // SAFETY: the task's storage, copied out.
         stats: unsafe { *s },
     };
+    // Its name now, with its totals in one read: the entry's is its name when the
+    // entry was made, and /proc, read after, no longer has a thread that exits in
+    // between (torture seed 940035: a thread shown by the name it renamed itself from).
+    rec.stats.comm = t.comm.read();
     // SAFETY: `meta->seq` is the first field of `struct bpf_iter_meta`.
     unsafe {
         let seq = core::ptr::read_volatile(meta as *const *mut aya_ebpf::bindings::seq_file);

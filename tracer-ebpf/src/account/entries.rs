@@ -301,11 +301,18 @@ pub(super) fn flush_dead(t: &Task, s: &mut ThreadStats) {
 /// its totals are handed over; a thread preempted in between is in no read (torture
 /// seed 345355: up to 4 threads missing), and the final read waits for those listed
 /// here and gone from /proc, as it does for a target's (`bpf::collect::exiting`).
+/// Its name is taken again here, so its exit record names it as it died, not by the
+/// name its entry was made with (its parent's, for a thread that renamed itself).
 #[inline(always)]
 pub fn exiting(t: &Task) {
-    if config().mode.filter != filter::ALL || !in_storage(t) || existing_entry(t).is_none() {
+    if config().mode.filter != filter::ALL || !in_storage(t) {
         return;
     }
+    let Some(s) = existing_entry(t) else {
+        return;
+    };
+    // SAFETY: the task storage of `current`, the task exiting.
+    unsafe { (*s).comm = crate::task::current_comm() };
     let v = Tracked {
         tgid: t.tgid(),
         flags: 0,

@@ -370,7 +370,8 @@ impl Collector {
             }
             // The comm now, not at the entry's creation (an exec since, a rename); for a
             // thread gone from /proc since it was read, the name an earlier read found.
-            if self.proc_comms {
+            // The task iterator gives the name it has at the read itself.
+            if self.proc_comms && self.runq != RunqSource::TaskStorage {
                 match crate::sys::procfs::comm(&self.root, key.0, key.0) {
                     Some(c) => set_comm(&mut stats.comm, &c),
                     None => {
