@@ -50,7 +50,8 @@ pub struct Collector {
     /// what the dead threads handed over, per process, until it dies.
     thread_hists: Option<ProcHists>,
     /// Each live thread's comm is read again from /proc at every snapshot (a rename or
-    /// exec since its entry was made); `tracer serve` names processes itself, once.
+    /// exec since its entry was made); `tracer serve` names processes itself, once, and
+    /// the task iterator (task-storage modes) reads the name with the totals.
     proc_comms: bool,
     /// The histograms are read inside the consistency check, with the threads (see
     /// `snapshot`); false: once, before it.
@@ -112,7 +113,8 @@ impl Collector {
             exited: BTreeMap::new(),
             exited_hists: BTreeMap::new(),
             thread_hists: None,
-            proc_comms: true,
+            // The task iterator (task-storage modes) gives each thread's name at the read.
+            proc_comms: runq != RunqSource::TaskStorage,
             hists_with_threads: true,
             dead_pending: Vec::new(),
             last_live: HashSet::new(),
@@ -370,8 +372,7 @@ impl Collector {
             }
             // The comm now, not at the entry's creation (an exec since, a rename); for a
             // thread gone from /proc since it was read, the name an earlier read found.
-            // The task iterator gives the name it has at the read itself.
-            if self.proc_comms && self.runq != RunqSource::TaskStorage {
+            if self.proc_comms {
                 match crate::sys::procfs::comm(&self.root, key.0, key.0) {
                     Some(c) => set_comm(&mut stats.comm, &c),
                     None => {
