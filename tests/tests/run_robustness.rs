@@ -99,11 +99,13 @@ fn thread_churn_keeps_maps_bounded_and_values_possible() {
     // Nothing lost. A slice whose switch-in no program saw (the switch before it was
     // not reported by the kernel: on the 6.18 Firecracker guest, switches out of the
     // guest agent's threads) is placed by the scheduler's runtime and is no loss, so
-    // switch_in_unseen may be anything; every other counter, switch_out_unseen
-    // included (the untraced agent's slices are not ours), is 0.
+    // switch_in_unseen may be anything, as may wakeup_kept_aside (a wakeup's time kept
+    // in a map when the kernel could not make the thread's storage in an interrupt);
+    // every other counter, switch_out_unseen included (the untraced agent's slices are
+    // not ours), is 0.
     let drops = total["drops"].as_object().unwrap();
     for (k, v) in drops {
-        if k != "switch_in_unseen" {
+        if k != "switch_in_unseen" && k != "wakeup_kept_aside" {
             assert_eq!(v.as_u64().unwrap(), 0, "drops.{k}");
         }
     }

@@ -261,9 +261,10 @@ pub mod drop {
     pub const HIST_FULL: u32 = 3;
     /// `bpf_perf_event_read_value` failed for a slice counter.
     pub const COUNTER_READ: u32 = 4;
-    /// Task-local storage could not be created: out of memory, or the CPU's storage
-    /// lock was held by a program this one interrupted (`bpf_task_storage_trylock`,
-    /// e.g. a wakeup in an interrupt during an exit): a slice or a wait was not counted.
+    /// Task-local storage could not be created (out of memory, or the CPU's storage
+    /// lock was held by a program this one interrupted, `bpf_task_storage_trylock`) at
+    /// a switch-out or a new thread's first wakeup, or a wakeup's time could not be
+    /// kept aside either ([`WAKE_ASIDE`] full): a slice or a wait was not counted.
     pub const STORAGE: u32 = 5;
     /// Not a loss: a traced thread left a CPU whose switch-in to it no program saw,
     /// because the switch before it was never reported (see [`UNSEEN_SWITCH_OUT`]).
@@ -280,7 +281,13 @@ pub mod drop {
     /// agent's threads, PID 1: ftrace's own sched_switch event never shows them as
     /// `prev` either), so no program saw it leave.
     pub const UNSEEN_SWITCH_OUT: u32 = 7;
-    pub const COUNT: u32 = 8;
+    /// Not a loss: a wakeup could not create the woken thread's task storage, because
+    /// BPF's per-CPU allocator had nothing free (`bpf_mem_alloc` refills from an
+    /// irq_work, which cannot run inside the interrupt: hrtimer wakeups of threads asleep
+    /// since before the window, under thread churn, 2026-12-06). The wakeup's time is
+    /// kept aside (`WAKE_ASIDE`, by TID) and the wait timed from it at the switch-in.
+    pub const WAKE_ASIDE: u32 = 8;
+    pub const COUNT: u32 = 9;
 }
 
 /// Which threads are accounted.

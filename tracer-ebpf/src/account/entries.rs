@@ -11,7 +11,7 @@ use tracer_common::{
 use crate::{
     maps::{
         count_drop, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL, SLICE_COUNTER0, SLICE_COUNTER1,
-        TASK_STATS, THREADS, TRACKED, WINDOW,
+        TASK_STATS, THREADS, TRACKED, WAKE_ASIDE, WINDOW,
     },
     task::config,
     CommSrc, Task,
@@ -169,8 +169,14 @@ pub(super) fn process_of(tid: u32) -> u32 {
 /// time runs from `born` (a thread created in the window: `sched_wakeup_new`), else
 /// from the window's opening: a thread first seen now has existed off-CPU since then,
 /// so one asleep at the opening still has its on + off equal to its time in the window.
+/// Task storage that cannot be had is counted as `lost` (none: the caller says).
 #[inline(always)]
-pub(super) fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mut ThreadStats> {
+pub(super) fn thread_entry(
+    t: &Task,
+    tgid: u32,
+    born: Option<u64>,
+    lost: Option<u32>,
+) -> Option<*mut ThreadStats> {
     if in_storage(t) {
         // SAFETY: a trusted task pointer.
         if let Some(p) = unsafe { TASK_STATS.get(t.ptr, None) } {
@@ -202,7 +208,9 @@ pub(super) fn thread_entry(t: &Task, tgid: u32, born: Option<u64>) -> Option<*mu
         // SAFETY: as above; the kernel copies `s` into the new storage.
         let p = unsafe { TASK_STATS.get(t.ptr, Some(s)) };
         if p.is_none() {
-            count_drop(drop::STORAGE);
+            if let Some(idx) = lost {
+                count_drop(idx);
+            }
         }
         return p;
     }
@@ -389,4 +397,26 @@ pub(super) fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
         }
         None => count_drop(drop::EXIT_RINGBUF_FULL),
     }
+}
+
+/// A wakeup of `tid` at `now` whose task storage could not be made (see
+/// `drop::WAKE_ASIDE`): kept by TID for its switch-in. An earlier time kept stays (the
+/// wait began then); a full map loses the wait, counted.
+// Not inlined: the wakeup programs' common path does not carry it.
+#[inline(never)]
+pub(super) fn set_wake_aside(tid: u32, now: u64) {
+    if WAKE_ASIDE.insert(tid, now, BPF_NOEXIST as u64).is_ok() {
+        count_drop(drop::WAKE_ASIDE);
+    } else if WAKE_ASIDE.get_ptr(tid).is_none() {
+        count_drop(drop::STORAGE);
+    }
+}
+
+/// The wakeup time kept aside for `tid` (see [`set_wake_aside`]), taken out.
+#[inline(always)]
+pub(super) fn take_wake_aside(tid: u32) -> Option<u64> {
+    // SAFETY: copied out at once.
+    let at = unsafe { WAKE_ASIDE.get(tid) }.copied()?;
+    let _ = WAKE_ASIDE.remove(tid);
+    Some(at)
 }

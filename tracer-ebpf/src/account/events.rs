@@ -49,27 +49,38 @@ pub fn wakeup(p: Task, new: bool) -> u64 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(s) = thread_entry(&p, tgid, new.then_some(now)) {
-        // SAFETY: map value or task storage.
-        let s = unsafe { &mut *s };
-        if !new && !slice::wakeup_stamps(s.runnable_ns) {
-            // Already runnable: its wait began earlier (see `slice::wakeup_stamps`).
-            return 0;
+    // A woken thread's storage that cannot be made (see `drop::WAKE_ASIDE`) keeps its
+    // wakeup aside; a new thread's birth time has nowhere else to go (counted).
+    let lost = if new || !in_storage(&p) {
+        Some(drop::STORAGE)
+    } else {
+        None
+    };
+    let Some(s) = thread_entry(&p, tgid, new.then_some(now), lost) else {
+        if lost.is_none() {
+            set_wake_aside(p.tid, now);
         }
-        s.runnable_ns = now;
-        if new && s.last_sum_exec == 0 {
-            // It has not run: its first slice counts from a runtime of 0, in every probe
-            // mode (classic tracepoints cannot read it at the switch-in).
-            s.last_sum_exec = slice::runtime_base(0, 0);
-        }
-        if new && s.flags & HAVE_RUN_DELAY == 0 {
-            // Nor waited: `sched_fork()` zeroes its `sched_info`, so where waits come
-            // from `run_delay` its first one is known even when the switch-in that ends
-            // it goes unseen (`drop::UNSEEN_SWITCH_IN`; a short process lost its first
-            // wait that way, torture seed 8, raw-tp).
-            s.last_run_delay = slice::RUN_DELAY_AT_BIRTH;
-            s.flags |= HAVE_RUN_DELAY;
-        }
+        return now;
+    };
+    // SAFETY: map value or task storage.
+    let s = unsafe { &mut *s };
+    if !new && !slice::wakeup_stamps(s.runnable_ns) {
+        // Already runnable: its wait began earlier (see `slice::wakeup_stamps`).
+        return 0;
+    }
+    s.runnable_ns = now;
+    if new && s.last_sum_exec == 0 {
+        // It has not run: its first slice counts from a runtime of 0, in every probe
+        // mode (classic tracepoints cannot read it at the switch-in).
+        s.last_sum_exec = slice::runtime_base(0, 0);
+    }
+    if new && s.flags & HAVE_RUN_DELAY == 0 {
+        // Nor waited: `sched_fork()` zeroes its `sched_info`, so where waits come
+        // from `run_delay` its first one is known even when the switch-in that ends
+        // it goes unseen (`drop::UNSEEN_SWITCH_IN`; a short process lost its first
+        // wait that way, torture seed 8, raw-tp).
+        s.last_run_delay = slice::RUN_DELAY_AT_BIRTH;
+        s.flags |= HAVE_RUN_DELAY;
     }
     now
 }

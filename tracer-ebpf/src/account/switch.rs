@@ -163,7 +163,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
         return now;
     }
-    let Some(s) = thread_entry(&prev, prev.tgid, None) else {
+    let Some(s) = thread_entry(&prev, prev.tgid, None, Some(drop::STORAGE)) else {
         if leave == Leave::Dead {
             untrack_dead(&prev);
         }
@@ -560,6 +560,11 @@ fn switch_in_at(next: Task, mut now: u64) -> u64 {
                 cs.wait_ns = now - s.runnable_ns;
             }
             s.runnable_ns = 0;
+        } else if let Some(at) = take_wake_aside(next.tid) {
+            // Its wakeup could not make its storage; its switch-out will.
+            if now > at {
+                cs.wait_ns = now - at;
+            }
         }
     }
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);

@@ -44,6 +44,12 @@ pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map]
 pub static SLICE_COUNTER1: PerfEventArray<u32> = PerfEventArray::new(0);
 
+/// Wakeup times of threads whose task storage a wakeup could not create (see
+/// `drop::WAKE_ASIDE`), by TID, until their switch-in takes them. Preallocated, so an
+/// insert in an interrupt does not need the allocator that just failed.
+#[map]
+pub static WAKE_ASIDE: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
 /// Where a new per-thread entry is built before the kernel copies it in (off the stack).
 #[map]
 pub static SCRATCH: PerCpuArray<ThreadStats> = PerCpuArray::with_max_entries(1, 0);

@@ -267,6 +267,16 @@ pub fn drop_advice(name: &str) -> Option<&'static str> {
     })
 }
 
+/// Why a counter that is no loss (see [`drop_advice`]) lost nothing.
+pub fn drop_note(name: &str) -> &'static str {
+    match name {
+        "wakeup_kept_aside" => {
+            "wakeups whose task storage the kernel's allocator could not make in an interrupt, timed from a map aside, nothing lost"
+        }
+        _ => "placed by the scheduler's own runtime, nothing lost",
+    }
+}
+
 impl Serialize for Drops {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_map(self.named())

@@ -171,6 +171,7 @@ pub const DROP_NAMES: [&str; drop::COUNT as usize] = [
     "task_storage_failed",
     "switch_in_unseen",
     "switch_out_unseen",
+    "wakeup_kept_aside",
 ];
 
 fn sub_stats(a: &ThreadStats, b: &ThreadStats) -> ThreadStats {

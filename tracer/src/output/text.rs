@@ -4,7 +4,7 @@ use crate::model::targets::HistScope;
 use crate::model::{
     hist::{format_bcc, human_ns, Unit},
     options::RunqSource,
-    report::{drop_advice, ReportKind, ThreadRow, UtilSource, View},
+    report::{drop_advice, drop_note, ReportKind, ThreadRow, UtilSource, View},
     snapshot::{HistKind, HistSet},
     words::{self, plural},
 };
@@ -146,10 +146,7 @@ pub fn format_text(r: &Report) -> String {
                 }
                 out += &format!("WARNING: events lost in the kernel: {n}={v} ({advice})\n");
             }
-            None => {
-                out +=
-                    &format!("note: {n}={v}: placed by the scheduler's own runtime, nothing lost\n")
-            }
+            None => out += &format!("note: {n}={v}: {}\n", drop_note(n)),
         }
     }
     for n in &r.notices {
