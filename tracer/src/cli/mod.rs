@@ -559,7 +559,7 @@ pub fn main() -> i32 {
             let _ = writeln!(
                 std::io::stderr().lock(),
                 "tracer: error: {}",
-                crate::error::one_line(&e)
+                crate::error::for_terminal(&e)
             );
             2
         }
