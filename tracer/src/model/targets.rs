@@ -35,7 +35,8 @@ impl Targets {
     }
 
     /// What is traced, for banners and titles: "all CPUs", "PID 42, TID 7",
-    /// "cgroup /x and below".
+    /// "cgroup /x and below", "command ./x -y". Not escaped (JSON keeps the exact text):
+    /// a terminal line escapes it.
     pub fn describe(&self) -> String {
         if let Some(cg) = &self.cgroup {
             let below = if self.cgroup_node_only {
@@ -57,6 +58,12 @@ impl Targets {
                 None => String::new(),
             };
             return format!("{asked}cgroup {}{below}", cg.display());
+        }
+        if !self.command.is_empty() {
+            return format!(
+                "command {}",
+                crate::sys::launch::short_command(&self.command, 200)
+            );
         }
         let mut parts: Vec<String> = self.pids.iter().map(|p| format!("PID {p}")).collect();
         parts.extend(self.tids.iter().map(|t| format!("TID {t}")));
@@ -83,6 +90,12 @@ mod tests {
         };
         assert_eq!(t.describe(), "PID 4, PID 5, TID 9");
         assert!(!t.system_wide());
+        let cmd = Targets {
+            command: vec!["./busy".into(), "2".into()],
+            ..Default::default()
+        };
+        assert_eq!(cmd.describe(), "command ./busy 2");
+        assert!(!cmd.system_wide());
         let c = Targets {
             cgroup: Some("/sys/fs/cgroup/a".into()),
             ..Default::default()

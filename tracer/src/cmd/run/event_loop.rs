@@ -43,7 +43,7 @@ fn show_life(args: &RunConfig) {
     let _ = writeln!(
         std::io::stderr().lock(),
         "Tracing scheduling of {}{how_long}... {stop}",
-        args.targets.describe()
+        crate::model::words::escape(args.targets.describe())
     );
 }
 
