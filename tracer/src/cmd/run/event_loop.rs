@@ -237,6 +237,10 @@ impl Work<()> for Intervals<'_> {
         }
         // Late ticks are not made up for: the next one comes a whole interval later.
         self.next = Some(next.max(Instant::now() - every) + every);
+        if self.args.count.is_some_and(|n| self.intervals + 1 >= n) {
+            // The last interval is the final read's, so the totals end where it does.
+            return Ok(Some(End::Count));
+        }
         self.intervals += 1;
         let now = read_interval(self.s, self.args, self.root, &self.prev)?;
         let kind = ReportKind::Interval {
@@ -252,9 +256,6 @@ impl Work<()> for Intervals<'_> {
         drop(r);
         // A report of thousands of threads is freed here; its pages go back.
         crate::sys::heap::give_back();
-        if self.args.count.is_some_and(|n| self.intervals >= n) {
-            return Ok(Some(End::Count));
-        }
         Ok(None)
     }
 }
@@ -310,8 +311,9 @@ pub(super) async fn event_loop(
     }
     let last = read_final(&mut s, args, root, &prev, t1)?;
     let (record, hook_notices) = args.hook.finish(&mut s.tracer.ebpf)?;
-    if args.interval.is_some() && !matches!(end, End::Count) && t1 > prev.snap.at_ns {
-        // The rest of the window after the last tick, so the intervals add up to the totals.
+    if args.interval.is_some() && (matches!(end, End::Count) || t1 > prev.snap.at_ns) {
+        // The rest of the window after the last tick (with --count, the last interval),
+        // so the intervals add up to the totals.
         let kind = ReportKind::Interval {
             interval: intervals + 1,
         };
