@@ -18,10 +18,7 @@ use crate::model::{
     snapshot::{HistKind, HistSet},
     words,
 };
-use crate::output::{
-    report::Report,
-    sink::{write_flush, Sink},
-};
+use crate::output::{report::Report, sink::Sink};
 use crate::sys::files;
 
 /// Rows: row `r` holds values in `[2^(r-1), 2^r)` ns, row 0 holds 0 ns. The log-linear
@@ -275,6 +272,7 @@ pub fn svg(title: &str, cols: &[Column]) -> String {
 pub struct HeatmapSink {
     inner: Box<dyn Sink>,
     file: std::fs::File,
+    path: std::path::PathBuf,
     cols: Vec<Column>,
 }
 
@@ -285,6 +283,7 @@ impl HeatmapSink {
         Ok(HeatmapSink {
             inner,
             file: files::create_output(path)?,
+            path: path.to_path_buf(),
             cols: Vec::new(),
         })
     }
@@ -293,7 +292,18 @@ impl HeatmapSink {
 /// Writes `cols` as an SVG to `path`.
 pub fn write_svg(path: &Path, title: &str, cols: &[Column]) -> Result<(), TracerError> {
     let mut f = files::create_output(path)?;
-    write_flush(&mut f, &svg(title, cols))
+    write_file(&mut f, path, &svg(title, cols))
+}
+
+/// `text` into the file at `path`; an error names the file (not standard output).
+fn write_file(f: &mut std::fs::File, path: &Path, text: &str) -> Result<(), TracerError> {
+    use std::io::Write as _;
+    f.write_all(text.as_bytes())
+        .and_then(|_| f.flush())
+        .map_err(|source| TracerError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 impl Sink for HeatmapSink {
@@ -320,8 +330,9 @@ impl Sink for HeatmapSink {
                     .map_or(0, |_| r.duration_ns / self.cols.len() as u64)
             )
         );
-        write_flush(&mut self.file, &svg(&title, &self.cols))?;
-        self.inner.total(r)
+        // The report first: a heatmap that cannot be written must not lose it.
+        self.inner.total(r)?;
+        write_file(&mut self.file, &self.path, &svg(&title, &self.cols))
     }
 }
 

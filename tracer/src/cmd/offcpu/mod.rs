@@ -260,12 +260,6 @@ async fn trace(
         t1 - t0,
         target_text(&o, child),
     )?;
-    if let Some(mut f) = svg {
-        let mut buf = Vec::new();
-        flamegraph::write_svg(&report, &mut buf).context("drawing the flame graph")?;
-        f.write_all(&buf)
-            .with_context(|| format!("writing {}", o.svg.as_ref().unwrap().display()))?;
-    }
     let mut out = Vec::new();
     if o.folded {
         folded::write(&report, &mut out)?;
@@ -286,6 +280,13 @@ async fn trace(
         }
     }
     crate::output::stdout::emit_raw(&String::from_utf8_lossy(&out))?;
+    // After the report: a flame graph that cannot be written must not lose it.
+    if let Some(mut f) = svg {
+        let mut buf = Vec::new();
+        flamegraph::write_svg(&report, &mut buf).context("drawing the flame graph")?;
+        f.write_all(&buf)
+            .with_context(|| format!("writing {}", o.svg.as_ref().unwrap().display()))?;
+    }
     Ok(match child_state {
         Some(st) => st.exit_code().unwrap_or(0),
         None => 0,
