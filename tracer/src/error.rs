@@ -139,17 +139,6 @@ pub fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-/// [`one_line`] made safe for a terminal: the paths and names an error quotes come from
-/// the user or the kernel (a cgroup directory anyone may have named), so each line is
-/// escaped as reports escape names; the line breaks an error means to make stay.
-pub fn for_terminal(e: &anyhow::Error) -> String {
-    one_line(e)
-        .split('\n')
-        .map(crate::model::words::escape)
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Whether the error (or any cause) is standard output closed by its reader.
 pub fn is_output_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -189,16 +178,6 @@ mod tests {
         assert_eq!(
             one_line(&e),
             "opening it: No such file or directory (os error 2)"
-        );
-    }
-
-    #[test]
-    fn an_error_for_the_terminal_has_its_controls_escaped_and_its_lines_kept() {
-        let e = anyhow::anyhow!("cgroup /sys/fs/cgroup/cg\x1b[31mRED\x07/nope: gone")
-            .context("no probe mode works:\n  tp-btf: \u{202e}x");
-        assert_eq!(
-            for_terminal(&e),
-            "no probe mode works:\n  tp-btf: \\u{202e}x: cgroup /sys/fs/cgroup/cg\\x1b[31mRED\\x07/nope: gone"
         );
     }
 

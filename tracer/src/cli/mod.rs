@@ -559,11 +559,22 @@ pub fn main() -> i32 {
             let _ = writeln!(
                 std::io::stderr().lock(),
                 "tracer: error: {}",
-                crate::error::for_terminal(&e)
+                error_for_terminal(&e)
             );
             2
         }
     }
+}
+
+/// [`crate::error::one_line`] made safe for a terminal: the paths and names an error quotes come from
+/// the user or the kernel (a cgroup directory anyone may have named), so each line is
+/// escaped as reports escape names; the line breaks an error means to make stay.
+fn error_for_terminal(e: &anyhow::Error) -> String {
+    crate::error::one_line(e)
+        .split('\n')
+        .map(crate::model::words::escape)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

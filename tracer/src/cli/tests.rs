@@ -119,3 +119,13 @@ fn cli_is_consistent() {
     use clap::CommandFactory;
     Cli::command().debug_assert();
 }
+
+#[test]
+fn an_error_for_the_terminal_has_its_controls_escaped_and_its_lines_kept() {
+    let e = anyhow::anyhow!("cgroup /sys/fs/cgroup/cg\x1b[31mRED\x07/nope: gone")
+        .context("no probe mode works:\n  tp-btf: \u{202e}x");
+    assert_eq!(
+            error_for_terminal(&e),
+            "no probe mode works:\n  tp-btf: \\u{202e}x: cgroup /sys/fs/cgroup/cg\\x1b[31mRED\\x07/nope: gone"
+        );
+}
