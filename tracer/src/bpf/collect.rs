@@ -234,30 +234,6 @@ impl Collector {
         }
     }
 
-    /// The part of a running slice to count now, `elapsed` after its switch-in. While
-    /// the window is open it must not exceed what the kernel will count when the slice
-    /// ends, or an interval would later have to take time back: the kernel counts the
-    /// scheduler's runtime (`sum_exec_runtime` delta) where it knows its base, and
-    /// schedstat shows that runtime as of now (it lags by at most a tick). At the close
-    /// the kernel cuts slices by the clock, and so does this.
-    fn running_part(&self, tid: u32, st: &ThreadStats, elapsed: u64, closed: bool) -> u64 {
-        if closed {
-            return elapsed;
-        }
-        if st.last_sum_exec != 0 {
-            return match crate::sys::procfs::schedstat(&self.root, tid, tid) {
-                Ok(ss) => ss.run_ns.saturating_sub(st.last_sum_exec).min(elapsed),
-                Err(_) => 0,
-            };
-        }
-        // Its switch-in was seen (it began `elapsed` ago): the kernel will count the
-        // deltas, or the clock where one may be missing.
-        match tracer_common::slice::runtime_deltas(st.pending_runtime, 1) {
-            0 => elapsed,
-            deltas => deltas.min(elapsed),
-        }
-    }
-
     /// A cumulative snapshot. With `partial_slices`, time of slices still running on each
     /// CPU is added to their threads (the window's end cuts them).
     /// `close_ns`: the window's close (0: still open).
@@ -494,7 +470,14 @@ impl Collector {
                 continue;
             }
             let st = &mut r.stats;
-            st.on_cpu_ns += self.running_part(cs.tid, st, upto - begun, close_ns != 0);
+            // By the clock, as the kernel cuts slices at the close: a thread's time then
+            // grows between two reads by no more than the time between them. The
+            // scheduler's runtime, which the kernel counts when the slice ends, lags by
+            // up to a tick in /proc (`sum_exec_runtime` moves at `update_curr()`), and an
+            // interval after a lagging read showed a busy thread at 104.7% of a CPU.
+            // Where the runtime then comes in below this (steal, IRQ time), `raise_to`
+            // keeps what a read showed.
+            st.on_cpu_ns += upto - begun;
             if may_have_ended {
                 close_slice_ended_in_read(st, begun, upto);
             } else {
@@ -520,7 +503,7 @@ impl Collector {
         // Off-CPU periods still open, and threads of the target that never ran (not
         // those a CPU's record names).
         left.close_open_periods(&self.root, &mut threads);
-        add_open_off_periods(&mut threads, &counted_running, end, close_ns != 0);
+        add_open_off_periods(&mut threads, &counted_running, end);
         idle::add_never_ran(
             &self.idle,
             &self.root,

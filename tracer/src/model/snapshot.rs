@@ -101,6 +101,19 @@ fn take_off_cpu(into: &mut ThreadStats, earlier: &ThreadStats, on_back: u64) {
     into.off_cpu_ns = off.max(blocked + preempted);
 }
 
+/// After [`max_stats`], where an earlier read counted `off_back` more off-CPU time than
+/// this one: it counted the period before a running slice up to the switch-in, and the
+/// kernel, settling that period when the slice ended, gave the scheduler's credit to
+/// the slice (its runtime from before the switch-in). That time comes off this read's
+/// on-CPU, down to the earlier read's, so on-CPU plus off-CPU stays the thread's time in
+/// the window.
+fn take_on_cpu(into: &mut ThreadStats, earlier: &ThreadStats, off_back: u64) {
+    into.on_cpu_ns = into
+        .on_cpu_ns
+        .saturating_sub(off_back)
+        .max(earlier.on_cpu_ns);
+}
+
 /// Folds all but the `keep` busiest individual exited threads into one row per process.
 pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) {
     let mut single: Vec<(u64, ThreadKey)> = exited
@@ -351,10 +364,12 @@ impl Snapshot {
             };
             if let Some(e) = e {
                 let on_back = e.on_cpu_ns.saturating_sub(r.stats.on_cpu_ns);
+                let off_back = e.off_cpu_ns.saturating_sub(r.stats.off_cpu_ns);
                 let waits_back = e.runq_waits.saturating_sub(r.stats.runq_waits);
                 let wait_ns_back = e.runq_wait_ns.saturating_sub(r.stats.runq_wait_ns);
                 max_stats(&mut r.stats, e);
                 take_off_cpu(&mut r.stats, e, on_back);
+                take_on_cpu(&mut r.stats, e, off_back);
                 if waits_back > 0 {
                     waits_kept.push((r.tid, r.stats.tgid, waits_back, wait_ns_back));
                 }
