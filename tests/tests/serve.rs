@@ -188,6 +188,14 @@ fn promtool_accepts_the_exposition_and_bad_requests_get_4xx() {
     let (code, om, _) = curl(&["-H", "Accept: application/openmetrics-text", &url]);
     assert_eq!(code, 200);
     assert!(om.trim_end().ends_with("# EOF"));
+    // Each family declared once (the off-CPU counter and histogram once clashed here).
+    let mut families = std::collections::HashSet::new();
+    for l in om.lines().filter(|l| l.starts_with("# TYPE ")) {
+        assert!(
+            families.insert(l.split_whitespace().nth(2).unwrap().to_string()),
+            "{l}"
+        );
+    }
     assert_eq!(curl(&[&format!("http://{listen}/nope")]).0, 404);
     assert_eq!(curl(&["-X", "POST", &url]).0, 405);
     let (code, index, _) = curl(&[&format!("http://{listen}/")]);

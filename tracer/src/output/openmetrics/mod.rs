@@ -298,7 +298,9 @@ fn encode_all(x: &Exposition, enc: &mut DescriptorEncoder) -> Result<(), std::fm
                 |s: &Series| &s.hist.on_cpu,
             ),
             (
-                "off_cpu",
+                // Not `off_cpu`: OpenMetrics names the `off_cpu_seconds_total` counter's
+                // family `off_cpu_seconds`, and a family is declared once.
+                "off_cpu_period",
                 "Off-CPU periods: switch-out to the next switch-in",
                 |s: &Series| &s.hist.off_cpu,
             ),
@@ -516,12 +518,34 @@ mod tests {
             "tracer_process_on_cpu_seconds_total{pid=\"42\",comm=\"w\\\"x\",cgroup=\"/system.slice/a.service\"} 1.5"
         ), "{om}");
         assert!(om.ends_with("# EOF\n"));
-        let classic = encode(x, Format::Classic).unwrap();
+        let classic = encode(x.clone(), Format::Classic).unwrap();
         assert!(
             classic.contains("# TYPE tracer_process_on_cpu_seconds_total counter"),
             "{classic}"
         );
         assert!(!classic.contains("# EOF"));
+    }
+
+    /// A family declared twice is an invalid exposition (the off-CPU counter and
+    /// histogram once shared `tracer_process_off_cpu_seconds` in OpenMetrics).
+    #[test]
+    fn each_family_is_declared_once_in_both_formats() {
+        let x = Arc::new(Mutex::new(exposition()));
+        for f in [Format::OpenMetrics, Format::Classic] {
+            let text = encode(x.clone(), f).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            for l in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+                let name = l.split_whitespace().nth(2).unwrap();
+                assert!(
+                    seen.insert(name.to_string()),
+                    "{name} declared twice:\n{text}"
+                );
+            }
+            assert!(
+                seen.contains("tracer_process_off_cpu_period_seconds"),
+                "{text}"
+            );
+        }
     }
 
     #[test]
