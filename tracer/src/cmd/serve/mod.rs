@@ -123,6 +123,10 @@ struct State {
     /// PID to (comm, the cgroup label of its last thread delta), the comm read at
     /// first sight.
     procs: HashMap<u32, (String, String)>,
+    /// Processes already gone at this read, by the name their threads' records gave:
+    /// their histograms come with no name of their own (a process that started and
+    /// ended between two scrapes was exported as `comm=""`).
+    gone: HashMap<u32, String>,
     /// Thread cgroup ids to series labels, with each series' workload.
     workloads: cgroups::Workloads,
     root: Root,
@@ -265,6 +269,7 @@ async fn serve(
         collector,
         prev,
         procs: HashMap::new(),
+        gone: HashMap::new(),
         workloads,
         root,
         exposition,
@@ -380,6 +385,7 @@ impl State {
         let expo = self.exposition.clone();
         let mut x = expo.lock().unwrap_or_else(|e| e.into_inner());
         self.workloads.begin_read(now);
+        self.gone.clear();
         // Each process's cgroup for its histograms: that of its threads' latest records
         // (every histogram count comes with a switch-out of one of them).
         let mut proc_cgroup: HashMap<u32, (u64, u64)> = HashMap::new();
@@ -484,11 +490,16 @@ impl State {
         }
         let comm = match procfs::comm_bytes(&self.root, pid, pid) {
             Some(c) => words::escape(c),
+            None if thread_comm.first().is_none_or(|&b| b == 0) => {
+                self.gone.get(&pid).cloned().unwrap_or_default()
+            }
             None => words::escape(words::from_comm(thread_comm)),
         };
         // A process that is already gone is not cached: its PID may come back.
         if procfs::thread_exists(&self.root, pid) {
             self.procs.insert(pid, (comm.clone(), cgroup.to_string()));
+        } else if !comm.is_empty() {
+            self.gone.entry(pid).or_insert_with(|| comm.clone());
         }
         comm
     }
