@@ -109,6 +109,20 @@ pub fn check_accounting(doc: &Value, rb: &Value) {
         Some(release.trim()),
         "SystemInfo utsname"
     );
+    // Every thread the summary lists is named in the trace, one asleep the whole window
+    // included (98 of 451 threads, kernel threads asleep, were missing from a
+    // system-wide trace).
+    for t in doc["threads"].as_array().expect("threads") {
+        let (tid, pid) = (u(&t["tid"]), u(&t["pid"]));
+        if tid == 0 || pid == 0 || t.get("folded_threads").is_some() {
+            continue;
+        }
+        assert!(
+            rb["threads_named"].get(tid.to_string()).is_some(),
+            "TID {tid} ({}) is in the summary but not named in the trace",
+            t["comm"]
+        );
+    }
 }
 
 /// A tmpfs of `kib` KiB mounted for one test, unmounted when dropped.

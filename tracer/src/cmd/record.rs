@@ -84,6 +84,9 @@ struct Recorder {
     close: Arc<AtomicU64>,
     /// The output failed: the session should end.
     failed: Arc<AtomicBool>,
+    /// The report's threads, handed to the reader before `stop`, to be named in the
+    /// trace (see `TraceWriter::name_threads`).
+    names: Arc<Mutex<Vec<(u32, u32, String)>>>,
     reader: Mutex<Option<JoinHandle<Result<Outcome>>>>,
     /// The failure, for the run to end with after its report.
     error: Mutex<Option<anyhow::Error>>,
@@ -100,6 +103,7 @@ pub fn run(args: RecordConfig, root: Root) -> Result<i32> {
         stop: Arc::new(AtomicBool::new(false)),
         close: Arc::new(AtomicU64::new(0)),
         failed: Arc::new(AtomicBool::new(false)),
+        names: Arc::new(Mutex::new(Vec::new())),
         reader: Mutex::new(None),
         error: Mutex::new(None),
     });
@@ -159,10 +163,11 @@ impl Extension for Recorder {
         let writer = TraceWriter::new(out.file, &facts, cpus, offset)
             .with_context(|| format!("writing the trace {}", self.path.display()))?
             .compressed(self.compress);
-        let (stop, close, failed, path) = (
+        let (stop, close, failed, names, path) = (
             self.stop.clone(),
             self.close.clone(),
             self.failed.clone(),
+            self.names.clone(),
             self.path.clone(),
         );
         let h = std::thread::Builder::new()
@@ -172,6 +177,7 @@ impl Extension for Recorder {
                     stop: &stop,
                     close: &close,
                     failed: &failed,
+                    names: &names,
                     regular,
                 };
                 read_loop(rb, stats, writer, &ends, cpus as usize).map(|mut o| {
@@ -190,10 +196,15 @@ impl Extension for Recorder {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
+    fn finish(
+        &self,
+        ebpf: &mut Ebpf,
+        threads: &[(u32, u32, String)],
+    ) -> Result<(Option<RecordSummary>, Vec<String>)> {
         // The trace ends where the summary does; 0 (no close) writes no cut.
         let close = crate::bpf::record::window_close(ebpf).unwrap_or(0);
         self.close.store(close, Ordering::Relaxed);
+        *self.names.lock().map_err(|_| anyhow!("poisoned"))? = threads.to_vec();
         self.stop.store(true, Ordering::Release);
         let h = self
             .reader
@@ -305,6 +316,7 @@ struct Ends<'a> {
     stop: &'a AtomicBool,
     close: &'a AtomicU64,
     failed: &'a AtomicBool,
+    names: &'a Mutex<Vec<(u32, u32, String)>>,
     /// The output is a regular file (it can be cut back and space reserved in it).
     regular: bool,
 }
@@ -434,6 +446,11 @@ fn read_loop(
     lost = l;
     if failure.is_none() {
         let close = ends.close.load(Ordering::Relaxed);
+        if close != 0 {
+            if let Ok(names) = ends.names.lock() {
+                w.name_threads(close, &names);
+            }
+        }
         if let Err(e) = w.finish(&lost, &read, (close != 0).then_some(close)) {
             failure = Some(e);
         }

@@ -147,7 +147,11 @@ impl Extension for SlowLines {
         self.failed.load(Ordering::Relaxed)
     }
 
-    fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
+    fn finish(
+        &self,
+        ebpf: &mut Ebpf,
+        _threads: &[(u32, u32, String)],
+    ) -> Result<(Option<RecordSummary>, Vec<String>)> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.reader.lock().map_err(|_| anyhow!("poisoned"))?.take() {
             h.join().map_err(|_| anyhow!("the reader panicked"))??;

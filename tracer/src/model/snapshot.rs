@@ -114,6 +114,23 @@ fn take_on_cpu(into: &mut ThreadStats, earlier: &ThreadStats, off_back: u64) {
         .max(earlier.on_cpu_ns);
 }
 
+impl Snapshot {
+    /// Every thread it lists by itself (not folded rows), as (TID, TGID, name).
+    pub fn names(&self) -> Vec<(u32, u32, String)> {
+        self.threads
+            .values()
+            .filter(|r| r.folded == 0 && r.tid != 0)
+            .map(|r| {
+                (
+                    r.tid,
+                    r.stats.tgid,
+                    crate::model::words::from_comm(&r.stats.comm),
+                )
+            })
+            .collect()
+    }
+}
+
 /// Folds all but the `keep` busiest individual exited threads into one row per process.
 pub fn fold_exited(exited: &mut BTreeMap<ThreadKey, ThreadRecord>, keep: usize) {
     let mut single: Vec<(u64, ThreadKey)> = exited

@@ -306,11 +306,11 @@ pub(super) async fn event_loop(
     if let End::Output(e) = end {
         // Nothing more can be shown: detach and end.
         s.tracer.detach();
-        let _ = args.hook.finish(&mut s.tracer.ebpf);
+        let _ = args.hook.finish(&mut s.tracer.ebpf, &[]);
         return Err(e.into());
     }
     let last = read_final(&mut s, args, root, &prev, t1)?;
-    let (record, hook_notices) = args.hook.finish(&mut s.tracer.ebpf)?;
+    let (record, hook_notices) = args.hook.finish(&mut s.tracer.ebpf, &last.snap.names())?;
     if args.interval.is_some() && (matches!(end, End::Count) || t1 > prev.snap.at_ns) {
         // The rest of the window after the last tick (with --count, the last interval),
         // so the intervals add up to the totals.

@@ -17,8 +17,13 @@ pub trait Extension: Send + Sync {
     /// failure, the command stopped (see [`Extension::error`]).
     fn should_stop(&self) -> bool;
     /// The window closed and the programs are detached: read the rest, finish the
-    /// output; sections and notices for the final report.
-    fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)>;
+    /// output; sections and notices for the final report. `threads`: every thread the
+    /// report lists, (TID, TGID, name), those that never ran included.
+    fn finish(
+        &self,
+        ebpf: &mut Ebpf,
+        threads: &[(u32, u32, String)],
+    ) -> Result<(Option<RecordSummary>, Vec<String>)>;
     /// Whether `tracer run`'s report is printed at the end.
     fn report(&self) -> bool;
     /// After [`Extension::finish`]: the failure that ended the output, if one did. The
@@ -55,9 +60,13 @@ impl Hook {
     pub fn should_stop(&self) -> bool {
         self.0.as_ref().is_some_and(|e| e.should_stop())
     }
-    pub fn finish(&self, ebpf: &mut Ebpf) -> Result<(Option<RecordSummary>, Vec<String>)> {
+    pub fn finish(
+        &self,
+        ebpf: &mut Ebpf,
+        threads: &[(u32, u32, String)],
+    ) -> Result<(Option<RecordSummary>, Vec<String>)> {
         match &self.0 {
-            Some(e) => e.finish(ebpf),
+            Some(e) => e.finish(ebpf, threads),
             None => Ok((None, Vec::new())),
         }
     }

@@ -307,6 +307,17 @@ impl<W: Write> TraceWriter<W> {
         self.tree_ts = Some(self.tree_ts.map_or(ts, |t| t.min(ts)));
     }
 
+    /// Names threads in the next process tree, as of `ts` (CLOCK_MONOTONIC): the ones
+    /// no event named (a thread asleep the whole window is in the summary, and so in
+    /// the trace, with its process).
+    pub fn name_threads(&mut self, ts: u64, threads: &[(u32, u32, String)]) {
+        for (tid, tgid, name) in threads {
+            if !self.threads.contains_key(tid) {
+                self.saw_thread(ts, *tid, *tgid, name);
+            }
+        }
+    }
+
     pub fn switch(&mut self, s: Switch) {
         self.saw_thread(s.ts, s.next_tid, s.next_tgid, &s.next_comm);
         // A waking before it belongs to this switch-in; one of the task leaving is stale.

@@ -344,3 +344,25 @@ fn a_compressed_trace_expands_to_the_plain_one() {
         plain.len()
     );
 }
+
+/// A thread the summary lists that no event named (asleep the whole window) is named in
+/// the last process tree; one an event named is not named again.
+#[test]
+fn threads_no_event_named_are_named_at_the_end() {
+    let facts = SystemFacts::default();
+    let mut w = TraceWriter::new(Vec::new(), &facts, 1, 0).unwrap();
+    w.switch(sw(1000, 0, 0, 10, "a"));
+    w.flush(&[0]).unwrap();
+    w.name_threads(5000, &[(10, 10, "a".into()), (7, 7, "kthreadd".into())]);
+    w.finish(&[0], &[1], None).unwrap();
+    let trees: Vec<pb::ProcessTree> = packets(&w.into_inner())
+        .into_iter()
+        .filter_map(|p| p.process_tree)
+        .collect();
+    assert_eq!(trees.len(), 2, "{trees:?}");
+    let last = &trees[1];
+    assert_eq!(last.threads.len(), 1, "{last:?}");
+    assert_eq!(last.threads[0].tid, Some(7));
+    assert_eq!(last.threads[0].name.as_deref(), Some("kthreadd"));
+    assert_eq!(last.processes[0].pid, Some(7));
+}
