@@ -216,11 +216,11 @@ pub fn parse(bytes: &[u8]) -> Result<(RunDoc, usize), DocError> {
     let documents = bounds.len();
     let (s, e) = *bounds.last().ok_or(DocError::Empty)?;
     let last = &bytes[s..e];
-    let shape: Shape = serde_json::from_slice(last).map_err(|e| {
-        DocError::NotARunReport(
-            format!("a JSON {} ", kind_of(last)) + "where a report object belongs",
-        )
-        .with_detail(&e)
+    // Which field is wrong only for an object: serde's message for anything else names
+    // this parser's own types ("expected struct Shape with 6 elements").
+    let shape: Shape = serde_json::from_slice(last).map_err(|e| match kind_of(last) {
+        "object" => DocError::NotARunReport(format!("a field of the wrong type ({})", located(&e))),
+        k => DocError::NotARunReport(format!("a JSON {k} where a report object belongs")),
     })?;
     if shape.probe.is_none() || shape.threads.is_none() {
         let what = if shape.stacks.is_some() {
@@ -249,17 +249,6 @@ pub fn parse(bytes: &[u8]) -> Result<(RunDoc, usize), DocError> {
         }
     }
     Ok((doc, documents))
-}
-
-impl DocError {
-    fn with_detail(self, e: &serde_json::Error) -> DocError {
-        match self {
-            DocError::NotARunReport(why) => {
-                DocError::NotARunReport(format!("{why}({})", located(e)))
-            }
-            other => other,
-        }
-    }
 }
 
 /// "array", "string", ... for a document that is not an object.
