@@ -20,8 +20,12 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     let dur = num(d, "duration_ns");
     let on = num(d, "on_cpu_ns");
     let threads = d["threads"].items();
-    // A slice is accounted where it ends, so an interval may hold more than its length
-    // (a slice that began in the previous one): above-the-window is a note there.
+    // A read counts a running slice by the clock and the off-CPU period before it, so
+    // no thread holds more than an interval's length in it either (a busy thread once
+    // read 104.7% of a CPU at -i 50ms, a preempted one 4-7 ms over in on + off, found
+    // by a hostile pass, 2026-12-06). What the kernel later counts for a slice may
+    // exceed its wall time by the scheduler's credit (runtime charged from its wakeup,
+    // before the switch-in): `ON_CPU.abs` allows for it, as in the total.
     let above = |o: &mut Outcome, ok: bool, msg: String| {
         if is_total {
             o.expect(Class::Window, ok, || msg);
@@ -29,31 +33,28 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
             o.notes.push(msg);
         }
     };
+    let slack = if is_total { 0.0 } else { ON_CPU.abs };
     for r in threads {
         let ron = num(r, "on_cpu_ns");
-        above(
-            o,
-            ron <= dur,
+        o.expect(Class::Window, ron <= dur + slack, || {
             format!(
                 "{label}: thread on-CPU {} above the {} window: {}",
                 ms(ron),
                 ms(dur),
                 rows_text(&[r])
-            ),
-        );
-        if is_total {
-            let off = num(r, "off_cpu_ns");
-            o.expect(Class::Window, ron + off <= dur + ON_CPU.abs, || {
-                format!(
-                    "{label}: on-CPU {} + off-CPU {} = {} above the {} window: {}",
-                    ms(ron),
-                    ms(off),
-                    ms(ron + off),
-                    ms(dur),
-                    rows_text(&[r])
-                )
-            });
-        }
+            )
+        });
+        let off = num(r, "off_cpu_ns");
+        o.expect(Class::Window, ron + off <= dur + ON_CPU.abs, || {
+            format!(
+                "{label}: on-CPU {} + off-CPU {} = {} above the {} window: {}",
+                ms(ron),
+                ms(off),
+                ms(ron + off),
+                ms(dur),
+                rows_text(&[r])
+            )
+        });
         let sw = num(r, "voluntary_switches") + num(r, "involuntary_switches");
         o.expect(Class::Document, sw == num(r, "slices"), || {
             format!(
