@@ -470,14 +470,26 @@ impl Collector {
                 continue;
             }
             let st = &mut r.stats;
-            // By the clock, as the kernel cuts slices at the close: a thread's time then
-            // grows between two reads by no more than the time between them. The
-            // scheduler's runtime, which the kernel counts when the slice ends, lags by
-            // up to a tick in /proc (`sum_exec_runtime` moves at `update_curr()`), and an
-            // interval after a lagging read showed a busy thread at 104.7% of a CPU.
-            // Where the runtime then comes in below this (steal, IRQ time), `raise_to`
-            // keeps what a read showed.
-            st.on_cpu_ns += upto - begun;
+            // With BTF (the runtime's base known), by the clock, as the kernel cuts
+            // slices at the close: a thread's time then grows between two reads by no
+            // more than the time between them. The scheduler's runtime, which the kernel
+            // counts when the slice ends, lags by up to a tick in /proc
+            // (`sum_exec_runtime` moves at `update_curr()`), and an interval after a
+            // lagging read showed a busy thread at 104.7% of a CPU. Where the runtime
+            // then comes in below this (steal, IRQ time), `raise_to` keeps what a read
+            // showed. Classic tracepoints keep the kernel's runtime deltas: a switch the
+            // kernel skipped there (`recursion_misses`) leaves a stale CPU record, whose
+            // clock time is no thread's (torture seed 980185: a burst thread 6.3 ms above
+            // schedstat).
+            let elapsed = upto - begun;
+            st.on_cpu_ns += if st.last_sum_exec != 0 || close_ns != 0 {
+                elapsed
+            } else {
+                match tracer_common::slice::runtime_deltas(st.pending_runtime, 1) {
+                    0 => elapsed,
+                    deltas => deltas.min(elapsed),
+                }
+            };
             if may_have_ended {
                 close_slice_ended_in_read(st, begun, upto);
             } else {
