@@ -146,20 +146,18 @@ mod tests {
     /// window is on-CPU plus off-CPU, whether the window is open or closed.
     #[test]
     fn a_slice_that_ended_in_the_read_is_not_off_cpu_too() {
-        {
-            let mut t = BTreeMap::new();
-            let mut r = rec(1, 100, tracer_common::OFF_BLOCKED);
-            r.stats.off_cpu_ns = 0;
-            r.stats.blocked_ns = 0;
-            // Off since 100, ran from 150, switched out during the read that began at 180.
-            r.stats.on_cpu_ns += 180 - 150;
-            close_slice_ended_in_read(&mut r.stats, 150, 180);
-            t.insert((1, 0), r);
-            add_open_off_periods(&mut t, &HashMap::new(), 200);
-            let st = &t[&(1, 0)].stats;
-            assert_eq!(st.on_cpu_ns + st.off_cpu_ns, 200 - 100);
-            assert_eq!(st.off_cpu_ns, 50 + 20);
-        }
+        let mut t = BTreeMap::new();
+        let mut r = rec(1, 100, tracer_common::OFF_BLOCKED);
+        r.stats.off_cpu_ns = 0;
+        r.stats.blocked_ns = 0;
+        // Off since 100, ran from 150, switched out during the read that began at 180.
+        r.stats.on_cpu_ns += 180 - 150;
+        close_slice_ended_in_read(&mut r.stats, 150, 180);
+        t.insert((1, 0), r);
+        add_open_off_periods(&mut t, &HashMap::new(), 200);
+        let st = &t[&(1, 0)].stats;
+        assert_eq!(st.on_cpu_ns + st.off_cpu_ns, 200 - 100);
+        assert_eq!(st.off_cpu_ns, 50 + 20);
         // An entry that already has the slice (it left before the entry was read) and
         // one with no open period are left alone.
         let mut st = rec(1, 160, tracer_common::OFF_BLOCKED).stats;

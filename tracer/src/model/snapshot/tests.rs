@@ -132,6 +132,40 @@ fn a_later_read_never_shows_less_than_an_earlier_one() {
     assert_eq!(now.hist.on_cpu.sum_ns, 100, "sums follow the threads");
 }
 
+/// One read counted a waiting-then-running thread's off-CPU period up to its running
+/// slice's switch-in; the kernel, settling the slice, gave 3 ns of that period to the
+/// slice as the scheduler's credit. The later read keeps the off-CPU time shown and
+/// takes the credit off its on-CPU time: on + off is the same time in the window.
+#[test]
+fn a_credit_the_kernel_gave_a_slice_after_a_read_is_not_counted_twice() {
+    let mut r = exited(7, 100, 50);
+    r.exited = false;
+    r.stats.serial = 42;
+    r.stats.off_cpu_ns = 40;
+    r.stats.blocked_ns = 40;
+    let earlier = snapshot(BTreeMap::from([((7, 0), r.clone())]));
+    r.stats.on_cpu_ns = 63;
+    r.stats.off_cpu_ns = 37;
+    r.stats.blocked_ns = 37;
+    let mut now = snapshot(BTreeMap::from([((7, 0), r)]));
+    now.raise_to(&earlier, HistScope::All);
+    let st = &now.threads[&(7, 0)].stats;
+    assert_eq!((st.on_cpu_ns, st.off_cpu_ns), (60, 40));
+    // Never below the earlier read's.
+    let mut r = exited(7, 100, 50);
+    r.exited = false;
+    r.stats.serial = 42;
+    r.stats.off_cpu_ns = 40;
+    r.stats.blocked_ns = 40;
+    let mut low = r.clone();
+    low.stats.on_cpu_ns = 51;
+    low.stats.off_cpu_ns = 20;
+    low.stats.blocked_ns = 20;
+    let mut now = snapshot(BTreeMap::from([((7, 0), low)]));
+    now.raise_to(&snapshot(BTreeMap::from([((7, 0), r)])), HistScope::All);
+    assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 50);
+}
+
 /// A PID 1 thread on 6.18 (no switch of it out is reported): one read counted its
 /// running slice and the wait before it; the next found it off-CPU since the opening.
 #[test]
