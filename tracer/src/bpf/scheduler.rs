@@ -79,8 +79,24 @@ fn debugfs_mounts(root: &Root) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The text of debugfs `sched/features` where debugfs is mounted.
+/// The lockdown mode the kernel is in (`integrity`, `confidentiality`), None when it is
+/// `none` or there is no lockdown LSM.
+fn locked_down(root: &Root) -> Option<String> {
+    let text = small_text(&root.path("/sys/kernel/security/lockdown")).ok()?;
+    let mode = text.split('[').nth(1)?.split(']').next()?.to_string();
+    (mode != "none").then_some(mode)
+}
+
+/// The text of debugfs `sched/features` where debugfs is mounted and readable.
 fn features(root: &Root) -> Result<String, String> {
+    if let Some(mode) = locked_down(root) {
+        // Lockdown closes debugfs' writable files (LOCKDOWN_DEBUGFS), and every refused
+        // open logs a "Lockdown: ... debugfs access is restricted" line in the kernel
+        // log: one per run filled a test machine's log and pushed out its boot banner.
+        return Err(format!(
+            "the kernel is locked down ({mode}): debugfs, and sched/features in it, is closed"
+        ));
+    }
     let mut dirs = debugfs_mounts(root);
     dirs.push(PathBuf::from(DEBUGFS));
     for dir in &dirs {
@@ -160,6 +176,43 @@ mod tests {
         assert_eq!((s.ext, s.ext_state), (None, None));
         assert_eq!(s.source, "sched/features");
         assert!(notices.is_empty(), "{notices:?}");
+    }
+
+    /// Locked down: debugfs is not tried (a refused open logs a line in the kernel log).
+    #[test]
+    fn a_locked_down_kernel_is_not_asked_for_debugfs() {
+        let (dir, root) = tree(
+            "lockdown",
+            &[
+                ("/proc/sys/kernel/osrelease", "6.18.4\n"),
+                ("/proc/mounts", "debugfs /sys/kernel/debug debugfs rw 0 0\n"),
+                ("/sys/kernel/debug/sched/features", "NO_DELAY_DEQUEUE\n"),
+                (
+                    "/sys/kernel/security/lockdown",
+                    "none [integrity] confidentiality\n",
+                ),
+            ],
+        );
+        let f = features(&root);
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(
+            f,
+            Err("the kernel is locked down (integrity): debugfs, and sched/features in it, is closed".into())
+        );
+        let (dir, root) = tree(
+            "nolockdown",
+            &[
+                ("/proc/mounts", "debugfs /sys/kernel/debug debugfs rw 0 0\n"),
+                ("/sys/kernel/debug/sched/features", "NO_DELAY_DEQUEUE\n"),
+                (
+                    "/sys/kernel/security/lockdown",
+                    "[none] integrity confidentiality\n",
+                ),
+            ],
+        );
+        let f = features(&root);
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(f, Ok("NO_DELAY_DEQUEUE".into()));
     }
 
     /// The loader's BTF facts are taken as they are: no second read of the BTF (the

@@ -210,14 +210,41 @@ mod tests {
         modifier_notice(levels, e, &attr_fields(&parse_event(e).unwrap()), true)
     }
 
+    /// A record's sequence number (`prio,seq,time,flags;text`).
+    fn seq_of(record: &str) -> Option<u64> {
+        record.split(';').next()?.split(',').nth(1)?.parse().ok()
+    }
+
+    /// The first record /dev/kmsg holds now, by one read of a fresh open.
+    fn first_seq() -> u64 {
+        use std::io::Read as _;
+        let mut f = std::fs::File::open("/dev/kmsg").expect("cannot open /dev/kmsg");
+        let mut buf = vec![0u8; 8192];
+        let n = f.read(&mut buf).expect("a record");
+        seq_of(&String::from_utf8_lossy(&buf[..n])).expect("a sequence number")
+    }
+
+    /// From the first record the kernel still holds: the boot banner where the log has
+    /// not wrapped (a machine up for long, or one whose log filled with lockdown lines,
+    /// has lost it), else the first record a fresh open reads, or one between that and
+    /// the first after (records written meanwhile may push the oldest out).
     #[test]
     #[ignore = "needs root (reads /dev/kmsg)"]
     fn reads_the_live_kernel_log_from_its_first_record() {
+        let before = first_seq();
         let log = kernel_log().expect("cannot open /dev/kmsg");
+        let after = first_seq();
+        let first = log.lines().next().and_then(seq_of).expect("a first record");
+        if before == 0 {
+            assert!(
+                log.contains("Linux version"),
+                "{} bytes, no boot banner",
+                log.len()
+            );
+        }
         assert!(
-            log.contains("Linux version"),
-            "{} bytes, no boot banner",
-            log.len()
+            (before..=after).contains(&first),
+            "the log read begins at record {first}, the kernel's first was {before}..{after}"
         );
     }
 
