@@ -138,31 +138,23 @@ fn a_later_read_never_shows_less_than_an_earlier_one() {
 /// takes the credit off its on-CPU time: on + off is the same time in the window.
 #[test]
 fn a_credit_the_kernel_gave_a_slice_after_a_read_is_not_counted_twice() {
-    let mut r = exited(7, 100, 50);
-    r.exited = false;
-    r.stats.serial = 42;
-    r.stats.off_cpu_ns = 40;
-    r.stats.blocked_ns = 40;
-    let earlier = snapshot(BTreeMap::from([((7, 0), r.clone())]));
-    r.stats.on_cpu_ns = 63;
-    r.stats.off_cpu_ns = 37;
-    r.stats.blocked_ns = 37;
-    let mut now = snapshot(BTreeMap::from([((7, 0), r)]));
+    // The thread as the earlier read showed it, and as a later one reads it.
+    let at = |on: u64, off: u64| {
+        let mut r = exited(7, 100, on);
+        r.exited = false;
+        r.stats.serial = 42;
+        r.stats.off_cpu_ns = off;
+        r.stats.blocked_ns = off;
+        snapshot(BTreeMap::from([((7, 0), r)]))
+    };
+    let earlier = at(50, 40);
+    let mut now = at(63, 37);
     now.raise_to(&earlier, HistScope::All);
     let st = &now.threads[&(7, 0)].stats;
     assert_eq!((st.on_cpu_ns, st.off_cpu_ns), (60, 40));
     // Never below the earlier read's.
-    let mut r = exited(7, 100, 50);
-    r.exited = false;
-    r.stats.serial = 42;
-    r.stats.off_cpu_ns = 40;
-    r.stats.blocked_ns = 40;
-    let mut low = r.clone();
-    low.stats.on_cpu_ns = 51;
-    low.stats.off_cpu_ns = 20;
-    low.stats.blocked_ns = 20;
-    let mut now = snapshot(BTreeMap::from([((7, 0), low)]));
-    now.raise_to(&snapshot(BTreeMap::from([((7, 0), r)])), HistScope::All);
+    let mut now = at(51, 20);
+    now.raise_to(&earlier, HistScope::All);
     assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 50);
 }
 
