@@ -114,13 +114,20 @@ pub(super) fn doc_checks(o: &mut Outcome, d: &Json, is_total: bool) {
     }
     o.checks += 1;
     // Every slice and every off-CPU period lasts a while: a count without a sum is wrong
-    // whenever it was read.
+    // in the totals. Within an interval an off-CPU period counts where the kernel settles
+    // it (the slice after it ends) while its time counts where it was spent: the period
+    // before a slice running at a read lands in that read's interval, and the next
+    // interval can count it with no off-CPU time of its own (torture seed 345292 in CI,
+    // 2026-12-07: two busy `-t` threads, one period, 0 ns). There it is a note.
     for name in ["on_cpu", "off_cpu"] {
         let hh = &d["histograms"][name];
         let (c, s) = (num(hh, "count"), num(hh, "sum_ns"));
-        o.expect(Class::Document, c == 0.0 || s > 0.0, || {
-            format!("{label}: histograms.{name} counts {c} periods that sum to {s} ns")
-        });
+        let msg = || format!("{label}: histograms.{name} counts {c} periods that sum to {s} ns");
+        if is_total || name == "on_cpu" {
+            o.expect(Class::Document, c == 0.0 || s > 0.0, msg);
+        } else if c > 0.0 && s == 0.0 {
+            o.notes.push(msg());
+        }
     }
     let complete = d["threads_total"].as_f64() == Some(threads.len() as f64);
     if !complete {
