@@ -28,6 +28,7 @@ use crate::json::{Items, Json};
 /// only truth a thread leaves (no zombie to read), so these are the allowance: the
 /// slices as seen, the wait no longer than the window had left after the record.
 const EXIT_SLICES: f64 = tracer_truth::EXIT_SLICES as f64;
+const EXIT_RUN_NS: f64 = tracer_truth::EXIT_RUN_NS;
 /// Run-queue waits timed from wakeups exceed run_delay by at most one tick (CONFIG_HZ=250
 /// here) per wait: see the clock-update skip in README "How it works".
 const TICK_NS: f64 = 4e6;
@@ -217,8 +218,10 @@ pub(super) fn check(
         let (on, wait, slices) = (sum("on_cpu_ns"), sum("runq_wait_ns"), sum("slices"));
         let lo_run = e.lo.run - out_start - out_end;
         let tol = ON_CPU.allowed(e.lo.run);
-        let (lo_b, hi_b) = (lo_run - tol, hi.run + tol + e.slack_ns);
         let alive = mine.iter().any(|r| r["exited"].as_bool() == Some(false));
+        // Exited inside the window: what it ran after its last record counts too.
+        let exit_run = if inside && !alive { EXIT_RUN_NS } else { 0.0 };
+        let (lo_b, hi_b) = (lo_run - tol, hi.run + tol + e.slack_ns + exit_run);
         let where_ = if inside && alive {
             "its last record is inside the window, yet its row says it had not exited \
              (its exit may follow the close; the recorded time is inside all the same)"
