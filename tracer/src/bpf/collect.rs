@@ -23,7 +23,9 @@ use crate::model::{
     options::RunqSource,
     snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
     thread_hist::{self, ProcHists},
-    window::{add_open_off_periods, close_slice_ended_in_read, latest_switch_ins},
+    window::{
+        add_open_off_periods, close_slice_ended_in_read, first_seen_off_start, latest_switch_ins,
+    },
 };
 use crate::sys::root::Root;
 pub use exiting::{ExitWatch, EXIT_WAIT};
@@ -444,9 +446,15 @@ impl Collector {
                 // process and name now, while it lives (a report may come after it).
                 let mut stats = ThreadStats::zeroed();
                 stats.last_cpu = cpu as u32;
-                // It existed off-CPU since the opening (one born since has an entry
-                // from its first wakeup).
-                stats.last_off_ns = self.open_ns;
+                // Off-CPU since the opening, or since its birth when it was born in
+                // the window (its entry came after the read of the entries).
+                let tick = 1_000_000_000 / 100;
+                let born = crate::sys::birth::started_ns(&self.root, cs.tid);
+                let waited = born
+                    .filter(|b| b + tick > self.open_ns)
+                    .and_then(|_| crate::sys::procfs::schedstat(&self.root, cs.tid, cs.tid).ok())
+                    .map(|s| s.wait_ns);
+                stats.last_off_ns = first_seen_off_start(self.open_ns, begun, born, waited, tick);
                 stats.tgid = crate::sys::procfs::tgid_of(&self.root, cs.tid).unwrap_or(0);
                 if let Some(c) = crate::sys::procfs::comm(&self.root, cs.tid, cs.tid) {
                     set_comm(&mut stats.comm, &c);
