@@ -298,8 +298,7 @@ impl Collector {
             let missed = skipped(&self.last_live, &live, &self.exited);
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
-                    let listed: HashSet<u32> = live.iter().map(|((tid, _), _)| *tid).collect();
-                    if w.read_again(ebpf, &self.root, &listed)? {
+                    if w.read_again(ebpf, &self.root)? {
                         tries = 0;
                         continue;
                     }
