@@ -248,6 +248,10 @@ pub struct Tracked {
 
 /// Children of this thread are traced as well.
 pub const TRACK_INHERIT: u32 = 1;
+/// cgroup mode: the thread is past `sched_process_exit`. `cgroup_exit()` then takes it
+/// out of its cgroup before its final switch; a switch-out in between keeps it in the
+/// set, so the final read waits for its death record (see `account::exiting`).
+pub const TRACK_EXITING: u32 = 2;
 
 /// Indices into the per-CPU `DROPS` array: events the programs could not record.
 pub mod drop {

@@ -1,7 +1,7 @@
 //! The traced set: whether a thread is in it (`TRACKED`, or every thread, or the target
 //! cgroup's), and how it follows forks and execs. Shared by the scheduling and off-CPU
 //! families.
-use tracer_common::{drop, filter, Tracked, TRACK_INHERIT};
+use tracer_common::{drop, filter, Tracked, TRACK_EXITING, TRACK_INHERIT};
 
 use crate::{
     maps::{count_drop, CGROUP_TARGET, TRACKED},
@@ -37,8 +37,9 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
     } else {
         CGROUP_TARGET.current_task_under_cgroup(0).unwrap_or(false)
     };
-    // SAFETY: the value is only tested for presence.
-    let cached = unsafe { TRACKED.get(prev.tid) }.is_some();
+    // SAFETY: the flags are copied out at once.
+    let flags = unsafe { TRACKED.get(prev.tid) }.map(|v| v.flags);
+    let cached = flags.is_some();
     if inside && !cached {
         let v = Tracked {
             tgid: prev.tgid,
@@ -47,7 +48,8 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
         if TRACKED.insert(prev.tid, v, 0).is_err() {
             count_drop(drop::TRACKED_FULL);
         }
-    } else if !inside && cached {
+    } else if !inside && flags.is_some_and(|f| f & TRACK_EXITING == 0) {
+        // An exiting thread stays until its final switch (`untrack_dead`).
         let _ = TRACKED.remove(prev.tid);
     }
     inside

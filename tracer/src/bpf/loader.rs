@@ -278,9 +278,12 @@ impl Tracer {
         };
         // The final read waits for threads between unhashing and their final switch:
         // with a target the traced set lists them, system-wide the exit program (where
-        // the task iterator reads the threads; the `THREADS` hash keeps them anyway).
-        // `tracer serve` has no final read.
-        let exits = !with_fork && runq == RunqSource::TaskStorage && family != Family::Serve;
+        // the task iterator reads the threads; the `THREADS` hash keeps them anyway),
+        // which also keeps a `--cgroup` target's there once `cgroup_exit()` moved them
+        // out (`TRACK_EXITING`). `tracer serve` has no final read.
+        let exits = (!with_fork || opts.filter == Filter::Cgroup)
+            && runq == RunqSource::TaskStorage
+            && family != Family::Serve;
         let on_cpu_includes_irq = if opts.irq {
             match &kbtf {
                 Some(k) => Some(!compat::irq_time_apart(k)),

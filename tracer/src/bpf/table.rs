@@ -102,9 +102,9 @@ pub struct Needs {
     pub runqlen: bool,
     /// `--irq`: the interrupt-time programs (raw tracepoints, any mode).
     pub irq: bool,
-    /// System-wide with entries in task storage: the exit program lists the threads
-    /// between their exit and their final switch, which the task iterator no longer
-    /// sees, for the final read to wait for (`bpf::collect::exiting`).
+    /// System-wide or `--cgroup` with entries in task storage: the exit program lists
+    /// the threads between their exit and their final switch, which the task iterator
+    /// no longer sees, for the final read to wait for (`bpf::collect::exiting`).
     pub exits: bool,
 }
 
