@@ -156,6 +156,13 @@ fn a_credit_the_kernel_gave_a_slice_after_a_read_is_not_counted_twice() {
     let mut now = at(51, 20);
     now.raise_to(&earlier, HistScope::All);
     assert_eq!(now.threads[&(7, 0)].stats.on_cpu_ns, 50);
+    // No more than a credit can be: 3 ms less off-CPU takes 1 ms of on-CPU.
+    let ms = 1_000_000;
+    let earlier = at(50 * ms, 40 * ms);
+    let mut now = at(60 * ms, 37 * ms);
+    now.raise_to(&earlier, HistScope::All);
+    let st = &now.threads[&(7, 0)].stats;
+    assert_eq!((st.on_cpu_ns, st.off_cpu_ns), (59 * ms, 40 * ms));
 }
 
 /// A PID 1 thread on 6.18 (no switch of it out is reported): one read counted its
