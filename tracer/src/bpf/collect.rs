@@ -447,7 +447,7 @@ impl Collector {
                 stats.last_cpu = cpu as u32;
                 // Off-CPU since the opening, or since its birth when it was born in
                 // the window (its entry came after the read of the entries).
-                let tick = 1_000_000_000 / 100;
+                let tick = crate::sys::birth::precision_ns();
                 let born = crate::sys::birth::started_ns(&self.root, cs.tid);
                 let waited = born
                     .filter(|b| b + tick > self.open_ns)

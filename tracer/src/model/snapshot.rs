@@ -109,9 +109,10 @@ fn take_off_cpu(into: &mut ThreadStats, earlier: &ThreadStats, on_back: u64) {
 /// the window.
 /// At most [`MAX_CREDIT_NS`]: a credit is the runtime charged between a clock update
 /// and the switch-in (microseconds; up to a tick where the update was skipped); more is
-/// most likely an earlier read's off-CPU time the kernel does not have (a newborn counted from the opening took 13 ms off a process, torture
-/// seed 991174; 3 ms in seed 993174, 2026-12-07), and the totals' on-CPU time, which
-/// schedstat checks, comes before one interval's on + off.
+/// most likely an earlier read's off-CPU time the kernel does not have (a newborn
+/// counted from the opening took 13 ms off a process, torture seed 991174; 3 ms in
+/// seed 993174, 2026-12-07), and the totals' on-CPU time, which schedstat checks, comes
+/// before one interval's on + off.
 fn take_on_cpu(into: &mut ThreadStats, earlier: &ThreadStats, off_back: u64) {
     into.on_cpu_ns = into
         .on_cpu_ns

@@ -16,11 +16,23 @@ pub fn started_ns(root: &Root, tid: u32) -> Option<u64> {
         .nth(19)?
         .parse()
         .ok()?;
-    // SAFETY: sysconf has no memory effects.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as u64 } else { 100 };
-    let boot_ns = ticks.saturating_mul(1_000_000_000) / hz;
+    let boot_ns = ticks.saturating_mul(1_000_000_000) / user_hz();
     // Boot time to monotonic time: less the time the machine was suspended.
     let asleep = crate::sys::clock::boot_offset_ns();
     Some(boot_ns.saturating_sub(asleep))
+}
+
+/// How precise [`started_ns`] is: one clock tick (USER_HZ), in ns.
+pub fn precision_ns() -> u64 {
+    1_000_000_000 / user_hz()
+}
+
+fn user_hz() -> u64 {
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as u64
+    } else {
+        100
+    }
 }

@@ -65,13 +65,12 @@ impl ExitWatch {
         self.since = None;
     }
 
-    /// Whether the read must be taken again: a thread of the traced
-    /// set is not in /proc (a zombie still is) nor gone at the opening. Unlisted, its
-    /// totals are missing; listed (an entry in the `THREADS` hash until the final
-    /// switch), its name is the one its entry was made with, its parent's for a thread
-    /// that renamed itself, where its death record has the name it died with (torture
-    /// seed 991311, raw-tp, 2026-12-07). False once the wait is over, with the threads
-    /// still out counted.
+    /// Whether the read must be taken again: a thread of the traced set is not in /proc
+    /// (a zombie still is) nor gone at the opening. Unlisted, its totals are missing;
+    /// listed (an entry in the `THREADS` hash until the final switch), its name is the
+    /// one its entry was made with, its parent's for a thread that renamed itself, where
+    /// its death record has the name it died with (torture seed 991311, raw-tp,
+    /// 2026-12-07). False once the wait is over, with the threads still out counted.
     pub fn read_again(&mut self, ebpf: &Ebpf, root: &Root) -> Result<bool> {
         if !self.armed {
             return Ok(false);

@@ -101,7 +101,7 @@ pub fn add_never_ran(
     let seen: HashSet<u32> = threads.values().map(|r| r.tid).collect();
     // A thread started within a clock tick of the opening may have been born after
     // it (and then has an entry, or is about to): not listed.
-    let tick = 1_000_000_000 / 100;
+    let tick = crate::sys::birth::precision_ns();
     for (tgid, tid) in candidates {
         if live.contains_key(&tid) || on_cpu.contains_key(&tid) || seen.contains(&tid) {
             continue;
