@@ -181,38 +181,29 @@ mod tests {
     /// Locked down: debugfs is not tried (a refused open logs a line in the kernel log).
     #[test]
     fn a_locked_down_kernel_is_not_asked_for_debugfs() {
-        let (dir, root) = tree(
-            "lockdown",
-            &[
-                ("/proc/sys/kernel/osrelease", "6.18.4\n"),
-                ("/proc/mounts", "debugfs /sys/kernel/debug debugfs rw 0 0\n"),
-                ("/sys/kernel/debug/sched/features", "NO_DELAY_DEQUEUE\n"),
-                (
-                    "/sys/kernel/security/lockdown",
-                    "none [integrity] confidentiality\n",
-                ),
-            ],
-        );
-        let f = features(&root);
-        std::fs::remove_dir_all(dir).unwrap();
+        // sched/features under securityfs's lockdown mode `mode`.
+        let read_under = |name: &str, mode: &str| {
+            let (dir, root) = tree(
+                name,
+                &[
+                    ("/proc/sys/kernel/osrelease", "6.18.4\n"),
+                    ("/proc/mounts", "debugfs /sys/kernel/debug debugfs rw 0 0\n"),
+                    ("/sys/kernel/debug/sched/features", "NO_DELAY_DEQUEUE\n"),
+                    ("/sys/kernel/security/lockdown", mode),
+                ],
+            );
+            let f = features(&root);
+            std::fs::remove_dir_all(dir).unwrap();
+            f
+        };
         assert_eq!(
-            f,
+            read_under("lockdown", "none [integrity] confidentiality\n"),
             Err("the kernel is locked down (integrity): debugfs, and sched/features in it, is closed".into())
         );
-        let (dir, root) = tree(
-            "nolockdown",
-            &[
-                ("/proc/mounts", "debugfs /sys/kernel/debug debugfs rw 0 0\n"),
-                ("/sys/kernel/debug/sched/features", "NO_DELAY_DEQUEUE\n"),
-                (
-                    "/sys/kernel/security/lockdown",
-                    "[none] integrity confidentiality\n",
-                ),
-            ],
+        assert_eq!(
+            read_under("nolockdown", "[none] integrity confidentiality\n"),
+            Ok("NO_DELAY_DEQUEUE".into())
         );
-        let f = features(&root);
-        std::fs::remove_dir_all(dir).unwrap();
-        assert_eq!(f, Ok("NO_DELAY_DEQUEUE".into()));
     }
 
     /// The loader's BTF facts are taken as they are: no second read of the BTF (the
