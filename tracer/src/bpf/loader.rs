@@ -123,6 +123,9 @@ pub struct Tracer {
     /// The window's opening and close (0: open), CLOCK_MONOTONIC ns.
     pub(super) t0: u64,
     pub(super) t1: u64,
+    /// A close already in the `WINDOW` map, ahead of time (0: none; see
+    /// `Tracer::plan_close`).
+    pub(super) planned: u64,
     /// When the last program was attached (CLOCK_MONOTONIC ns): what happened between
     /// the opening and this, no program saw.
     pub(super) attached_at: u64,
@@ -431,6 +434,7 @@ impl Tracer {
             _sched_hook_event: sched_hook_event,
             t0,
             t1: 0,
+            planned: 0,
             attached_at,
         })
     }

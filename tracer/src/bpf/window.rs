@@ -18,22 +18,43 @@ impl Tracer {
         self.attached_at.saturating_sub(self.t0)
     }
 
-    /// Closes the window now: the programs stay attached, so threads that die before
-    /// the final read still hand over their totals, but they cut running slices here
-    /// and count nothing after. Returns the close (CLOCK_MONOTONIC ns); idempotent.
+    /// Writes the window's close ahead of time, when it is known from the start (`-d`):
+    /// the programs then stop counting at it whenever user space gets to run. A close
+    /// written only when the run ends can be late: a tracer waiting for a CPU behind
+    /// busy threads wrote it up to 77 us after the moment it named, and the switches
+    /// in between were counted and recorded past it (`record_agreement`'s
+    /// `with_p_the_trace_is_cut_at_the_window`, 3 runs in 100, and torture seed
+    /// 992386: the trace's last switch 0.577 ms after the close).
+    pub fn plan_close(&mut self, close: u64) -> Result<()> {
+        if self.t1 == 0 && close > self.t0 {
+            self.planned = write(&mut self.ebpf, self.t0, close)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the window now (or at the planned close, if that comes first): the
+    /// programs stay attached, so threads that die before the final read still hand
+    /// over their totals, but they cut running slices at the close and count nothing
+    /// after. Returns the close (CLOCK_MONOTONIC ns) once it has passed; idempotent.
     ///
-    /// The close written is a moment ahead ([`CLOSE_AHEAD_NS`]) and this returns once
-    /// it has passed: a close taken as "now" and then written let the switches in
-    /// between (the write's system call) see the window open after its close (torture
-    /// 917296: the trace's last switch 23 us after the close).
+    /// A close not planned is written a moment ahead ([`CLOSE_AHEAD_NS`]): a close
+    /// taken as "now" and then written let the switches in between (the write's
+    /// system call) see the window open after its close (torture 917296: the trace's
+    /// last switch 23 us after the close).
     pub fn close_window(&mut self) -> Result<u64> {
         if self.t1 == 0 {
-            let close = monotonic_ns() + CLOSE_AHEAD_NS;
-            self.t1 = write(&mut self.ebpf, self.t0, close)?;
-            let late = monotonic_ns().saturating_sub(close);
-            if late > 0 {
-                log::debug!("the window's close was written {late} ns after it");
-            }
+            let ahead = monotonic_ns() + CLOSE_AHEAD_NS;
+            let close = if self.planned != 0 && self.planned <= ahead {
+                self.planned
+            } else {
+                let close = write(&mut self.ebpf, self.t0, ahead)?;
+                let late = monotonic_ns().saturating_sub(close);
+                if late > 0 {
+                    log::debug!("the window's close was written {late} ns after it");
+                }
+                close
+            };
+            self.t1 = close;
             while let Some(left) = close.checked_sub(monotonic_ns()).filter(|&l| l > 0) {
                 std::thread::sleep(std::time::Duration::from_nanos(left));
             }

@@ -280,6 +280,12 @@ pub(super) async fn event_loop(
     let exits = s.collector.exit_ring_watch()?;
     let start = Mark::start(&s);
     let ends = Ends::new(args.duration, child, &args.targets, root, true);
+    if let Some(d) = args.duration {
+        // The deadline's moment, in the programs' clock (Instant is CLOCK_MONOTONIC).
+        let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let close = crate::sys::clock::monotonic_ns().saturating_add(d);
+        s.tracer.plan_close(close)?;
+    }
     if banner {
         show_life(args);
     }
