@@ -177,6 +177,20 @@ pub enum Edge {
     Outside,
 }
 
+/// The window's close as a switch sees it at `now`: the close once it has passed, else
+/// 0 (still open). A close is set ahead of time (`-d`), and the accounting reads 0 as
+/// "open": a slice whose switch-in went unseen (start 0) is [`Edge::Outside`] once the
+/// window has closed, but counted from the scheduler's runtime before (torture seeds
+/// 996030, 996080: a pinned RT thread 12-36 slices short while the close was set from
+/// the start). Without a branch: one here splits the verifier's states on the whole
+/// switch path after it (tp-btf's switch program +2,271 instructions).
+#[inline(always)]
+pub fn passed_close(close: u64, now: u64) -> u64 {
+    // All ones where `close < now` (both below 2^63: ns since boot), else 0.
+    let passed = (close.wrapping_sub(now) >> 63).wrapping_neg();
+    close & passed
+}
+
 #[inline(always)]
 pub fn edge(start: u64, open: u64, close: u64) -> Edge {
     if close != 0 && (start >= close || start < open) {

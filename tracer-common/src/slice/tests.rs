@@ -285,6 +285,13 @@ fn edges_off_cpu_and_waits() {
     assert_eq!(edge(5, 1, 4), Edge::Outside);
     assert_eq!(edge(0, 1, 4), Edge::Outside);
     assert_eq!(edge(3, 1, 4), Edge::Inside);
+    // The close as a switch sees it: 0 until it has passed.
+    assert_eq!(passed_close(0, 10), 0);
+    assert_eq!(passed_close(4, 10), 4);
+    assert_eq!(passed_close(10, 10), 0);
+    assert_eq!(passed_close(11, 10), 0);
+    assert_eq!(passed_close(1 << 62, (1 << 62) + 1), 1 << 62);
+    assert_eq!(passed_close((1 << 62) + 1, 1 << 62), 0);
     assert_eq!(off_cpu(0, 10, 0), 0);
     assert_eq!(off_cpu(4, 10, 0), 6);
     assert_eq!(off_cpu(4, 10, 2), 4);

@@ -147,6 +147,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
+    // From here the close is 0 until it has passed (see `slice::passed_close`).
+    let close = slice::passed_close(close, now);
     if slice::edge(start, open, close) == slice::Edge::Outside {
         // Began after the close (or before the opening): nothing of it is in the window.
         // Only a death still has to be handed over.
