@@ -95,6 +95,11 @@ pub struct BenchArgs {
     /// Live processes for the `serve` row
     #[arg(long, value_name = "N", default_value_t = serve::SERVE_PROCS)]
     serve_procs: usize,
+    /// Also measure this tracer binary's default `run` (say, a build of the commit before
+    /// a change) in the same rounds, as the row `tracer (baseline)`: a change's before
+    /// and after side by side, on the same machine over the same minutes
+    #[arg(long, value_name = "PATH")]
+    baseline: Option<PathBuf>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -130,6 +135,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         None => crate::build(true)?.bin,
     };
     ensure!(tracer.is_file(), "no tracer binary at {}", tracer.display());
+    let baseline = args.baseline.map(std::path::absolute).transpose()?;
+    if let Some(b) = &baseline {
+        ensure!(b.is_file(), "no baseline tracer binary at {}", b.display());
+    }
     interrupted()?;
     if args.serve_only {
         let row = serve::measure(&tracer, &bpftool, &logs, args.quick, args.serve_procs)?;
@@ -198,7 +207,7 @@ pub fn bench(args: BenchArgs) -> Result<()> {
         )],
         versus,
     };
-    let tools = vec![
+    let mut tools = vec![
         Tool {
             key: "floor",
             label: "floor (empty tp_btf)",
@@ -333,6 +342,18 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             versus: "libbpf",
         },
     ];
+    if let Some(b) = &baseline {
+        // Right after the tracer's own row, so the two alternate closest.
+        tools.insert(
+            2,
+            Tool {
+                key: "tracer-baseline",
+                label: "tracer (baseline)",
+                procs: vec![("tracer".into(), vec![s(b), "run".into()])],
+                versus: "libbpf",
+            },
+        );
+    }
     let empty = Tool {
         key: "empty",
         label: "empty program (bpf_stats overhead)",
