@@ -401,7 +401,22 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
     let c = config();
     let id = scoped_id(c.mode.hist_scope, prev.tid, prev.tgid);
     let th = thread_hist(prev);
-    let wait = slice::wait_from(s.runnable_ns, start);
+    let wait = if let Some(rd) = prev.run_delay() {
+        // `--runq-from schedstat`: its growth since the last switch-out (or since this
+        // slice's switch-in read it), as at any switch-out. From the wakeup it was lost
+        // in this mode, which stamps none (torture seed 997059: a leaver's last wait,
+        // 3.9 ms).
+        let base = if s.flags & HAVE_RUN_DELAY != 0 {
+            s.last_run_delay
+        } else {
+            cs.run_delay_in
+        };
+        s.last_run_delay = rd;
+        s.flags |= HAVE_RUN_DELAY;
+        slice::wait_by_run_delay(rd, base)
+    } else {
+        slice::wait_from(s.runnable_ns, start)
+    };
     count_before(s, id, th, wait, slice::off_cpu(s.last_off_ns, start, 0));
     // Volatile: two adjacent zero stores become a 16-byte `memset` call out of line.
     // SAFETY: fields of the entry in hand.
