@@ -32,6 +32,11 @@ impl Tracer {
         Ok(())
     }
 
+    /// The close written ahead of time ([`Tracer::plan_close`]), 0 if none.
+    pub fn planned_close(&self) -> u64 {
+        self.planned
+    }
+
     /// Closes the window now (or at the planned close, if that comes first): the
     /// programs stay attached, so threads that die before the final read still hand
     /// over their totals, but they cut running slices at the close and count nothing
