@@ -405,19 +405,30 @@ fn two_tracers_at_once_agree_with_schedstat() {
         let base_file = scratch(&format!("two-{mode}-base"));
         // The shell reads its own runtime once it is in the cgroup (`read` and `echo` are
         // builtins: nothing forks), the base of the main thread, whose schedstat also
-        // holds the shell's start before it joined (2.5 ms on this VM on 2026-12-03).
-        let w = Command::new("sh")
+        // holds the shell's start before it joined (2.5 ms on this VM on 2026-12-03, 4.0
+        // under the full suite on 2026-12-07). It first blocks on its stdin: the slice in
+        // which it joins, which `--cgroup` counts whole from its switch-in, then begins
+        // just before the join, not at the shell's start (that slice's 2.1 ms before the
+        // join took the main thread past the bound once, 6.0 ms against 3.9).
+        let mut w = Command::new("sh")
             .args([
                 "-c",
                 &format!(
-                    "echo $$ > {cg}/cgroup.procs; read -r run rest < /proc/$$/schedstat; echo $run > {}; exec {WORKLOAD} busy-sleep --threads 2 --work-ms 2 --sleep-ms 2 --duration-ms 1000 --out {}",
+                    "read -r go; echo $$ > {cg}/cgroup.procs; read -r run rest < /proc/$$/schedstat; echo $run > {}; exec {WORKLOAD} busy-sleep --threads 2 --work-ms 2 --sleep-ms 2 --duration-ms 1000 --out {}",
                     base_file.display(),
                     truth_file.display()
                 ),
             ])
-            .status()
+            .stdin(Stdio::piped())
+            .spawn()
             .unwrap();
-        assert!(w.success());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        {
+            use std::io::Write as _;
+            let mut go = w.stdin.take().expect("the shell's stdin");
+            go.write_all(b"go\n").expect("the shell reads its go");
+        }
+        assert!(w.wait().unwrap().success());
         let truth = read_truth(&truth_file);
         let base: u64 = std::fs::read_to_string(&base_file)
             .expect("the shell's runtime at its join")
