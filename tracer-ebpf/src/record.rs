@@ -329,8 +329,13 @@ fn slow(prev: &Task, next: &Task) {
     // SAFETY: map value or task storage of a thread switching in on this CPU.
     let s = unsafe { &*s };
     let (k, wait, how_) = if c.record.on & on::SLOW_RUNQ != 0 {
-        // The entry keeps the wait's start until the switch-out (`account::switch_out`).
-        let wait = if s.runnable_ns != 0 && now > s.runnable_ns {
+        let wait = if c.mode.use_task_storage != 0 {
+            // Timed by the accounting at this switch-in (`switch_in_at`).
+            match CPU_STATE.get(0) {
+                Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
+                _ => u64::MAX,
+            }
+        } else if s.runnable_ns != 0 && now > s.runnable_ns {
             now - s.runnable_ns
         } else {
             u64::MAX

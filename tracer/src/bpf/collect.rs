@@ -218,8 +218,8 @@ impl Collector {
     /// settles it only when the thread leaves the CPU.
     fn pending_wait(&self, cs: &CpuState, st: &ThreadStats, begun: u64) -> Option<u64> {
         match self.runq {
-            // The entry keeps the wait's start until the slice's switch-out.
-            RunqSource::TaskStorage | RunqSource::ThreadEntry => {
+            RunqSource::TaskStorage => (cs.wait_ns != u64::MAX).then_some(cs.wait_ns),
+            RunqSource::ThreadEntry => {
                 (st.runnable_ns != 0 && begun > st.runnable_ns).then(|| begun - st.runnable_ns)
             }
             RunqSource::RunDelay => {
