@@ -9,6 +9,7 @@ use tracer_truth::{
 
 use super::consistency::{doc_checks, interval_checks};
 use super::lifetime::{born_when, lifetime, names};
+use super::moves::{counted_sleep, Moves};
 use super::report::{Class, Outcome};
 use super::rows::{ms, num, rows_text, WindowBounds};
 use super::scenario::Target;
@@ -60,6 +61,7 @@ pub(super) fn check(
     lines: &[Json],
     w: WindowBounds,
     ready: (u64, u64, u64),
+    moved: &Moves,
 ) {
     let Some(total) = docs
         .iter()
@@ -287,8 +289,23 @@ pub(super) fn check(
             // wakeup preemption leaves run_delay short by up to the time since the run
             // queue's clock was last updated). No floor for a thread born before every
             // program was attached: its first wakeup may be unseen (`attach_lag_ns`).
+            // Less the sleep run_delay counted after the load balancer moved the thread
+            // asleep (delayed dequeue, see `moves`), from the kernel's own events.
+            let slept: u64 = e
+                .keys
+                .iter()
+                .map(|k| counted_sleep(moved, k.0, e.b_ns, e.e_ns))
+                .sum();
+            o.moved_sleep_ns += slept;
+            if slept > 0 {
+                o.notes.push(format!(
+                    "{}: run_delay counted {} of sleep after the thread was moved asleep (delayed dequeue); the wait floor is taken without it",
+                    e.name,
+                    ms(slept as f64)
+                ));
+            }
             let lo_w = if e.b_ns >= attached {
-                wakeup_wait_floor(e.lo.wait, e.lo.slices)
+                wakeup_wait_floor(e.lo.wait - slept as f64, e.lo.slices)
             } else {
                 0.0
             };

@@ -11,6 +11,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::check::check;
+use super::moves::{Ledger, Moves};
 use super::report::{Class, Outcome};
 use super::rows::WindowBounds;
 use super::scenario::{plan, Focus, Scenario, Target};
@@ -30,6 +31,9 @@ pub(super) struct Env {
     pub(super) python: PathBuf,
     /// CLOCK_BOOTTIME (the trace's clock) less CLOCK_MONOTONIC (the window's), ns.
     pub(super) boot_minus_mono: i64,
+    /// ftrace's events of each scenario, for the sleep run_delay counts (`moves`), or
+    /// why there are none.
+    pub(super) moves: Result<Ledger, String>,
 }
 
 impl Env {
@@ -83,6 +87,14 @@ impl Env {
                     String::from_utf8_lossy(&clocks.stdout)
                 )
             })?;
+        let moves = Ledger::open(std::process::id());
+        println!(
+            "torture: run_delay's count of moved sleepers (delayed dequeue): {}",
+            match &moves {
+                Ok(_) => "from ftrace's events in an instance of its own".to_string(),
+                Err(e) => format!("not measured ({e}): the wait floor is run_delay's"),
+            }
+        );
         println!(
             "torture: probe modes {}; cgroup v2 {}",
             probes.join(", "),
@@ -100,6 +112,7 @@ impl Env {
             cgroup2,
             python,
             boot_minus_mono,
+            moves,
         })
     }
 
@@ -118,10 +131,18 @@ impl Env {
             self.closed_pipe(&probe, json, &mut o);
         }
         if o.violations.is_empty() {
+            let moved = match o.moved_sleep_ns {
+                0 => String::new(),
+                n => format!(
+                    ", {:.2} ms of it moved sleep run_delay counted",
+                    n as f64 / 1e6
+                ),
+            };
             println!(
-                "torture: seed {seed}: ok ({} workload threads, {} checks, {:.1} s)",
+                "torture: seed {seed}: ok ({} workload threads, {} checks, {} scheduler events{moved}, {:.1} s)",
                 o.threads,
                 o.checks,
+                o.sched_events,
                 t.elapsed().as_secs_f64()
             );
         } else {
@@ -206,6 +227,11 @@ impl Env {
         }
 
         let mut o = Outcome::new(sc);
+        if let Ok(l) = &self.moves {
+            if let Err(e) = l.start() {
+                o.notes.push(format!("ftrace not started: {e}"));
+            }
+        }
         let mut workload: Option<Child> = None;
         let mut ready = (0u64, 0u64, 0u64);
         if go {
@@ -315,6 +341,19 @@ impl Env {
             .and_then(|w| reap_recording_zombie(w, Duration::from_secs(30)));
         // The workload may outlive a window that closed first.
         let done = wait_for_done(&scratch.truth, Duration::from_secs(30));
+        let moved = match self.moves.as_ref().map(|l| l.read()) {
+            Ok(Ok((m, n))) => {
+                o.sched_events = n;
+                m
+            }
+            Ok(Err(e)) => {
+                o.notes.push(format!(
+                    "run_delay's count of moved sleepers not measured: {e}"
+                ));
+                Moves::new()
+            }
+            Err(_) => Moves::new(),
+        };
         let stdout = std::fs::read_to_string(&scratch.stdout).unwrap_or_default();
         let stderr = std::fs::read_to_string(&scratch.stderr).unwrap_or_default();
         match status {
@@ -370,7 +409,7 @@ impl Env {
                 WindowBounds { open: u64::MAX / 2 }
             }
         };
-        check(&mut o, &docs, &lines, w, ready);
+        check(&mut o, &docs, &lines, w, ready, &moved);
         if o.scenario.focus == Focus::Record && status.is_some_and(|s| s.success()) {
             let ctx = (steal, self.boot_minus_mono, ready);
             trace::check(&mut o, &self.python, &scratch.trace, &docs, &lines, w, ctx);

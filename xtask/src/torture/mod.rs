@@ -9,6 +9,7 @@ mod check;
 mod consistency;
 mod env;
 mod lifetime;
+mod moves;
 mod report;
 mod rows;
 mod scenario;

@@ -191,6 +191,10 @@ pub(super) struct Outcome {
     pub(super) notes: Vec<String>,
     pub(super) checks: usize,
     pub(super) threads: usize,
+    /// ftrace's scheduler events read for the scenario, and the sleep run_delay counted
+    /// after moves of sleeping threads (`moves`), ns.
+    pub(super) sched_events: usize,
+    pub(super) moved_sleep_ns: u64,
 }
 
 impl Outcome {
@@ -203,6 +207,8 @@ impl Outcome {
             notes: Vec::new(),
             checks: 0,
             threads: 0,
+            sched_events: 0,
+            moved_sleep_ns: 0,
         }
     }
 
