@@ -221,16 +221,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             slice::wait_from(s.runnable_ns, unseen_in)
         }
     } else if let Some(rd) = prev.run_delay() {
-        let base = if s.flags & HAVE_RUN_DELAY != 0 {
-            s.last_run_delay
-        } else if seen_in {
-            cs.run_delay_in
-        } else {
-            slice::UNKNOWN
-        };
-        s.last_run_delay = rd;
-        s.flags |= HAVE_RUN_DELAY;
-        slice::wait_by_run_delay(rd, base)
+        run_delay_wait(s, rd, cs.run_delay_in, seen_in)
     } else {
         slice::wait_from(s.runnable_ns, start.max(unseen_in))
     };
@@ -411,14 +402,7 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
         // slice's switch-in read it), as at any switch-out. From the wakeup it was lost
         // in this mode, which stamps none (torture seed 997059: a leaver's last wait,
         // 3.9 ms).
-        let base = if s.flags & HAVE_RUN_DELAY != 0 {
-            s.last_run_delay
-        } else {
-            cs.run_delay_in
-        };
-        s.last_run_delay = rd;
-        s.flags |= HAVE_RUN_DELAY;
-        slice::wait_by_run_delay(rd, base)
+        run_delay_wait(s, rd, cs.run_delay_in, true)
     } else if c.mode.use_task_storage != 0 {
         cs.wait_ns
     } else {

@@ -111,7 +111,7 @@ impl ValueEnum for RunqFrom {
                 "Wakeup (or preemption) to switch-in, timed by the tracer, as runqlat and `perf sched latency` do: includes the wakeup-preemption latency"
             }
             RunqFrom::Schedstat => {
-                "The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup programs, the cheapest; it leaves out the time between a wakeup that preempts and the switch, when the kernel skips its clock update (BTF modes only)"
+                "The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup programs, the cheapest; it leaves out the time between a wakeup that preempts and the switch, when the kernel skips its clock update, and from Linux 6.12 (delayed dequeue) counts as waiting the sleep of a thread the load balancer moved while it slept (BTF modes only)"
             }
         };
         Some(PossibleValue::new(self.name()).help(help))

@@ -36,7 +36,9 @@ pub enum RunqFrom {
     Wakeup,
     /// The scheduler's own `sched_info.run_delay` (schedstat's second field): no wakeup
     /// programs, the cheapest; it leaves out the time between a wakeup that preempts and
-    /// the switch, when the kernel skips its clock update (BTF modes only).
+    /// the switch, when the kernel skips its clock update, and from Linux 6.12 (delayed
+    /// dequeue) counts the sleep of a thread the load balancer moved while it slept (BTF
+    /// modes only).
     Schedstat,
 }
 
