@@ -282,8 +282,18 @@ fn compare_thread(
         ));
     }
     c.expect(within || known_leader_excess(t, rq), || {
+        // What ftrace's own switch and wakeup events timed: whether the tracer or the
+        // scheduler's clock parted from the events.
+        let by_ftrace = match events {
+            Some((ns, n)) => format!(
+                "; ftrace's events time {:.3} ms over {n} waits ({:+.2}% of them)",
+                ns as f64 / 1e6,
+                pct(rq, ns)
+            ),
+            None => "; no ftrace waits for it".to_string(),
+        };
         format!(
-            "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits + a clock skip of {skip_ms:.3} ms)",
+            "tid {} ({}): runq_wait_ns {rq} vs schedstat run_delay {} ({:+.2}%, over {}% + {} us x {waits} waits + a clock skip of {skip_ms:.3} ms){by_ftrace}",
             t.tid,
             kind(t),
             t.wait_ns,
