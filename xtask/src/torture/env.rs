@@ -227,11 +227,15 @@ impl Env {
         }
 
         let mut o = Outcome::new(sc);
-        if let Ok(l) = &self.moves {
-            if let Err(e) = l.start() {
+        // Read only what this scenario recorded: a start that failed leaves the last
+        // scenario's events in the buffer.
+        let ledger = self.moves.as_ref().ok().filter(|l| match l.start() {
+            Ok(()) => true,
+            Err(e) => {
                 o.notes.push(format!("ftrace not started: {e}"));
+                false
             }
-        }
+        });
         let mut workload: Option<Child> = None;
         let mut ready = (0u64, 0u64, 0u64);
         if go {
@@ -341,18 +345,18 @@ impl Env {
             .and_then(|w| reap_recording_zombie(w, Duration::from_secs(30)));
         // The workload may outlive a window that closed first.
         let done = wait_for_done(&scratch.truth, Duration::from_secs(30));
-        let moved = match self.moves.as_ref().map(|l| l.read()) {
-            Ok(Ok((m, n))) => {
+        let moved = match ledger.map(|l| l.read()) {
+            Some(Ok((m, n))) => {
                 o.sched_events = n;
                 m
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 o.notes.push(format!(
                     "run_delay's count of moved sleepers not measured: {e}"
                 ));
                 Moves::new()
             }
-            Err(_) => Moves::new(),
+            None => Moves::new(),
         };
         let stdout = std::fs::read_to_string(&scratch.stdout).unwrap_or_default();
         let stderr = std::fs::read_to_string(&scratch.stderr).unwrap_or_default();
