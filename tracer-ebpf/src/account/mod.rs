@@ -8,8 +8,7 @@
 //! (task-local storage in tp_btf mode on 6.4+, else the `THREADS` hash), histogram slots
 //! (array lookups in the default scope), in task-storage mode one more storage lookup
 //! for the thread arriving (its wakeup time), and with a target one `TRACKED` lookup for
-//! the next thread. Untraced threads cost the per-CPU
-//! lookup and the filter lookup only.
+//! the next thread. Untraced threads cost the per-CPU lookup and the filter lookup only.
 //!
 //! `membership`: the traced set; `entries`: per-thread entries and what a dying thread
 //! hands over; `switch`: the switch itself; `events`: wakeups, execs, runtime records.
