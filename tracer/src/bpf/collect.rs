@@ -31,6 +31,9 @@ use crate::sys::root::Root;
 pub use exiting::{ExitWatch, EXIT_WAIT};
 pub use idle::{IdleThreads, Members};
 
+/// The log target of the reads taken again (`--verbose` shows it).
+pub const READS: &str = "reads";
+
 /// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
 fn set_comm(comm: &mut [u8], name: &str) {
     let b = name.as_bytes();
@@ -295,7 +298,16 @@ impl Collector {
                         && b.seq == a.seq
                         && b.seq % 2 == 0
                 });
-            let missed = skipped(&self.last_live, &live, &self.exited);
+            let mut missed = skipped(&self.last_live, &live, &self.exited);
+            if let Some(w) = self.exit_watch.as_ref().filter(|w| w.armed()) {
+                let seen: HashSet<u32> = live
+                    .iter()
+                    .map(|((tid, _), _)| *tid)
+                    .chain(self.exited.values().map(|r| r.tid))
+                    .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
+                    .collect();
+                missed += w.born_unread(ebpf, &self.root, self.open_ns, &seen)?;
+            }
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
                     if w.read_again(ebpf, &self.root)? {
@@ -315,6 +327,7 @@ impl Collector {
                 // The task iterator (seen on 6.18 under load) or a hash map walk during
                 // deletes passed over a live thread: its totals are in the kernel.
                 self.rereads += 1;
+                log::info!(target: READS, "read again: {missed} live thread(s) missing (try {tries})");
             }
         };
         // One of the two is read (`hists_with_threads`).

@@ -495,10 +495,14 @@ pub mod offcpu;
 pub mod record;
 
 /// Warnings (RUST_LOG to see more); `--verbose` adds the start-up stages, written as
-/// plain lines.
+/// plain lines, and the reads of the kernel's entries taken again.
 fn init_log(verbose: bool) {
     use std::io::Write as _;
-    let filter = if verbose { "warn,startup=info" } else { "warn" };
+    let filter = if verbose {
+        "warn,startup=info,reads=info"
+    } else {
+        "warn"
+    };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter))
         .format(|buf, r| {
             if r.target() == crate::sys::startup::TARGET {

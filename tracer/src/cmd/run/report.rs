@@ -166,7 +166,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
         notices.push(format!(
             "{} time(s) a live thread was missing from four reads of the kernel's entries \
              in a row (the task iterator skipped it): the totals of the read before stand \
-             in for it",
+             in for it, where one had it",
             s.collector.still_missing
         ));
     }
