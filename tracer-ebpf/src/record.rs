@@ -335,10 +335,8 @@ fn slow(prev: &Task, next: &Task) {
                 Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
                 _ => u64::MAX,
             }
-        } else if s.runnable_ns != 0 && now > s.runnable_ns {
-            now - s.runnable_ns
         } else {
-            u64::MAX
+            slice::wait_from(s.runnable_ns, now)
         };
         let h = if s.off_state == OFF_PREEMPTED {
             how::PREEMPTED

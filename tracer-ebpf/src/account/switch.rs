@@ -555,15 +555,11 @@ fn switch_in_at(next: Task, mut now: u64) -> u64 {
         if let Some(s) = unsafe { TASK_STATS.get(next.ptr, None) } {
             // SAFETY: the task's storage; only its own switches and wakeups touch it.
             let s = unsafe { &mut *s };
-            if s.runnable_ns != 0 && now > s.runnable_ns {
-                cs.wait_ns = now - s.runnable_ns;
-            }
+            cs.wait_ns = slice::wait_from(s.runnable_ns, now);
             s.runnable_ns = 0;
         } else if let Some(at) = take_wake_aside(next.tid) {
             // Its wakeup could not make its storage; its switch-out will.
-            if now > at {
-                cs.wait_ns = now - at;
-            }
+            cs.wait_ns = slice::wait_from(at, now);
         }
     }
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
