@@ -305,7 +305,7 @@ impl Collector {
                     .chain(self.exited.values().map(|r| r.tid))
                     .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
                     .collect();
-                missed += w.born_unread(ebpf, &self.root, self.open_ns, &seen)?;
+                missed += w.born_unread(ebpf, &self.root, (self.open_ns, close_ns), &seen)?;
             }
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {

@@ -114,8 +114,9 @@ impl ExitWatch {
         self.armed
     }
 
-    /// How many threads of the traced set born since the opening the armed read lacks
-    /// (`seen`: the TIDs it has, with a death record or a slice on a CPU). Such a
+    /// How many threads of the traced set born in the window (`open_ns` to `close_ns`, 0:
+    /// open) the armed read lacks (`seen`: the TIDs it has, with a death record or a
+    /// slice on a CPU). Such a
     /// thread has an entry from its first wakeup (`sched_wakeup_new`), so the read
     /// passed over it, and a read before it that could name it (`snapshot::skipped`)
     /// there may be none: torture seed 999061 (tp-btf `-p`, 2026-12-07) lost a thread
@@ -125,7 +126,7 @@ impl ExitWatch {
         &self,
         ebpf: &Ebpf,
         root: &Root,
-        open_ns: u64,
+        (open_ns, close_ns): (u64, u64),
         seen: &HashSet<u32>,
     ) -> Result<usize> {
         if !self.armed {
@@ -136,25 +137,29 @@ impl ExitWatch {
             tids,
             seen,
             |tid| crate::sys::birth::started_ns(root, tid),
-            open_ns,
+            (open_ns, if close_ns == 0 { u64::MAX } else { close_ns }),
             crate::sys::birth::precision_ns(),
         ))
     }
 }
 
 /// Of `tids`, those a read lacks (not in `seen`) that are alive (`started`: their
-/// birth, None when gone) and surely born after `open_ns` (by more than the birth's
-/// precision `tick`): an entry was made for them, the read missed it. A thread gone
-/// is [`ExitWatch::read_again`]'s, one born near the opening may have come before.
+/// birth, None when gone) and surely born inside the window `(open, close)` (by more
+/// than the birth's precision `tick`): an entry was made for them, the read missed it.
+/// A thread gone is [`ExitWatch::read_again`]'s; one born near the opening may have
+/// come before it, one near the close after it (a `--cgroup` member then gets no entry).
 fn born_unread(
     tids: impl Iterator<Item = u32>,
     seen: &HashSet<u32>,
     started: impl Fn(u32) -> Option<u64>,
-    open_ns: u64,
+    (open, close): (u64, u64),
     tick: u64,
 ) -> usize {
     tids.filter(|tid| !seen.contains(tid))
-        .filter(|&tid| started(tid).is_some_and(|b| b > open_ns.saturating_add(tick)))
+        .filter(|&tid| {
+            started(tid)
+                .is_some_and(|b| b > open.saturating_add(tick) && b.saturating_add(tick) < close)
+        })
         .count()
 }
 
@@ -177,25 +182,31 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
+    /// Opened at 100 ms, closed at 1100 ms.
+    const WINDOW: (u64, u64) = (100 * MS, 1100 * MS);
 
     #[test]
-    fn a_thread_born_after_the_opening_and_missing_from_the_read_is_counted() {
-        // Seed 999061's shape: opened at 100 ms, the thread born at 118 ms (10 ms
-        // ticks), alive, not in the read.
+    fn a_thread_born_in_the_window_and_missing_from_the_read_is_counted() {
+        // Seed 999061's shape: the thread born at 118 ms (10 ms ticks), alive, not in
+        // the read.
         let seen: HashSet<u32> = [1, 2].into();
         let born = |tid| match tid {
             1 | 2 => Some(50 * MS),
             3 => Some(118 * MS),
             _ => None,
         };
+        let n = born_unread([1, 2, 3].into_iter(), &seen, born, WINDOW, 10 * MS);
+        assert_eq!(n, 1);
+        // The window still open (an interval's read).
+        let open = (100 * MS, u64::MAX);
         assert_eq!(
-            born_unread([1, 2, 3].into_iter(), &seen, born, 100 * MS, 10 * MS),
+            born_unread([1, 2, 3].into_iter(), &seen, born, open, 10 * MS),
             1
         );
     }
 
     #[test]
-    fn threads_read_gone_or_born_near_the_opening_are_not() {
+    fn threads_read_gone_or_born_near_the_opening_or_close_are_not() {
         let seen: HashSet<u32> = [1].into();
         let born = |tid| match tid {
             // In the read.
@@ -204,12 +215,13 @@ mod tests {
             2 => Some(10 * MS),
             // Within a tick of the opening: it may have been born before it.
             3 => Some(109 * MS),
+            // Within a tick of the close, or after it.
+            5 => Some(1091 * MS),
+            6 => Some(1200 * MS),
             // Gone from /proc: `read_again` waits for its death record.
             _ => None,
         };
-        assert_eq!(
-            born_unread([1, 2, 3, 4].into_iter(), &seen, born, 100 * MS, 10 * MS),
-            0
-        );
+        let tids = [1, 2, 3, 4, 5, 6].into_iter();
+        assert_eq!(born_unread(tids, &seen, born, WINDOW, 10 * MS), 0);
     }
 }
