@@ -38,7 +38,8 @@ pub struct Cli {
     pub root: Option<PathBuf>,
 
     /// Print each start-up stage (BTF, object, each program's verification with its
-    /// instruction count, attach) with its wall and CPU time, to stderr.
+    /// instruction count, attach) with its wall and CPU time, and each read of the
+    /// kernel's entries taken again because it missed a live thread, to stderr.
     #[arg(short, long, global = true)]
     pub verbose: bool,
 
