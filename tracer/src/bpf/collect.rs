@@ -298,14 +298,17 @@ impl Collector {
                         && b.seq % 2 == 0
                 });
             let mut missed = skipped(&self.last_live, &live, &self.exited);
-            if let Some(w) = self.exit_watch.as_ref().filter(|w| w.armed()) {
+            // At the final read, a thread born in the window that it lacks.
+            let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
+            let born = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
+            if !born.is_empty() {
                 let seen: HashSet<u32> = live
                     .iter()
                     .map(|((tid, _), _)| *tid)
                     .chain(self.exited.values().map(|r| r.tid))
                     .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
                     .collect();
-                missed += w.born_unread(ebpf, &self.root, (self.open_ns, close_ns), &seen)?;
+                missed += exiting::born_unread(&self.root, &born, &seen, (self.open_ns, close_ns));
             }
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {

@@ -114,41 +114,63 @@ impl ExitWatch {
         self.armed
     }
 
-    /// How many threads of the traced set born in the window (`open_ns` to `close_ns`, 0:
-    /// open) the armed read lacks (`seen`: the TIDs it has, with a death record or a
-    /// slice on a CPU). Such a
-    /// thread has an entry from its first wakeup (`sched_wakeup_new`), so the read
-    /// passed over it, and a read before it that could name it (`snapshot::skipped`)
-    /// there may be none: torture seed 999061 (tp-btf `-p`, 2026-12-07) lost a thread
-    /// born 18 ms after the opening from the rows, its 227 slices in the histograms.
-    /// 0 when not armed (only the final read pays for the walk).
-    pub fn born_unread(
-        &self,
-        ebpf: &Ebpf,
-        root: &Root,
-        (open_ns, close_ns): (u64, u64),
-        seen: &HashSet<u32>,
-    ) -> Result<usize> {
+    /// The traced set (see [`born_unread`]); empty when not armed (only the final read
+    /// pays for the walk).
+    pub fn traced_tids(&self, ebpf: &Ebpf) -> Result<Vec<u32>> {
         if !self.armed {
-            return Ok(0);
+            return Ok(Vec::new());
         }
-        let tids = traced(ebpf, self.cap)?.into_iter().map(|(tid, _)| tid);
-        Ok(born_unread(
-            tids,
-            seen,
-            |tid| crate::sys::birth::started_ns(root, tid),
-            (open_ns, if close_ns == 0 { u64::MAX } else { close_ns }),
-            crate::sys::birth::precision_ns(),
-        ))
+        Ok(traced(ebpf, self.cap)?
+            .into_iter()
+            .map(|(tid, _)| tid)
+            .collect())
     }
 }
 
-/// Of `tids`, those a read lacks (not in `seen`) that are alive (`started`: their
-/// birth, None when gone) and surely born inside the window `(open, close)` (by more
-/// than the birth's precision `tick`): an entry was made for them, the read missed it.
-/// A thread gone is [`ExitWatch::read_again`]'s; one born near the opening may have
-/// come before it, one near the close after it (a `--cgroup` member then gets no entry).
-fn born_unread(
+/// The threads [`born_unread`] looks at: system-wide (`all`, at the final read) every
+/// thread of the machine (the traced set then lists only the exiting ones); else the
+/// traced set, at the armed read; none otherwise.
+pub fn born_tids(
+    watch: Option<&ExitWatch>,
+    ebpf: &Ebpf,
+    root: &Root,
+    all: bool,
+) -> Result<Vec<u32>> {
+    if all {
+        return Ok(procfs::all_threads(root)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect());
+    }
+    match watch {
+        Some(w) => w.traced_tids(ebpf),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// How many of `tids` (the traced set, or every thread system-wide) born in the window
+/// (`open` to `close`, 0: open) a read lacks (`seen`: the TIDs it has, with a death
+/// record or a slice on a CPU). Such a thread has an entry from its first wakeup
+/// (`sched_wakeup_new`), so the read passed over it, and a read before it that could
+/// name it (`snapshot::skipped`) there may be none: torture seed 999061 (tp-btf `-p`,
+/// 2026-12-07) lost a thread born 18 ms after the opening from the rows, its 227
+/// slices in the histograms. Only the alive count (a thread gone is
+/// [`ExitWatch::read_again`]'s), and only those surely born inside the window (by more
+/// than /proc's clock tick): one born near the opening may have come before it, one
+/// near the close after it (a `--cgroup` member then gets no entry).
+pub fn born_unread(root: &Root, tids: &[u32], seen: &HashSet<u32>, window: (u64, u64)) -> usize {
+    let (open, close) = window;
+    count_born_unread(
+        tids.iter().copied(),
+        seen,
+        |tid| crate::sys::birth::started_ns(root, tid),
+        (open, if close == 0 { u64::MAX } else { close }),
+        crate::sys::birth::precision_ns(),
+    )
+}
+
+/// [`born_unread`] with `started` giving a thread's birth (None when gone).
+fn count_born_unread(
     tids: impl Iterator<Item = u32>,
     seen: &HashSet<u32>,
     started: impl Fn(u32) -> Option<u64>,
@@ -195,12 +217,12 @@ mod tests {
             3 => Some(118 * MS),
             _ => None,
         };
-        let n = born_unread([1, 2, 3].into_iter(), &seen, born, WINDOW, 10 * MS);
+        let n = count_born_unread([1, 2, 3].into_iter(), &seen, born, WINDOW, 10 * MS);
         assert_eq!(n, 1);
         // The window still open (an interval's read).
         let open = (100 * MS, u64::MAX);
         assert_eq!(
-            born_unread([1, 2, 3].into_iter(), &seen, born, open, 10 * MS),
+            count_born_unread([1, 2, 3].into_iter(), &seen, born, open, 10 * MS),
             1
         );
     }
@@ -222,6 +244,6 @@ mod tests {
             _ => None,
         };
         let tids = [1, 2, 3, 4, 5, 6].into_iter();
-        assert_eq!(born_unread(tids, &seen, born, WINDOW, 10 * MS), 0);
+        assert_eq!(count_born_unread(tids, &seen, born, WINDOW, 10 * MS), 0);
     }
 }
