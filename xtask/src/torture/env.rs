@@ -345,9 +345,11 @@ impl Env {
             .and_then(|w| reap_recording_zombie(w, Duration::from_secs(30)));
         // The workload may outlive a window that closed first.
         let done = wait_for_done(&scratch.truth, Duration::from_secs(30));
+        let mut sched_trace = Vec::new();
         let moved = match ledger.map(|l| l.read()) {
-            Some(Ok((m, n))) => {
+            Some(Ok((m, n, text))) => {
                 o.sched_events = n;
+                sched_trace = text;
                 m
             }
             Some(Err(e)) => {
@@ -427,10 +429,15 @@ impl Env {
             let _ = std::fs::write(kept.join("truth.jsonl"), &truth_text);
             // The trace of a record scenario too: its switches explain most failures.
             let _ = std::fs::copy(&scratch.trace, kept.join("trace.pftrace"));
+            // And ftrace's own scheduler events of the scenario, as the kernel saw it.
+            if !sched_trace.is_empty() {
+                let _ = std::fs::write(kept.join("sched.trace"), &sched_trace);
+            }
             o.notes.insert(
                 0,
                 format!(
-                    "kept the tracer's output, the truth (and a record scenario's trace) in {}",
+                    "kept the tracer's output, the truth, ftrace's scheduler events (and a \
+                     record scenario's trace) in {}",
                     kept.display()
                 ),
             );

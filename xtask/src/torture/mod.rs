@@ -39,7 +39,7 @@ pub struct TortureArgs {
     /// Run this many scenarios
     #[arg(long)]
     scenarios: Option<u64>,
-    /// Keep each failing scenario's tracer output and workload truth in /tmp
+    /// Keep each failing scenario's tracer output, workload truth and ftrace events in /tmp
     #[arg(long)]
     keep: bool,
 }

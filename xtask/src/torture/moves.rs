@@ -227,9 +227,10 @@ impl Ledger {
         self.write("tracing_on", "1")
     }
 
-    /// Stops recording and reads what run_delay counted of sleep, per TID. An overrun
-    /// ring has lost events: then there is no figure (and no allowance).
-    pub(super) fn read(&self) -> Result<(Moves, usize), String> {
+    /// Stops recording and reads what run_delay counted of sleep, per TID, with the
+    /// number of events and their text (kept beside a failing scenario's output). An
+    /// overrun ring has lost events: then there is no figure (and no allowance).
+    pub(super) fn read(&self) -> Result<(Moves, usize, Vec<u8>), String> {
         self.write("tracing_on", "0")?;
         let mut lost = 0u64;
         if let Ok(cpus) = std::fs::read_dir(self.dir.join("per_cpu")) {
@@ -245,11 +246,11 @@ impl Ledger {
         if lost > 0 {
             return Err(format!("ftrace's ring overran ({lost} events lost)"));
         }
-        let text = std::fs::read(self.dir.join("trace")).map_err(|e| format!("trace: {e}"))?;
-        let text = String::from_utf8_lossy(&text);
+        let raw = std::fs::read(self.dir.join("trace")).map_err(|e| format!("trace: {e}"))?;
+        let text = String::from_utf8_lossy(&raw);
         let events: Vec<(u64, Event)> = text.lines().filter_map(parse_line).collect();
         let n = events.len();
-        Ok((sleep_moves(events), n))
+        Ok((sleep_moves(events), n, raw))
     }
 }
 
