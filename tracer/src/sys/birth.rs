@@ -6,7 +6,7 @@ use crate::sys::root::Root;
 /// The thread's start, CLOCK_MONOTONIC ns, to one clock tick (10 ms at USER_HZ 100);
 /// None when it is gone.
 pub fn started_ns(root: &Root, tid: u32) -> Option<u64> {
-    let stat = std::fs::read(root.path(format!("/proc/{tid}/stat"))).ok()?;
+    let stat = crate::sys::procfs::thread_stat(root, tid)?;
     // "pid (comm) state ...": the name may hold ')' and spaces; field 22 is the 20th
     // after it.
     let rest = &stat[stat.iter().rposition(|&b| b == b')')? + 1..];

@@ -320,3 +320,35 @@ fn an_exiting_thread_is_not_taken_for_a_live_one() {
         me
     ));
 }
+
+#[test]
+fn a_threads_stat_is_its_own_not_its_processs() {
+    // This thread burns CPU while another sleeps: the sleeper's own stat shows
+    // none of it, where `/proc/TID/stat` (the whole process's sums) would.
+    let root = crate::sys::root::Root::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let sleeper = std::thread::spawn(move || {
+        tx.send(rustix::thread::gettid().as_raw_nonzero().get() as u32)
+            .unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    // 300 ms of this thread's CPU (30 ticks at USER_HZ 100), however loaded the machine.
+    let cpu = || rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let t0 = cpu();
+    while (cpu().tv_sec - t0.tv_sec) * 1_000_000_000 + (cpu().tv_nsec - t0.tv_nsec) < 300_000_000 {
+        std::hint::spin_loop();
+    }
+    let cpu_ticks = |text: &[u8]| -> u64 {
+        let f = stat_fields(text).unwrap();
+        // utime and stime: fields 14 and 15, the first after the comm being 3.
+        f[14 - 3].parse::<u64>().unwrap() + f[15 - 3].parse::<u64>().unwrap()
+    };
+    let own = cpu_ticks(&thread_stat(&root, tid).expect("the sleeper's stat"));
+    let whole = cpu_ticks(&std::fs::read(format!("/proc/{tid}/stat")).unwrap());
+    done_tx.send(()).unwrap();
+    sleeper.join().unwrap();
+    assert!(own <= 2, "the sleeper's own CPU ticks: {own}");
+    assert!(whole >= 20, "the process's CPU ticks: {whole}");
+}
