@@ -393,3 +393,80 @@ fn the_loader_skips_aya_btf_parse_only_where_allowed_and_leaves_no_mount() {
         );
     }
 }
+
+/// `tracer run` under an open-file limit of `soft`:`hard` (as `prlimit --nofile`).
+fn run_with_nofile(args: &[&str], soft: u64, hard: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(tracer_bin());
+    cmd.args(args);
+    // SAFETY: setrlimit is async-signal-safe; it only changes the child's limit.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    cmd.output().expect("cannot start the tracer binary")
+}
+
+#[test]
+#[ignore = "needs root"]
+fn a_process_with_more_threads_than_descriptors_is_still_traced() {
+    // `-p` counts each thread (as `perf stat -p`): 4 software events x 101 threads
+    // need more descriptors than a limit of 150 (a process of 5,000 threads passed
+    // this VM's 20,000 the same way, and the run failed).
+    require_root();
+    let mut w = Command::new(WORKLOAD)
+        .args(["busy-sleep", "--threads", "100", "--work-ms", "1"])
+        .args(["--sleep-ms", "50", "--duration-ms", "8000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = w.id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) < 101 {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never had 101 threads"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let args = ["run", "--json", "-p", &pid, "-d", "300ms"];
+    // The default counters left out, said; every thread still in the rows.
+    let out = run_with_nofile(&args, 150, 150);
+    let total = final_report(&out);
+    assert!(total.get("counters").is_none_or(|c| c.is_null()), "{total}");
+    let notices = total["notices"].to_string();
+    assert!(
+        notices.contains("default perf counters are left out"),
+        "{notices}"
+    );
+    let rows = total["threads"].as_array().unwrap();
+    assert_eq!(rows.len(), 101, "{}", rows.len());
+    // A soft limit below a hard one is raised, as perf does: the counters are there.
+    let total = final_report(&run_with_nofile(&args, 150, 4096));
+    assert!(total["counters"].is_object(), "{total}");
+    // Events asked for by name are not left out: a clear one-line error.
+    let named = [
+        "run",
+        "-p",
+        &pid,
+        "-d",
+        "300ms",
+        "-e",
+        "task-clock,page-faults",
+    ];
+    let out = run_with_nofile(&named, 150, 150);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("Too many open files"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    w.kill().unwrap();
+    w.wait().unwrap();
+}

@@ -239,6 +239,9 @@ pub struct RunArgs {
     #[arg(short = 'm', long)]
     pub millis: bool,
     /// perf events to count beside the trace (perf syntax: task-clock,cycles:u,r1a8).
+    /// With -p or -t each thread is counted, one descriptor per event per thread: out
+    /// of descriptors, the soft `ulimit -n` is raised to the hard one (as perf does),
+    /// and the default set is left out with a notice rather than fail the run.
     #[arg(
         short = 'e',
         long = "event",

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod files;
 pub mod heap;
 pub mod launch;
+pub mod nofile;
 pub mod outfile;
 pub mod parse;
 pub mod privileges;

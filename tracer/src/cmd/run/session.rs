@@ -13,12 +13,12 @@ use crate::{
     bpf::collect::{Collector, IdleThreads},
     bpf::loader::{LoadOptions, Tracer},
     cmd::targets,
+    error::TracerError,
     model::options::RunqSource,
     model::report::{Refusal, RunHeader},
-    perf::{self, Counters},
+    perf::{self, CounterTarget, Counters},
     pseries::hypervisor,
-    sys::procfs,
-    sys::root::Root,
+    sys::{nofile, procfs, root::Root},
 };
 
 /// Puts per-CPU perf counter fds into a perf event array (BPF_MAP_UPDATE_ELEM), which
@@ -102,6 +102,40 @@ pub(super) struct Session {
     pub counters_lag_ns: u64,
 }
 
+/// The counters, enabled. Out of descriptors, the soft limit is raised to the hard one
+/// and they are opened again; still out, the default set (no `-e`) is left out with a
+/// notice, since the BPF figures do not need it (a `-p` of a process of 5,000 threads
+/// took 20,004 descriptors for its 4 software events, past this VM's 20,000).
+fn open_counters(
+    args: &RunConfig,
+    specs: &[perf::EventSpec],
+    target: &CounterTarget,
+    notices: &mut Vec<String>,
+) -> Result<Option<Counters>> {
+    let out_of_fds = |e: &TracerError| matches!(e, TracerError::Perf { source, .. } if nofile::is_out_of_descriptors(source));
+    let opened = match Counters::open(specs, target, args.per_thread) {
+        Err(e) if out_of_fds(&e) => match nofile::raise_to_hard() {
+            Some(_) => Counters::open(specs, target, args.per_thread),
+            None => Err(e),
+        },
+        r => r,
+    };
+    match opened {
+        Ok(c) => {
+            c.enable()?;
+            Ok(Some(c))
+        }
+        Err(e) if out_of_fds(&e) && args.events.is_empty() => {
+            notices.push(format!(
+                "the default perf counters are left out ({e}); the BPF figures stand alone \
+                 (-e with fewer events, or a higher `ulimit -Hn`, brings them back)"
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 pub(super) fn setup(
     args: &RunConfig,
     root: &Root,
@@ -177,9 +211,7 @@ pub(super) fn setup(
     let counters = if args.events.is_empty() && !args.per_thread && event_specs.is_empty() {
         None
     } else {
-        let c = Counters::open(event_specs, &counter_target, args.per_thread)?;
-        c.enable()?;
-        Some(c)
+        open_counters(args, event_specs, &counter_target, &mut notices)?
     };
     let counters_lag_ns = crate::sys::clock::monotonic_ns().saturating_sub(t0);
     if args.per_thread {
