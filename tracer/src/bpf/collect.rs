@@ -267,6 +267,11 @@ impl Collector {
         } else {
             Some(self.read_hists(ebpf)?)
         };
+        // At the final read, the threads born in the window (a read that lacks one of
+        // them, alive, is taken again): found once, their births do not change.
+        let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
+        let tids = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
+        let born = exiting::born_in_window(&self.root, &tids, (self.open_ns, close_ns));
         let (live, before, after, read_start, inside) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
@@ -298,9 +303,6 @@ impl Collector {
                         && b.seq % 2 == 0
                 });
             let mut missed = skipped(&self.last_live, &live, &self.exited);
-            // At the final read, a thread born in the window that it lacks.
-            let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
-            let born = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
             if !born.is_empty() {
                 let seen: HashSet<u32> = live
                     .iter()
@@ -308,7 +310,7 @@ impl Collector {
                     .chain(self.exited.values().map(|r| r.tid))
                     .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
                     .collect();
-                missed += exiting::born_unread(&self.root, &born, &seen, (self.open_ns, close_ns));
+                missed += exiting::unread(&self.root, &born, &seen);
             }
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
