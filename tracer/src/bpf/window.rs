@@ -25,13 +25,7 @@ impl Tracer {
     /// in between were counted and recorded past it (`record_agreement`'s
     /// `with_p_the_trace_is_cut_at_the_window`, 3 runs in 100, and torture seed
     /// 992386: the trace's last switch 0.577 ms after the close).
-    ///
-    /// Never in the past, nor nearer than [`CLOSE_AHEAD_NS`]: the programs counted
-    /// every slice that ended before it was written in full, so a close before them
-    /// would leave their time above the window (`-d 1ms` after a longer set-up: a
-    /// thread 2.98 ms on-CPU in a 1 ms window, `nothing_is_above_the_window`).
     pub fn plan_close(&mut self, close: u64) -> Result<()> {
-        let close = close.max(monotonic_ns() + CLOSE_AHEAD_NS);
         if self.t1 == 0 && close > self.t0 {
             self.planned = write(&mut self.ebpf, self.t0, close)?;
         }

@@ -209,12 +209,11 @@ pub struct ProbeArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Stop this long after the window opens (e.g. 5s, 250ms, 2m; above 0); default:
-    /// until Ctrl-C or COMMAND exits.
+    /// Stop after this long (e.g. 5s, 250ms, 2m; above 0); default: until Ctrl-C or
+    /// COMMAND exits.
     #[arg(short = 'd', long, value_name = "DURATION", value_parser = parse_window, allow_hyphen_values = true)]
     pub duration: Option<Duration>,
-    /// Print a report of the interval's deltas every DURATION from the window's opening
-    /// (at least 10ms), then the totals.
+    /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
     #[arg(short = 'i', long, value_name = "DURATION", value_parser = parse_interval, allow_hyphen_values = true)]
     pub interval: Option<Duration>,
     /// Stop after N intervals (N >= 1).

@@ -287,17 +287,12 @@ pub(super) async fn event_loop(
     sink.start(&s.header)?;
     let exits = s.collector.exit_ring_watch()?;
     let start = Mark::start(&s);
-    // `-d` and the ticks of `-i` count from the window's opening, not from here: the
-    // set-up after it (a `-p` target's counters, one per thread and event) made a
-    // `-p 1 -d 100ms` window 121.7 ms long, and one of 5,000 threads 334 ms.
-    let t0 = s.tracer.opened_at();
-    let since_open = Duration::from_nanos(crate::sys::clock::monotonic_ns().saturating_sub(t0));
-    let left = args.duration.map(|d| d.saturating_sub(since_open));
-    let ends = Ends::new(left, child, &args.targets, root, true);
+    let ends = Ends::new(args.duration, child, &args.targets, root, true);
     if let Some(d) = args.duration {
         // The deadline's moment, in the programs' clock (Instant is CLOCK_MONOTONIC).
         let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        s.tracer.plan_close(t0.saturating_add(d))?;
+        let close = crate::sys::clock::monotonic_ns().saturating_add(d);
+        s.tracer.plan_close(close)?;
     }
     if banner {
         show_life(args);
@@ -309,9 +304,7 @@ pub(super) async fn event_loop(
         sink: sink.as_mut(),
         prev: start.clone(),
         intervals: 0,
-        next: args
-            .interval
-            .map(|i| Instant::now() + i.saturating_sub(since_open)),
+        next: args.interval.map(|i| Instant::now() + i),
     };
     let inbox = match quit.as_mut() {
         Some(q) => Inbox::Unbounded(q),

@@ -29,7 +29,7 @@ mod session;
 pub struct RunConfig {
     /// What is traced.
     pub targets: Targets,
-    /// Stop this long after the window opens; default: until Ctrl-C or COMMAND exits.
+    /// Stop after this long (e.g. 5s, 250ms, 2m); default: until Ctrl-C or COMMAND exits.
     pub duration: Option<Duration>,
     /// Print a report of the interval's deltas every DURATION (at least 10ms), then the totals.
     pub interval: Option<Duration>,
