@@ -73,6 +73,9 @@ pub struct Collector {
     pub scoped_entries: usize,
     /// The window's opening (CLOCK_MONOTONIC ns).
     open_ns: u64,
+    /// When every program was attached: a thread born after it had its first wakeup
+    /// seen, so an entry (see [`exiting::born_in_window`]).
+    attached_ns: u64,
     /// Which threads that never ran are listed, off-CPU all window.
     idle: IdleThreads,
     /// The serials of the live entries the last snapshot read: one of them that a read
@@ -104,7 +107,7 @@ impl Collector {
         hist_scope: HistScope,
         runq: RunqSource,
         root: Root,
-        open_ns: u64,
+        (open_ns, attached_ns): (u64, u64),
         idle: IdleThreads,
     ) -> Result<Self> {
         let ring = RingBuf::try_from(
@@ -134,6 +137,7 @@ impl Collector {
             root,
             scoped_entries: 0,
             open_ns,
+            attached_ns,
             idle,
         })
     }
@@ -271,7 +275,7 @@ impl Collector {
         // them, alive, is taken again): found once, their births do not change.
         let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
         let tids = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
-        let born = exiting::born_in_window(&self.root, &tids, (self.open_ns, close_ns));
+        let born = exiting::born_in_window(&self.root, &tids, (self.attached_ns, close_ns));
         let (live, before, after, read_start, inside) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
@@ -573,6 +577,7 @@ impl Collector {
             live_entries,
             cpu_busy_ns,
             recursion_misses: 0,
+            threads_unread: self.still_missing,
         };
         snap.set_hist_sums(self.hist_scope);
         Ok(snap)

@@ -12,6 +12,12 @@ impl Tracer {
         self.t0
     }
 
+    /// The window's opening and the moment every program was attached (CLOCK_MONOTONIC
+    /// ns).
+    pub fn opening(&self) -> (u64, u64) {
+        (self.t0, self.attached_at)
+    }
+
     /// From the window's opening until every program was attached (ns): a thread that
     /// ended in it, and a slice or wait that ended in it, no program saw.
     pub fn attach_lag_ns(&self) -> u64 {

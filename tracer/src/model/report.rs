@@ -233,6 +233,8 @@ pub struct ProcessRow {
 pub struct Drops {
     pub kernel: [u64; DROP_NAMES.len()],
     pub recursion_misses: u64,
+    /// Live threads missing from four reads in a row (user space's count).
+    pub threads_unread: u64,
 }
 
 impl Drops {
@@ -242,7 +244,10 @@ impl Drops {
             .iter()
             .copied()
             .zip(self.kernel.iter().copied())
-            .chain([("recursion_misses", self.recursion_misses)])
+            .chain([
+                ("recursion_misses", self.recursion_misses),
+                ("threads_unread", self.threads_unread),
+            ])
     }
 }
 
@@ -263,6 +268,9 @@ pub fn drop_advice(name: &str) -> Option<&'static str> {
             "the kernel switched tasks out without reporting it (their slices are not counted)"
         }
         "recursion_misses" => "the kernel skipped program runs",
+        "threads_unread" => {
+            "a live thread was missing from four reads of the kernel's entries: its totals are those of an earlier read, or missing"
+        }
         _ => return None,
     })
 }
@@ -541,6 +549,7 @@ impl<S> Report<S> {
             drops: Drops {
                 kernel: snap.drops,
                 recursion_misses: snap.recursion_misses,
+                threads_unread: snap.threads_unread,
             },
             maps: Maps {
                 threads_live: snap.live_entries,

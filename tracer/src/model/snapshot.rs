@@ -200,6 +200,9 @@ pub struct Snapshot {
     pub cpu_busy_ns: Vec<u64>,
     /// Program runs the kernel skipped (recursion protection), filled in by the caller.
     pub recursion_misses: u64,
+    /// Live threads still missing from the kernel's entries after four reads, so far
+    /// (their earlier totals stand in, where a read had them).
+    pub threads_unread: u64,
 }
 
 /// Names of the drop counters, in index order, as shown in reports and JSON.
@@ -330,6 +333,7 @@ impl Snapshot {
             recursion_misses: self
                 .recursion_misses
                 .saturating_sub(earlier.recursion_misses),
+            threads_unread: self.threads_unread.saturating_sub(earlier.threads_unread),
         }
     }
 
@@ -472,7 +476,7 @@ impl Snapshot {
     }
 
     pub fn total_drops(&self) -> u64 {
-        self.drops.iter().sum::<u64>() + self.recursion_misses
+        self.drops.iter().sum::<u64>() + self.recursion_misses + self.threads_unread
     }
 
     /// CPUs the traced set ran on in this window.

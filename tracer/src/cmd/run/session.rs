@@ -181,12 +181,13 @@ pub(super) fn setup(
     }
     let runq = tracer.runq;
     let t0 = tracer.opened_at();
+    let opening = tracer.opening();
     let mut collector = Collector::new(
         &mut tracer.ebpf,
         scope_,
         runq,
         root.clone(),
-        t0,
+        opening,
         if plan.filter == Filter::All {
             IdleThreads::All
         } else {

@@ -177,7 +177,6 @@ async fn serve(
         irq: false,
     };
     let mut tracer = Tracer::start(&opts, &root, &mut |_| Ok(()))?;
-    let opened = tracer.opened_at();
     // Before the first walk of the tree: a cgroup made meanwhile is in one or the other.
     let ring = match MkdirRing::attach(&mut tracer.ebpf) {
         Ok(r) => Some(r),
@@ -209,12 +208,13 @@ async fn serve(
     } else {
         None
     };
+    let opening = tracer.opening();
     let mut collector = Collector::new(
         &mut tracer.ebpf,
         HistScope::Process,
         tracer.runq,
         root.clone(),
-        opened,
+        opening,
         Default::default(),
     )?
     .with_thread_hists(tracer.hist_in_task)
@@ -564,6 +564,7 @@ impl State {
         // cgroups the kernel's ring had no room for.
         let w = &mut self.workloads;
         w.events_lost = crate::bpf::cgroups::lost(&self.tracer.ebpf);
+        x.drops.push(("threads_unread".into(), snap.threads_unread));
         x.drops.push(("cgroup_unresolved".into(), w.unresolved));
         x.drops.push(("cgroup_events_lost".into(), w.events_lost));
         let (labels, cpu) = w.publish();

@@ -71,6 +71,7 @@ fn snapshot(threads: BTreeMap<ThreadKey, ThreadRecord>) -> Snapshot {
         live_entries: 0,
         cpu_busy_ns: Vec::new(),
         recursion_misses: 0,
+        threads_unread: 0,
     }
 }
 
