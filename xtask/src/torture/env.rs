@@ -188,6 +188,9 @@ impl Env {
             Focus::Leave => wargs.push("--leave".into()),
             Focus::Nested => {}
         }
+        if sc.crowd > 0 {
+            wargs.extend(["--crowd".into(), sc.crowd.to_string()]);
+        }
         let go = sc.target != Target::Cmd;
         if go {
             wargs.push("--go".into());
@@ -281,7 +284,13 @@ impl Env {
         }
         let mut tracer = Command::new(&self.tracer);
         tracer.args(&targs);
+        if let Some(limit) = o.scenario.nofile {
+            limit_nofile(&mut tracer, limit);
+        }
         o.tracer_cmd = crate::cmd::describe(&tracer);
+        if let Some((soft, hard)) = o.scenario.nofile {
+            o.tracer_cmd = format!("prlimit --nofile={soft}:{hard} {}", o.tracer_cmd);
+        }
         o.workload_cmd = if go {
             format!(
                 "{} {}   (started first; `go` on its stdin once the tracer has attached)",
@@ -543,5 +552,24 @@ pub(super) fn last_lines(s: &str) -> String {
         "(empty)".into()
     } else {
         t
+    }
+}
+
+/// Runs `cmd` with RLIMIT_NOFILE at `(soft, hard)`.
+fn limit_nofile(cmd: &mut Command, (soft, hard): (u64, u64)) {
+    use std::os::unix::process::CommandExt as _;
+    extern "C" {
+        fn setrlimit(resource: i32, rlim: *const [u64; 2]) -> i32;
+    }
+    /// RLIMIT_NOFILE on x86-64, arm64 and ppc64le.
+    const RLIMIT_NOFILE: i32 = 7;
+    // SAFETY: setrlimit is async-signal-safe and reads two u64 from a live array.
+    unsafe {
+        cmd.pre_exec(move || {
+            if setrlimit(RLIMIT_NOFILE, &[soft, hard]) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }

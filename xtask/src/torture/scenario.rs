@@ -16,10 +16,13 @@ use tracer_truth::Rng;
 /// most runs before their fix, 345355 (system-wide tp-btf threads exiting at the close
 /// missing the same way: 3 of 4 failed before, 0 of 5 after) and 345292 (an interval's
 /// histograms counting slices its threads did not show: 2 of 5 failed before, 4 of 8
-/// with half the fix, 0 of 10 after).
+/// with half the fix, 0 of 10 after). Then two `-p` targets of a crowd of ~2,100 sleeping
+/// threads (`Scenario::crowd`), where a 5,000-thread process once failed with EMFILE and
+/// reads were quadratic: 121 with a descriptor limit the tracer raises to its hard limit,
+/// 516 with one it cannot (the default counters left out).
 pub(super) const CI_SEEDS: &[u64] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 36917, 36751, 917296, 917278, 345355,
-    345292, 235494,
+    345292, 235494, 121, 516,
 ];
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -105,6 +108,11 @@ pub(super) struct Scenario {
     pub(super) workload_ms: u64,
     /// Also run the tracer with a reader that closes the pipe early.
     pub(super) pipe_close: Option<bool>,
+    /// Threads of the workload asleep from before the window to its end (0: none).
+    pub(super) crowd: u64,
+    /// The tracer's descriptor limit (soft, hard), below what `-p`'s per-thread counters
+    /// of a crowd need (a 5,000-thread `-p` once failed with EMFILE, 2026-12-07).
+    pub(super) nofile: Option<(u64, u64)>,
 }
 
 impl std::fmt::Display for Scenario {
@@ -141,6 +149,12 @@ impl std::fmt::Display for Scenario {
             },
             self.workload_ms
         )?;
+        if self.crowd > 0 {
+            write!(f, ", a crowd of {} sleeping threads", self.crowd)?;
+        }
+        if let Some((soft, hard)) = self.nofile {
+            write!(f, ", descriptors limited to {soft}:{hard}")?;
+        }
         if let Some(json) = self.pipe_close {
             write!(
                 f,
@@ -190,6 +204,15 @@ pub(super) fn plan(seed: u64, probes: &[String], cgroup2: bool) -> Scenario {
     let late = if probe == "raw-tp" { 1000 } else { 350 };
     let startup_ms = (x.range(50, 350), x.range(50, late));
     let short = x.range(10, 30);
+    // Scale and limits draw from a third generator, for the same reason.
+    let mut z = Rng::scrambled(seed ^ 0x3131_3131);
+    let crowd = if z.chance(12) { z.range(300, 2500) } else { 0 };
+    let nofile = (crowd > 0 && target == Target::Pid && z.chance(60)).then(|| {
+        // Room for the tracer's own maps and programs, not for 4 counters a thread;
+        // half the time a hard limit above it, which the tracer raises its soft one to.
+        let soft = crowd / 2;
+        (soft, if z.chance(50) { soft } else { 4 * crowd + 1024 })
+    });
     Scenario {
         seed,
         target,
@@ -203,6 +226,8 @@ pub(super) fn plan(seed: u64, probes: &[String], cgroup2: bool) -> Scenario {
         edge_jitter_ms,
         workload_ms,
         pipe_close,
+        crowd,
+        nofile,
     }
 }
 
@@ -254,5 +279,24 @@ pub(super) mod tests {
         assert!(ci
             .iter()
             .any(|s| s.focus == Focus::Sleepers && s.target == Target::System));
+        // A crowd system-wide, and under -p with both kinds of descriptor limit.
+        assert!(ci.iter().any(|s| s.crowd > 0 && s.target == Target::System));
+        assert!(ci.iter().any(|s| s.nofile.is_some_and(|(a, b)| a < b)));
+        assert!(ci.iter().any(|s| s.nofile.is_some_and(|(a, b)| a == b)));
+    }
+
+    #[test]
+    fn crowds_and_descriptor_limits_come_with_some_seeds() {
+        let all: Vec<Scenario> = (1..2000).map(scenario).collect();
+        let crowds = all.iter().filter(|s| s.crowd > 0).count();
+        assert!(
+            (150..330).contains(&crowds),
+            "{crowds} crowds in 1999 seeds"
+        );
+        assert!(all.iter().any(|s| s.nofile.is_some_and(|(a, b)| a == b)));
+        assert!(all.iter().any(|s| s.nofile.is_some_and(|(a, b)| a < b)));
+        assert!(all
+            .iter()
+            .all(|s| s.nofile.is_none() || (s.crowd > 0 && s.target == Target::Pid)));
     }
 }

@@ -6,7 +6,11 @@
 //! the other parts stay what their seed made them.
 
 use std::{
-    sync::mpsc::{Receiver, Sender},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        mpsc::{Receiver, Sender},
+        Arc,
+    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -14,7 +18,7 @@ use std::{
 use crate::truth::{
     birth_ns, now_ns, record, record_with, record_zombie, set_word, wait_word, word_set, FIN, GO,
 };
-use crate::work::{set_affinity, solo, spin_ns, Rng};
+use crate::work::{futex_wait, futex_wake, set_affinity, solo, spin_ns, Rng};
 
 /// Names the `--names` scenario gives: the main thread (the process's name) and the
 /// resident are not UTF-8, the third is UTF-8 with control bytes (it must come back
@@ -174,6 +178,36 @@ pub(crate) fn sleepers_before(out: &str, s: &mut Started) {
         wait_word(&o, FIN);
         record(&o, "end", "sleep-proc", "", b);
     }));
+}
+
+/// `--crowd N`, before `ready`: N threads (small stacks) asleep from before the window
+/// until the main thread's work ends: thousands of threads no program sees before the
+/// final read (reads were once quadratic in them, 2026-12-07), and with `-p` more
+/// per-thread counters than a low descriptor limit allows. Released by the returned
+/// words, one thread after another (each sets the next one's): 2,000 threads of one
+/// process exiting at once spin 1-2.6 ms each on its mmap lock in the exit path (seed
+/// 121, ftrace agreeing with the tracer), past what a record before the exit can show.
+pub(crate) fn crowd(out: &str, n: u64, s: &mut Started) -> Arc<Vec<AtomicU32>> {
+    let turns: Arc<Vec<AtomicU32>> = Arc::new((0..=n).map(|_| AtomicU32::new(0)).collect());
+    for k in 0..n as usize {
+        let o = out.to_string();
+        let t = turns.clone();
+        let h = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let b = birth_ns();
+                record(&o, "base", "crowd", "", b);
+                while t[k].load(Ordering::SeqCst) == 0 {
+                    futex_wait(&t[k], 0, 1_000_000_000);
+                }
+                record(&o, "end", "crowd", "", b);
+                t[k + 1].store(1, Ordering::SeqCst);
+                futex_wake(&t[k + 1]);
+            })
+            .expect("cannot start a crowd thread");
+        s.threads.push(h);
+    }
+    turns
 }
 
 /// `--sleepers`, after GO: a thread that works until `block_at`, records where it stops

@@ -9,6 +9,7 @@
 //! Usage:
 //!   tracer-torture run --seed S --out F --ms D [--go] [--cg-in DIR --cg-out DIR] [--edge]
 //!       [--startup T,C] [--sleepers] [--pinned] [--short N] [--names] [--leave] [--exec-thread]
+//!       [--crowd N]
 //!     `--go`: print `ready PID MAIN_TID RESIDENT_TID` and wait for a line on stdin (the
 //!     driver sends it once the tracer has attached); the two pre-existing threads record a
 //!     baseline then. `--edge`: the last threads end in a spread of ±40 ms around D, so
@@ -20,7 +21,8 @@
 //!     the tracer has ended). `--pinned`: ping-pong pairs on one CPU and across two (one
 //!     side SCHED_FIFO). `--short N`: N processes of 10-60 ms. `--names`: names that are not UTF-8 or hold control bytes.
 //!     `--leave`: one more child that leaves the `--cg-in` cgroup halfway. `--exec-thread`:
-//!     one more child whose second thread execs.
+//!     one more child whose second thread execs. `--crowd N`: N threads asleep from before
+//!     `ready` until the main thread's work ends.
 //!   tracer-torture post-exec --out F --grp G --spin-us U     (what the exec'ing threads run)
 //!   tracer-torture child --out F --seed S --kind K --cg-out DIR (spawned by `run`)
 //!   tracer-torture joiner --out F --seed S --cg-in DIR --ms D (spawned by `run`)

@@ -28,6 +28,8 @@ struct Parts {
     leave: bool,
     /// `--exec-thread`: one more child whose second thread execs.
     exec_thread: bool,
+    /// `--crowd N`: N threads asleep from before the window to the main thread's end.
+    crowd: u64,
 }
 
 impl Parts {
@@ -44,6 +46,7 @@ impl Parts {
             names: has("--names"),
             leave: has("--leave"),
             exec_thread: has("--exec-thread"),
+            crowd: num(args, "--crowd", 0),
         }
     }
 }
@@ -149,6 +152,7 @@ pub(crate) fn run(args: &[String], out: &str) {
     if parts.sleepers {
         edges::sleepers_before(out, &mut started);
     }
+    let crowd = (parts.crowd > 0).then(|| edges::crowd(out, parts.crowd, &mut started));
     if go {
         println!("ready {} {} {}", pid(), gettid(), resident_tid);
         let _ = std::io::stdout().flush();
@@ -353,6 +357,10 @@ pub(crate) fn run(args: &[String], out: &str) {
 
     // The main thread works too until the end.
     solo(&mut rng, end_at);
+    if let Some(turns) = &crowd {
+        turns[0].store(1, Ordering::SeqCst);
+        futex_wake(&turns[0]);
+    }
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         let _ = h.join();

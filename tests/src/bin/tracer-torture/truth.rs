@@ -59,8 +59,9 @@ pub(crate) fn record_zombie(out: &str, pid: u32) {
 /// record costs no system call and cannot block (an O_APPEND write to a file can sleep on
 /// the inode lock, adding slices and waits the record no longer shows). The first 8 bytes
 /// count the bytes used after the 64-byte header; lines follow.
-/// Small: a process unmaps it on exit after its last record (8 MiB cost ~1 ms there).
-pub(crate) const TRUTH_SIZE: usize = 1 << 20;
+/// Small: a process unmaps it on exit after its last record (8 MiB cost ~1 ms there);
+/// 2 MiB holds a `--crowd` of 3,000 threads' two records (~220 bytes each) besides the rest.
+pub(crate) const TRUTH_SIZE: usize = 2 << 20;
 pub(crate) const TRUTH_HEADER: usize = 64;
 pub(crate) static TRUTH: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
