@@ -275,7 +275,9 @@ impl Collector {
         // them, alive, is taken again): found once, their births do not change.
         let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
         let tids = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
-        let born = exiting::born_in_window(&self.root, &tids, (self.attached_ns, close_ns));
+        let mut births = crate::sys::birth::Births::default();
+        let born =
+            exiting::born_in_window(&self.root, &mut births, &tids, (self.attached_ns, close_ns));
         let (live, before, after, read_start, inside) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
@@ -554,6 +556,7 @@ impl Collector {
             &latest,
             end,
             &mut left,
+            &mut births,
         );
         self.left_target = left.found.len();
 

@@ -5,19 +5,28 @@
 //! starts was forked before, so it keeps its own limit.
 use rustix::process::{getrlimit, setrlimit, Resource};
 
-/// Raises the soft limit on open files to the hard one. Returns the limits before
-/// and after, or None when it was already there or could not be raised.
-pub fn raise_to_hard() -> Option<(u64, u64)> {
+/// Raises the soft limit on open files to the hard one; false when it was already
+/// there (or unlimited) or could not be raised.
+pub fn raise_to_hard() -> bool {
     let lim = getrlimit(Resource::Nofile);
-    let (soft, hard) = (lim.current?, lim.maximum);
-    let target = hard.unwrap_or(u64::MAX);
-    if soft >= target {
-        return None;
+    let Some(soft) = lim.current else {
+        return false;
+    };
+    if soft >= lim.maximum.unwrap_or(u64::MAX) {
+        return false;
     }
     let mut raised = lim;
-    raised.current = hard;
-    setrlimit(Resource::Nofile, raised).ok()?;
-    Some((soft, target))
+    raised.current = lim.maximum;
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            log::debug!("open-file limit raised from {soft} to {:?}", lim.maximum);
+            true
+        }
+        Err(e) => {
+            log::debug!("open-file limit {soft} not raised: {e}");
+            false
+        }
+    }
 }
 
 /// Whether `e` is a run out of descriptors (EMFILE, or the system's ENFILE).

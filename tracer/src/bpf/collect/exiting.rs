@@ -18,7 +18,7 @@ use anyhow::{Context as _, Result};
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
 use tracer_common::Tracked;
 
-use crate::sys::{procfs, root::Root};
+use crate::sys::{birth::Births, procfs, root::Root};
 
 /// How long the final read waits for threads between their unhashing and their final
 /// switch: a CPU kept busy longer than this (an RT thread spinning) gives up, counted.
@@ -157,15 +157,17 @@ pub fn born_tids(
 /// gets no entry). Torture seed 345355 (system-wide tp-btf `record`, 2026-12-07): a
 /// thread born 11.8 ms after the opening, missing from the rows with nothing counted,
 /// passed a check that wanted a whole tick after the opening.
-pub fn born_in_window(root: &Root, tids: &[u32], (attached, close): (u64, u64)) -> Vec<u32> {
+pub fn born_in_window(
+    root: &Root,
+    births: &mut Births,
+    tids: &[u32],
+    (attached, close): (u64, u64),
+) -> Vec<u32> {
     let close = if close == 0 { u64::MAX } else { close };
     let tick = crate::sys::birth::precision_ns();
     tids.iter()
         .copied()
-        .filter(|&tid| {
-            let born = crate::sys::birth::started_ns(root, tid);
-            inside(born, (attached, close), tick)
-        })
+        .filter(|&tid| inside(births.get(root, tid), (attached, close), tick))
         .collect()
 }
 

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::snapshot::{ThreadKey, ThreadRecord};
 use crate::model::window::never_ran;
-use crate::sys::{procfs, root::Root};
+use crate::sys::{birth::Births, procfs, root::Root};
 
 /// The threads a read lists although no program saw them run: they were off-CPU all
 /// window, which is what `--sort off-cpu` is for. A thread born since the opening has
@@ -92,6 +92,7 @@ pub fn add_never_ran(
     on_cpu: &HashMap<u32, u64>,
     end: u64,
     left: &mut Left,
+    births: &mut Births,
 ) {
     let candidates: Vec<(u32, u32)> = match idle {
         IdleThreads::None => return,
@@ -107,7 +108,7 @@ pub fn add_never_ran(
             continue;
         }
         if matches!(idle, IdleThreads::All)
-            && crate::sys::birth::started_ns(root, tid).is_none_or(|b| b + tick > open_ns)
+            && births.get(root, tid).is_none_or(|b| b + tick > open_ns)
         {
             continue;
         }

@@ -114,10 +114,9 @@ fn open_counters(
 ) -> Result<Option<Counters>> {
     let out_of_fds = |e: &TracerError| matches!(e, TracerError::Perf { source, .. } if nofile::is_out_of_descriptors(source));
     let opened = match Counters::open(specs, target, args.per_thread) {
-        Err(e) if out_of_fds(&e) => match nofile::raise_to_hard() {
-            Some(_) => Counters::open(specs, target, args.per_thread),
-            None => Err(e),
-        },
+        Err(e) if out_of_fds(&e) && nofile::raise_to_hard() => {
+            Counters::open(specs, target, args.per_thread)
+        }
         r => r,
     };
     match opened {
