@@ -78,9 +78,9 @@ pub struct Collector {
     attached_ns: u64,
     /// Which threads that never ran are listed, off-CPU all window.
     idle: IdleThreads,
-    /// The serials of the live entries the last snapshot read: one of them that a read
+    /// The serials (with TIDs) of the live entries the last snapshot read: one of them a read
     /// lacks, with no death record either, was skipped by that read.
-    last_live: HashSet<u64>,
+    last_live: HashMap<u64, u32>,
     /// Reads taken again because they skipped a live thread, and threads still missing
     /// after the last try (their earlier totals stand in, see `Snapshot::adopt_missing`).
     pub rereads: u64,
@@ -125,7 +125,7 @@ impl Collector {
             proc_comms: runq != RunqSource::TaskStorage,
             hists_with_threads: true,
             dead_pending: Vec::new(),
-            last_live: HashSet::new(),
+            last_live: HashMap::new(),
             rereads: 0,
             still_missing: 0,
             unsettled: 0,
@@ -308,7 +308,9 @@ impl Collector {
                         && b.seq == a.seq
                         && b.seq % 2 == 0
                 });
-            let mut missed = skipped(&self.last_live, &live, &self.exited);
+            let gone = skipped(&self.last_live, &live, &self.exited);
+            let mut missed = gone.len();
+            let mut unread = Vec::new();
             if !born.is_empty() {
                 let seen: HashSet<u32> = live
                     .iter()
@@ -316,7 +318,8 @@ impl Collector {
                     .chain(self.exited.values().map(|r| r.tid))
                     .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
                     .collect();
-                missed += exiting::unread(&self.root, &born, &seen);
+                unread = exiting::unread(&self.root, &born, &seen);
+                missed += unread.len();
             }
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
@@ -337,15 +340,18 @@ impl Collector {
                 // The task iterator (seen on 6.18 under load) or a hash map walk during
                 // deletes passed over a live thread: its totals are in the kernel.
                 self.rereads += 1;
-                log::info!(target: READS, "read again: {missed} live thread(s) missing (try {tries})");
+                log::info!(
+                    target: READS,
+                    "read again: {missed} live thread(s) missing (try {tries}; read before: {gone:?}, born in the window: {unread:?})"
+                );
             }
         };
         // One of the two is read (`hists_with_threads`).
         let (mut hist, mut scoped) = inside.or(apart).unwrap_or_default();
         self.last_live = live
             .iter()
-            .map(|(_, st)| st.serial)
-            .filter(|&s| s != 0)
+            .map(|((tid, _), st)| (st.serial, *tid))
+            .filter(|&(s, _)| s != 0)
             .collect();
         let at_ns = crate::sys::clock::monotonic_ns();
         // Slices still running are cut at the window's close, or at this read.

@@ -493,19 +493,25 @@ impl Snapshot {
 /// How many of the entries live at the last read (`last`, by serial) a read lacks with
 /// no death record either: a read that skipped them.
 pub fn skipped(
-    last: &std::collections::HashSet<u64>,
+    last: &std::collections::HashMap<u64, u32>,
     live: &[(ThreadKey, ThreadStats)],
     exited: &BTreeMap<ThreadKey, ThreadRecord>,
-) -> usize {
+) -> Vec<u32> {
     if last.is_empty() {
-        return 0;
+        return Vec::new();
     }
     let seen: std::collections::HashSet<u64> = live
         .iter()
         .map(|(_, st)| st.serial)
         .chain(exited.values().map(|r| r.stats.serial))
         .collect();
-    last.iter().filter(|s| !seen.contains(s)).count()
+    let mut tids: Vec<u32> = last
+        .iter()
+        .filter(|(s, _)| !seen.contains(s))
+        .map(|(_, &tid)| tid)
+        .collect();
+    tids.sort_unstable();
+    tids
 }
 
 /// Splits the iterator's output into (TID, totals); a torn tail is ignored.

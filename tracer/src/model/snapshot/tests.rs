@@ -10,7 +10,8 @@ fn a_read_skipped_the_live_threads_it_lacks_without_a_death_record() {
         s.serial = serial;
         s
     };
-    let last: std::collections::HashSet<u64> = [1, 2, 3, 4].into_iter().collect();
+    let last: std::collections::HashMap<u64, u32> =
+        [(1, 10), (2, 11), (3, 12), (4, 14)].into_iter().collect();
     // 1 and 2 live, 3 died (its record), 4 nowhere: one skipped.
     let live = vec![((10, 0), st(1)), ((11, 0), st(2)), ((13, 0), st(9))];
     let mut exited = BTreeMap::new();
@@ -24,9 +25,9 @@ fn a_read_skipped_the_live_threads_it_lacks_without_a_death_record() {
             became: 0,
         },
     );
-    assert_eq!(skipped(&last, &live, &exited), 1);
-    assert_eq!(skipped(&last, &live[..1], &exited), 2);
-    assert_eq!(skipped(&Default::default(), &[], &exited), 0);
+    assert_eq!(skipped(&last, &live, &exited), [14]);
+    assert_eq!(skipped(&last, &live[..1], &exited), [11, 14]);
+    assert!(skipped(&Default::default(), &[], &exited).is_empty());
 }
 
 fn record(tid: u32, on_cpu_ns: u64) -> Vec<u8> {
