@@ -165,7 +165,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     if s.collector.still_missing > 0 {
         notices.push(format!(
             "{} time(s) a live thread was missing from four reads of the kernel's entries \
-             in a row (the task iterator skipped it): the totals of the read before stand \
+             in a row: the totals of the read before stand \
              in for it, where one had it",
             s.collector.still_missing
         ));
