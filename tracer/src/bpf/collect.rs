@@ -4,7 +4,7 @@
 //! difference of two snapshots. Threads are keyed by (TID, generation): the generation
 //! counts the deaths of that TID seen so far, so a recycled TID is a new row, never a
 //! continuation of the dead thread.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::targets::HistScope;
 use anyhow::{Context as _, Result};
@@ -12,7 +12,7 @@ use aya::{
     maps::{MapData, RingBuf},
     Ebpf,
 };
-use tracer_common::{hist::ThreadHist, CpuState, ExitRecord, ThreadStats, HAVE_RUN_DELAY};
+use tracer_common::{CpuState, ThreadStats, HAVE_RUN_DELAY};
 
 use super::read;
 
@@ -21,8 +21,8 @@ mod hists;
 mod idle;
 use crate::model::{
     options::RunqSource,
-    snapshot::{fold_exited, skipped, HistSet, Snapshot, ThreadKey, ThreadRecord, EXITED_KEEP},
-    thread_hist::{self, ProcHists},
+    snapshot::{HistSet, Snapshot, ThreadKey, ThreadRecord},
+    thread_hist::ProcHists,
     window::{
         add_open_off_periods, close_slice_ended_in_read, first_seen_off_start, latest_switch_ins,
     },
@@ -99,6 +99,10 @@ pub struct Collector {
     pub members: Option<Members>,
     /// Threads found alive outside the `--cgroup` target by the last read.
     pub left_target: usize,
+    /// The threads of `idle` alive at the opening ([`idle::at_open`]), listed by a
+    /// thread of its own: beside 5,000 threads the listing took 35 ms, which `-d` added
+    /// to the window when it was part of the set-up.
+    idle_at_open: idle::AtOpen,
 }
 
 impl Collector {
@@ -132,6 +136,7 @@ impl Collector {
             exit_watch: None,
             members: None,
             left_target: 0,
+            idle_at_open: idle::AtOpen::list(&idle, &root),
             comms: HashMap::new(),
             runq,
             root,
@@ -180,45 +185,6 @@ impl Collector {
             tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
         }
         .map_err(|e| anyhow::anyhow!("watching the exit records: {e}"))
-    }
-
-    /// Takes the death records out of the ring buffer (call often: it is bounded).
-    pub fn drain(&mut self) {
-        while let Some(item) = self.ring.next() {
-            if item.len() == std::mem::size_of::<ThreadHist>() {
-                // A dying thread's own histograms: its process keeps them.
-                if let Some(dead) = &mut self.thread_hists {
-                    for h in thread_hist::parse(&item) {
-                        dead.add(&h);
-                    }
-                }
-                continue;
-            }
-            if item.len() < std::mem::size_of::<ExitRecord>() {
-                continue;
-            }
-            // SAFETY: the kernel wrote an ExitRecord; read unaligned from the ring.
-            let rec: ExitRecord =
-                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ExitRecord) };
-            let gen = self.generations.entry(rec.tid).or_insert(0);
-            self.exited.insert(
-                (rec.tid, *gen),
-                ThreadRecord {
-                    tid: rec.tid,
-                    stats: rec.stats,
-                    exited: true,
-                    folded: 0,
-                    became: rec.became,
-                },
-            );
-            *gen += 1;
-            if self.hist_scope == HistScope::Thread {
-                self.dead_pending.push(rec.tid);
-            }
-        }
-        if self.exited.len() > EXITED_KEEP + EXITED_KEEP / 4 {
-            fold_exited(&mut self.exited, EXITED_KEEP);
-        }
     }
 
     /// The run-queue wait that ended when the slice running on a CPU began: the kernel
@@ -274,10 +240,13 @@ impl Collector {
         // At the final read, the threads born in the window (a read that lacks one of
         // them, alive, is taken again): found once, their births do not change.
         let all = close_ns != 0 && matches!(self.idle, IdleThreads::All);
-        let tids = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?;
-        let mut births = crate::sys::birth::Births::default();
-        let born =
-            exiting::born_in_window(&self.root, &mut births, &tids, (self.attached_ns, close_ns));
+        // Those alive at the opening were not born in it: their births are not read.
+        let at_open = self.idle_at_open.get();
+        let tids: Vec<u32> = exiting::born_tids(self.exit_watch.as_ref(), ebpf, &self.root, all)?
+            .into_iter()
+            .filter(|t| !at_open.contains_key(t))
+            .collect();
+        let born = exiting::born_in_window(&self.root, &tids, (self.attached_ns, close_ns));
         let (live, before, after, read_start, inside) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
@@ -308,26 +277,16 @@ impl Collector {
                         && b.seq == a.seq
                         && b.seq % 2 == 0
                 });
-            // A thread the read before had that is gone from /proc is exiting: its death
-            // record comes with its final switch, which an RT thread spinning on its CPU
-            // can hold off for tens of ms (torture seed 1002123, pinned ping-pong: four
-            // such threads were counted as live ones skipped, in an interval's read).
-            let gone: Vec<u32> = skipped(&self.last_live, &live, &self.exited)
-                .into_iter()
-                .filter(|&tid| crate::sys::procfs::thread_exists(&self.root, tid))
-                .collect();
-            let mut missed = gone.len();
-            let mut unread = Vec::new();
-            if !born.is_empty() {
-                let seen: HashSet<u32> = live
-                    .iter()
-                    .map(|((tid, _), _)| *tid)
-                    .chain(self.exited.values().map(|r| r.tid))
-                    .chain(after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid))
-                    .collect();
-                unread = exiting::unread(&self.root, &born, &seen);
-                missed += unread.len();
-            }
+            let on_cpu = after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid);
+            let (gone, unread) = exiting::missing(
+                &self.root,
+                &self.last_live,
+                &live,
+                &self.exited,
+                on_cpu,
+                &born,
+            );
+            let missed = gone.len() + unread.len();
             if (stable && missed == 0) || tries >= 4 {
                 if let Some(w) = &mut self.exit_watch {
                     if w.read_again(ebpf, &self.root)? {
@@ -561,7 +520,8 @@ impl Collector {
         left.close_open_periods(&self.root, &mut threads);
         add_open_off_periods(&mut threads, &counted_running, end);
         idle::add_never_ran(
-            &self.idle,
+            self.idle_at_open.get(),
+            close_ns != 0,
             &self.root,
             self.open_ns,
             &self.generations,
@@ -570,7 +530,6 @@ impl Collector {
             &latest,
             end,
             &mut left,
-            &mut births,
         );
         self.left_target = left.found.len();
 

@@ -22,19 +22,6 @@ pub fn started_ns(root: &Root, tid: u32) -> Option<u64> {
     Some(boot_ns.saturating_sub(asleep))
 }
 
-/// Births read once per read of the maps: its born-in-window check and its listing of
-/// threads asleep all window each need those of every thread system-wide (5,000 threads:
-/// ~0.1 s of /proc reads each, 2026-12-07).
-#[derive(Debug, Default)]
-pub struct Births(std::collections::HashMap<u32, Option<u64>>);
-
-impl Births {
-    /// [`started_ns`], read at most once per TID.
-    pub fn get(&mut self, root: &Root, tid: u32) -> Option<u64> {
-        *self.0.entry(tid).or_insert_with(|| started_ns(root, tid))
-    }
-}
-
 /// How precise [`started_ns`] is: one clock tick (USER_HZ), in ns.
 pub fn precision_ns() -> u64 {
     1_000_000_000 / user_hz()

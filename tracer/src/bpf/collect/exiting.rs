@@ -1,4 +1,6 @@
-//! Threads of the traced set caught between leaving the PID hash and their final switch.
+//! The threads a read must not lose: death records (`Collector::drain`), live threads a
+//! read lacks (`missing`), and those of the traced set caught between leaving the PID
+//! hash and their final switch (`ExitWatch`).
 //!
 //! An exiting thread is unhashed (`release_task()` from `exit_notify()`) before its
 //! final switch, where the switch program hands its totals to the ring buffer. In
@@ -11,14 +13,20 @@
 //! iterator reads the threads, the exit program lists them there from
 //! `sched_process_exit` on (torture seed 345355: up to 4 threads missing); the
 //! `THREADS` hash of the other modes keeps an entry until the final switch anyway.
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use aya::{maps::HashMap as BpfHashMap, Ebpf};
-use tracer_common::Tracked;
+use tracer_common::{hist::ThreadHist, ExitRecord, ThreadStats, Tracked};
 
-use crate::sys::{birth::Births, procfs, root::Root};
+use crate::model::{
+    snapshot::{fold_exited, skipped, ThreadKey, ThreadRecord, EXITED_KEEP},
+    targets::HistScope,
+    thread_hist,
+};
+
+use crate::sys::{procfs, root::Root};
 
 /// How long the final read waits for threads between their unhashing and their final
 /// switch: a CPU kept busy longer than this (an RT thread spinning) gives up, counted.
@@ -157,17 +165,18 @@ pub fn born_tids(
 /// gets no entry). Torture seed 345355 (system-wide tp-btf `record`, 2026-12-07): a
 /// thread born 11.8 ms after the opening, missing from the rows with nothing counted,
 /// passed a check that wanted a whole tick after the opening.
-pub fn born_in_window(
-    root: &Root,
-    births: &mut Births,
-    tids: &[u32],
-    (attached, close): (u64, u64),
-) -> Vec<u32> {
+pub fn born_in_window(root: &Root, tids: &[u32], (attached, close): (u64, u64)) -> Vec<u32> {
     let close = if close == 0 { u64::MAX } else { close };
     let tick = crate::sys::birth::precision_ns();
     tids.iter()
         .copied()
-        .filter(|&tid| inside(births.get(root, tid), (attached, close), tick))
+        .filter(|&tid| {
+            inside(
+                crate::sys::birth::started_ns(root, tid),
+                (attached, close),
+                tick,
+            )
+        })
         .collect()
 }
 
@@ -195,6 +204,38 @@ pub fn unread(root: &Root, born: &[u32], seen: &HashSet<u32>) -> Vec<u32> {
         .collect()
 }
 
+/// The live threads a try of a read lacks (`last`: the serials and TIDs of the read
+/// before; `live`, `exited`: this try's entries and death records; `on_cpu`: the TIDs
+/// on a CPU):
+/// those the read before had ([`skipped`]) and those born in the window ([`unread`]).
+/// One the read before had that is gone from /proc is exiting, not missed: its death
+/// record comes with its final switch, which an RT thread spinning on its CPU can hold
+/// off for tens of ms (torture seed 1002123, pinned ping-pong: four such threads were
+/// counted as live ones skipped, in an interval's read).
+pub fn missing(
+    root: &Root,
+    last: &HashMap<u64, u32>,
+    live: &[(ThreadKey, ThreadStats)],
+    exited: &BTreeMap<ThreadKey, ThreadRecord>,
+    on_cpu: impl Iterator<Item = u32>,
+    born: &[u32],
+) -> (Vec<u32>, Vec<u32>) {
+    let gone: Vec<u32> = skipped(last, live, exited)
+        .into_iter()
+        .filter(|&tid| procfs::thread_exists(root, tid))
+        .collect();
+    if born.is_empty() {
+        return (gone, Vec::new());
+    }
+    let seen: HashSet<u32> = live
+        .iter()
+        .map(|((tid, _), _)| *tid)
+        .chain(exited.values().map(|r| r.tid))
+        .chain(on_cpu)
+        .collect();
+    (gone, unread(root, born, &seen))
+}
+
 /// The kernel's traced set as (TID, TGID; 0 where not yet known). A walk of a hash map
 /// the programs delete from can start over (the kernel's next key after a deleted one
 /// is the first): bounded.
@@ -207,6 +248,50 @@ fn traced(ebpf: &Ebpf, cap: u32) -> Result<Vec<(u32, u32)>> {
         seen.insert(tid, v.tgid);
     }
     Ok(seen.into_iter().collect())
+}
+
+impl super::Collector {
+    /// Takes the death records out of the ring buffer (call often: it is bounded).
+    pub fn drain(&mut self) {
+        while let Some(item) = self.ring.next() {
+            if item.len() == std::mem::size_of::<ThreadHist>() {
+                // A dying thread's own histograms: its process keeps them.
+                if let Some(dead) = &mut self.thread_hists {
+                    for h in thread_hist::parse(&item) {
+                        dead.add(&h);
+                    }
+                }
+                continue;
+            }
+            if item.len() < std::mem::size_of::<ExitRecord>() {
+                continue;
+            }
+            // SAFETY: the kernel wrote an ExitRecord; read unaligned from the ring.
+            let rec: ExitRecord =
+                unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ExitRecord) };
+            // It ran (to die): not one that could be off-CPU all window, even once its
+            // record is folded into its process's row.
+            self.idle_at_open.get().remove(&rec.tid);
+            let gen = self.generations.entry(rec.tid).or_insert(0);
+            self.exited.insert(
+                (rec.tid, *gen),
+                ThreadRecord {
+                    tid: rec.tid,
+                    stats: rec.stats,
+                    exited: true,
+                    folded: 0,
+                    became: rec.became,
+                },
+            );
+            *gen += 1;
+            if self.hist_scope == HistScope::Thread {
+                self.dead_pending.push(rec.tid);
+            }
+        }
+        if self.exited.len() > EXITED_KEEP + EXITED_KEEP / 4 {
+            fold_exited(&mut self.exited, EXITED_KEEP);
+        }
+    }
 }
 
 #[cfg(test)]
