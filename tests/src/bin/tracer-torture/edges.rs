@@ -183,31 +183,48 @@ pub(crate) fn sleepers_before(out: &str, s: &mut Started) {
 /// `--crowd N`, before `ready`: N threads (small stacks) asleep from before the window
 /// until the main thread's work ends: thousands of threads no program sees before the
 /// final read (reads were once quadratic in them, 2026-12-07), and with `-p` more
-/// per-thread counters than a low descriptor limit allows. Released by the returned
-/// words, one thread after another (each sets the next one's): 2,000 threads of one
-/// process exiting at once spin 1-2.6 ms each on its mmap lock in the exit path (seed
-/// 121, ftrace agreeing with the tracer), past what a record before the exit can show.
-pub(crate) fn crowd(out: &str, n: u64, s: &mut Started) -> Arc<Vec<AtomicU32>> {
-    let turns: Arc<Vec<AtomicU32>> = Arc::new((0..=n).map(|_| AtomicU32::new(0)).collect());
-    for k in 0..n as usize {
-        let o = out.to_string();
-        let t = turns.clone();
-        let h = std::thread::Builder::new()
-            .stack_size(64 << 10)
-            .spawn(move || {
-                let b = birth_ns();
-                record(&o, "base", "crowd", "", b);
-                while t[k].load(Ordering::SeqCst) == 0 {
-                    futex_wait(&t[k], 0, 1_000_000_000);
-                }
-                record(&o, "end", "crowd", "", b);
-                t[k + 1].store(1, Ordering::SeqCst);
-                futex_wake(&t[k + 1]);
+/// per-thread counters than a low descriptor limit allows. [`Crowd::release`] lets
+/// them end one at a time, joined before the next: 2,000 threads of one process exiting
+/// at once spin 1-2.6 ms each on its mmap lock (seed 121), and even a chain of them,
+/// each waking the next, took 14-27 slices each in the exit path (seed 1002378), which
+/// ftrace and the tracer agree on but a record before the exit cannot show. Released
+/// around a close (`--edge`), some die between it and the final read (seed 1002165).
+pub(crate) struct Crowd {
+    turns: Arc<Vec<AtomicU32>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Crowd {
+    pub(crate) fn start(out: &str, n: u64) -> Crowd {
+        let turns: Arc<Vec<AtomicU32>> = Arc::new((0..n).map(|_| AtomicU32::new(0)).collect());
+        let threads = (0..n as usize)
+            .map(|k| {
+                let o = out.to_string();
+                let t = turns.clone();
+                std::thread::Builder::new()
+                    .stack_size(64 << 10)
+                    .spawn(move || {
+                        let b = birth_ns();
+                        record(&o, "base", "crowd", "", b);
+                        while t[k].load(Ordering::SeqCst) == 0 {
+                            futex_wait(&t[k], 0, 1_000_000_000);
+                        }
+                        record(&o, "end", "crowd", "", b);
+                    })
+                    .expect("cannot start a crowd thread")
             })
-            .expect("cannot start a crowd thread");
-        s.threads.push(h);
+            .collect();
+        Crowd { turns, threads }
     }
-    turns
+
+    /// Ends the crowd, one thread at a time.
+    pub(crate) fn release(self) {
+        for (k, h) in self.threads.into_iter().enumerate() {
+            self.turns[k].store(1, Ordering::SeqCst);
+            futex_wake(&self.turns[k]);
+            let _ = h.join();
+        }
+    }
 }
 
 /// `--sleepers`, after GO: a thread that works until `block_at`, records where it stops

@@ -152,7 +152,7 @@ pub(crate) fn run(args: &[String], out: &str) {
     if parts.sleepers {
         edges::sleepers_before(out, &mut started);
     }
-    let crowd = (parts.crowd > 0).then(|| edges::crowd(out, parts.crowd, &mut started));
+    let crowd = (parts.crowd > 0).then(|| edges::Crowd::start(out, parts.crowd));
     if go {
         println!("ready {} {} {}", pid(), gettid(), resident_tid);
         let _ = std::io::stdout().flush();
@@ -357,9 +357,8 @@ pub(crate) fn run(args: &[String], out: &str) {
 
     // The main thread works too until the end.
     solo(&mut rng, end_at);
-    if let Some(turns) = &crowd {
-        turns[0].store(1, Ordering::SeqCst);
-        futex_wake(&turns[0]);
+    if let Some(c) = crowd {
+        c.release();
     }
     stop.store(true, Ordering::Relaxed);
     for h in handles {
