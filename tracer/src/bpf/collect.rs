@@ -247,7 +247,7 @@ impl Collector {
             .filter(|t| !at_open.contains_key(t))
             .collect();
         let born = exiting::born_in_window(&self.root, &tids, (self.attached_ns, close_ns));
-        let (live, before, after, read_start, inside) = loop {
+        let (live, before, after, read_start, after_at, inside) = loop {
             tries += 1;
             let read_start = crate::sys::clock::monotonic_ns();
             let before = cpu_states(ebpf)?;
@@ -262,6 +262,11 @@ impl Collector {
                 .collect();
             // Threads that died while the live ones were read: their final totals.
             self.drain();
+            // A slice running when the CPUs are read ran until just before: the read's
+            // time, taken here. Taken after, it counted a preemption of the tracer
+            // itself as the slice's (torture seed 1003066, -p with a pinned SCHED_FIFO
+            // spinner: a thread's interval read 211.6 ms on-CPU, 102 ms in its life).
+            let after_at = crate::sys::clock::monotonic_ns();
             let after = cpu_states(ebpf)?;
             let stable = before
                 .iter()
@@ -300,7 +305,7 @@ impl Collector {
                 if !stable {
                     self.unsettled += 1;
                 }
-                break (live, before, after, read_start, inside);
+                break (live, before, after, read_start, after_at, inside);
             }
             if missed > 0 {
                 // A walk of the entries (the task iterator, or a hash map walk during
@@ -320,7 +325,7 @@ impl Collector {
             .map(|((tid, _), st)| (st.serial, *tid))
             .filter(|&(s, _)| s != 0)
             .collect();
-        let at_ns = crate::sys::clock::monotonic_ns();
+        let at_ns = after_at;
         // Slices still running are cut at the window's close, or at this read.
         let end = if close_ns != 0 {
             close_ns.min(at_ns)
