@@ -310,11 +310,13 @@ impl Collector {
             if missed > 0 {
                 // A walk of the entries (the task iterator, or a hash map walk during
                 // deletes) passed over a live thread: its totals are in the kernel. (Every
-                // case looked into so far was an exiting thread, now left out above.)
+                // case looked into so far was an exiting thread, which `missing` now
+                // leaves out.)
                 self.rereads += 1;
                 log::info!(
                     target: READS,
-                    "read again: {missed} live thread(s) missing (try {tries}; read before: {gone:?}, born in the window: {unread:?})"
+                    "read again: {missed} live thread(s) missing (try {tries}; read before: \
+                     {gone:?}, born in the window: {unread:?})"
                 );
             }
         };

@@ -162,10 +162,11 @@ impl AtOpen {
 }
 
 /// Adds the threads alive at the opening ([`at_open`]) with no entry, no record and no
-/// slice on a CPU that began inside the window: they were off-CPU all window. While the window is open one gone from
-/// /proc is on its way out, its death record to come (it ran to die); at the final read
-/// (`closed`) it died after the close. One moved out of a `--cgroup` target is left out
-/// (when is not known, so none of its sleep is claimed; counted in `left`).
+/// slice on a CPU that began inside the window: they were off-CPU all window. While the
+/// window is open one gone from /proc is on its way out, its death record to come (it
+/// ran to die); at the final read (`closed`) it died after the close. One moved out of a
+/// `--cgroup` target is left out (when is not known, so none of its sleep is claimed;
+/// counted in `left`).
 #[allow(clippy::too_many_arguments)]
 pub fn add_never_ran(
     candidates: &HashMap<u32, Candidate>,
