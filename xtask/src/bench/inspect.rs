@@ -136,12 +136,32 @@ pub(super) fn cpu_ticks(pid: u32) -> Result<u64> {
 
 /// On-CPU ns of all the process's live threads (schedstat is exact where stat has ticks).
 pub(super) fn sched_ns(pid: u32) -> u64 {
+    sched_by_thread(pid).values().sum()
+}
+
+/// On-CPU ns of each of the process's live threads, by TID.
+pub(super) fn sched_by_thread(pid: u32) -> std::collections::BTreeMap<u32, u64> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return Default::default();
     };
     dir.filter_map(|t| t.ok())
-        .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .filter_map(|t| {
+            let tid = t.file_name().to_str()?.parse().ok()?;
+            let s = fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((tid, s.split_whitespace().next()?.parse::<u64>().ok()?))
+        })
+        .collect()
+}
+
+/// The on-CPU time the threads in `b` gained since `a` (a thread new in `b` counts from 0;
+/// one gone since `a`, its time after `a` unknown, counts nothing rather than less than 0:
+/// the tracer's own short-lived threads, 2026-12-07).
+pub(super) fn sched_grown(
+    a: &std::collections::BTreeMap<u32, u64>,
+    b: &std::collections::BTreeMap<u32, u64>,
+) -> u64 {
+    b.iter()
+        .map(|(tid, &ns)| ns.saturating_sub(a.get(tid).copied().unwrap_or(0)))
         .sum()
 }
 
@@ -246,5 +266,15 @@ mod tests {
             assert!(is_switch_prog(n), "{n}");
         }
         assert!(!is_switch_prog("sched_wakeup_btf"));
+    }
+}
+
+#[cfg(test)]
+mod grown_tests {
+    #[test]
+    fn a_thread_gone_between_the_reads_counts_nothing_and_a_new_one_from_zero() {
+        let a = [(1, 100), (2, 50)].into_iter().collect();
+        let b = [(1, 160), (3, 7)].into_iter().collect();
+        assert_eq!(super::sched_grown(&a, &b), 67);
     }
 }

@@ -9,7 +9,10 @@ use std::{
 use anyhow::{ensure, Result};
 
 use super::{
-    inspect::{bpftool_progs, context_switches, cpu_ticks, scan_fds, sched_ns, vm_hwm_kib, FdScan},
+    inspect::{
+        bpftool_progs, context_switches, cpu_ticks, scan_fds, sched_by_thread, sched_grown,
+        vm_hwm_kib, FdScan,
+    },
     system::{interrupted, BpfStats, Proc},
     tools::{start_tool, Expect, Tool},
     workloads::Load,
@@ -86,7 +89,9 @@ pub(super) fn step(
     let scan =
         |pids: &[u32]| -> Result<Vec<FdScan>> { pids.iter().map(|&p| scan_fds(p)).collect() };
     let ticks = |pids: &[u32]| -> Result<u64> { pids.iter().map(|&p| cpu_ticks(p)).sum() };
-    let sched = |pids: &[u32]| -> u64 { pids.iter().map(|&p| sched_ns(p)).sum() };
+    let sched = |pids: &[u32]| -> std::collections::BTreeMap<u32, u64> {
+        pids.iter().flat_map(|&p| sched_by_thread(p)).collect()
+    };
 
     // Statistics on: the in-kernel cost.
     let (t_a, s_a, c_a) = (ticks(&pids)?, sched(&pids), context_switches()?);
@@ -144,7 +149,7 @@ pub(super) fn step(
     row.other_with.push(r2.other_cpus);
     row.rss_kib.push(rss);
     row.cpu_ticks += t_b - t_a;
-    row.cpu_sched_ns += s_b - s_a;
+    row.cpu_sched_ns += sched_grown(&s_a, &s_b);
     row.cpu_wall += (r1.wall + r2.wall).as_secs_f64();
     Ok(nsps)
 }
