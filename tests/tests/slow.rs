@@ -254,23 +254,34 @@ fn slow_names_are_the_names_at_the_event() {
     let near = |x: u64, y: u64| x.abs_diff(y) <= 50 || x.abs_diff(y) as f64 <= 0.02 * x as f64;
     let (mut matched, mut names) = (0, std::collections::BTreeSet::new());
     // A thread's waits come in the same order from both tools: each of ours is matched
-    // with the first of theirs after the last one matched for that thread. Under load
-    // many waits are one tick long, and a match by value alone paired a wait before the
-    // exec with one after it.
+    // with one of the next three of theirs for that thread after the last one matched.
+    // Under load many waits are one tick long, and a match by value alone paired a wait
+    // before the exec with one after it. The window is short because one wait that
+    // differs (the VM's host held the CPU between the two tools' programs at a switch:
+    // +121 us on the thread switched in, -123 us on the next wait of the one switched
+    // out) found a like value hundreds of waits on, and every wait between went unmatched.
+    let mut by_tid: std::collections::HashMap<u64, Vec<&Rqs>> = Default::default();
+    for r in &theirs {
+        by_tid.entry(r.tid).or_default().push(r);
+    }
     let mut after: std::collections::HashMap<u64, usize> = Default::default();
+    let mut unmatched = Vec::new();
     for o in &ours {
         let (tid, lat) = (u(&o["tid"]), u(&o["wait_ns"]) / 1000);
         let sod = local_second_of_day(u(&o["time_unix_ns"]));
         let from = after.get(&tid).copied().unwrap_or(0);
-        let Some((i, r)) = theirs.iter().enumerate().skip(from).find(|(_, r)| {
-            r.tid == tid
-                && r.prev_tid == u(&o["prev_tid"])
+        let next = by_tid
+            .get(&tid)
+            .map_or(&[][..], |v| &v[from.min(v.len())..]);
+        let Some((i, r)) = next.iter().take(3).enumerate().find(|(_, r)| {
+            r.prev_tid == u(&o["prev_tid"])
                 && near(r.lat_us, lat)
                 && r.sod.abs_diff(sod) % 86399 <= 1
         }) else {
+            unmatched.push(format!("{o} beside {:?}", next.first()));
             continue;
         };
-        after.insert(tid, i + 1);
+        after.insert(tid, from + i + 1);
         matched += 1;
         assert_eq!(o["comm"], r.comm.as_str(), "COMM of {o}, runqslower: {r:?}");
         assert_eq!(
@@ -285,6 +296,9 @@ fn slow_names_are_the_names_at_the_event() {
         ours.len(),
         theirs.len()
     );
+    for x in unmatched.iter().take(10) {
+        eprintln!("unmatched: {x}");
+    }
     assert!(
         matched as f64 >= 0.9 * theirs.len() as f64 && theirs.len() > 100,
         "{matched} of runqslower's {} waits matched",
