@@ -322,6 +322,11 @@ impl Collector {
         };
         // One of the two is read (`hists_with_threads`).
         let (mut hist, mut scoped) = inside.or(apart).unwrap_or_default();
+        if close_ns != 0 && log::log_enabled!(target: READS, log::Level::Debug) {
+            // Rows the final read will take from the read before (exiting, no record).
+            let left = crate::model::snapshot::skipped(&self.last_live, &live, &self.exited);
+            log::debug!(target: READS, "final read: without entry or record: {left:?}");
+        }
         self.last_live = live
             .iter()
             .map(|((tid, _), st)| (st.serial, *tid))

@@ -288,6 +288,9 @@ impl Env {
             limit_nofile(&mut tracer, limit);
         }
         o.tracer_cmd = crate::cmd::describe(&tracer);
+        // The reads' own account (taken again, waits for exiting threads) goes to the
+        // kept stderr: what a failure that does not reproduce leaves to go on.
+        tracer.env("RUST_LOG", "warn,reads=debug");
         if let Some((soft, hard)) = o.scenario.nofile {
             o.tracer_cmd = format!("prlimit --nofile={soft}:{hard} {}", o.tracer_cmd);
         }

@@ -83,18 +83,26 @@ impl ExitWatch {
         if !self.armed {
             return Ok(false);
         }
-        let out: Vec<(u32, u32)> = traced(ebpf, self.cap)?
-            .into_iter()
+        let set = traced(ebpf, self.cap)?;
+        let out: Vec<(u32, u32)> = set
+            .iter()
+            .copied()
             .filter(|(tid, _)| !self.gone_at_open.contains(tid))
             .filter(|&(tid, _)| !procfs::thread_exists(root, tid))
             .collect();
+        if self.since.is_none() {
+            // What the wait decided from, for a run that lost an exiting thread anyway
+            // (torture keeps the tracer's stderr with these on).
+            log::debug!(
+                target: super::READS,
+                "final read: {} in the traced set, gone from /proc: {out:?}",
+                set.len()
+            );
+        }
         if out.is_empty() {
             return Ok(false);
         }
-        let since = *self.since.get_or_insert_with(|| {
-            log::debug!("final read: waiting for exiting threads of the target: {out:?}");
-            Instant::now()
-        });
+        let since = *self.since.get_or_insert_with(Instant::now);
         // A thread of a process still there (its zombie leader, at least) is surely on
         // its way out; one whose whole process is gone may be a leader its parent
         // reaped before its final switch, or an entry left by a death the programs saw
@@ -108,7 +116,7 @@ impl ExitWatch {
             REAPED_WAIT
         };
         if since.elapsed() >= limit {
-            log::debug!("(TID, TGID) {out:?}: no death record in {limit:?}");
+            log::debug!(target: super::READS, "(TID, TGID) {out:?}: no death record in {limit:?}");
             self.given_up += out.len() as u64;
             self.armed = false;
             return Ok(false);
