@@ -33,6 +33,9 @@ pub use idle::{IdleThreads, Members};
 
 /// The log target of the reads taken again (`--verbose` shows it).
 pub const READS: &str = "reads";
+/// How many times the final read is taken again for threads that died unread while it
+/// was taken (`Collector::died_unread`): a bound where threads die without pause.
+const LATE_ROUNDS: u32 = 8;
 
 /// Writes `name` into a kernel-style comm buffer (cut to fit, NUL-terminated).
 fn set_comm(comm: &mut [u8], name: &str) {
@@ -231,7 +234,7 @@ impl Collector {
         // `tracer serve` reads them once, before (`with_hists_apart`).
         let cpu_states = read::cpu_states;
         let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
-        let mut tries = 0;
+        let (mut tries, mut late) = (0, 0);
         let apart = if self.hists_with_threads {
             None
         } else {
@@ -299,6 +302,13 @@ impl Collector {
                         continue;
                     }
                 }
+                let armed = self.exit_watch.as_ref().is_some_and(|w| w.armed());
+                if armed && late < LATE_ROUNDS && self.died_unread(&live) {
+                    late += 1;
+                    log::debug!(target: READS, "final read: again for a thread that died unread");
+                    tries = 0;
+                    continue;
+                }
                 if missed > 0 {
                     self.still_missing += missed as u64;
                 }
@@ -322,10 +332,8 @@ impl Collector {
         };
         // One of the two is read (`hists_with_threads`).
         let (mut hist, mut scoped) = inside.or(apart).unwrap_or_default();
-        if close_ns != 0 && log::log_enabled!(target: READS, log::Level::Debug) {
-            // Rows the final read will take from the read before (exiting, no record).
-            let left = crate::model::snapshot::skipped(&self.last_live, &live, &self.exited);
-            log::debug!(target: READS, "final read: without entry or record: {left:?}");
+        if close_ns != 0 {
+            self.log_left(&live);
         }
         self.last_live = live
             .iter()
@@ -345,6 +353,11 @@ impl Collector {
         let mut comms = HashMap::new();
         for (mut key, mut stats) in live {
             live_entries += 1;
+            if stats.tgid == 0 {
+                // A classic wakeup's entry: /proc may lose the thread before the report
+                // (torture seed 1005040: a crowd thread released at the close, PID 0).
+                stats.tgid = self.idle_at_open.get().get(&key.0).map_or(0, |c| c.tgid);
+            }
             if let Some(e) = threads.get(&key) {
                 if e.stats.serial == stats.serial {
                     // It died during the read: `exited` has its final totals.

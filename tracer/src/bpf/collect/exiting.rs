@@ -261,6 +261,36 @@ fn traced(ebpf: &Ebpf, cap: u32) -> Result<Vec<(u32, u32)>> {
 impl super::Collector {
     /// Takes the death records out of the ring buffer (call often: it is bounded).
     pub fn drain(&mut self) {
+        self.drain_with(|_| {});
+    }
+
+    /// Whether a thread the read lacks (`live`: its entries) died since the read's
+    /// drain: its record comes now, and the read, its histograms and per-CPU states
+    /// taken before that final switch, must be taken again. The traced set lists an
+    /// exiting thread until that switch (`ExitWatch`), but one that makes it between
+    /// the drain and the walk of the set is in neither (torture seed 1005108, `--
+    /// CMD` with a crowd released one thread at a time at the close: a thread of 810
+    /// ms kept the read before's row; the same shape as seed 1004193's three threads).
+    pub fn died_unread(&mut self, live: &[(ThreadKey, ThreadStats)]) -> bool {
+        let mut late = Vec::new();
+        self.drain_with(|tid| late.push(tid));
+        !late.is_empty() && {
+            let read: HashSet<u32> = live.iter().map(|((tid, _), _)| *tid).collect();
+            late.iter().any(|tid| !read.contains(tid))
+        }
+    }
+
+    /// Logs the rows the final read takes from the read before: threads it lacks with no
+    /// death record (exiting, their final switch not yet made).
+    pub(super) fn log_left(&self, live: &[(ThreadKey, ThreadStats)]) {
+        if log::log_enabled!(target: super::READS, log::Level::Debug) {
+            let left = skipped(&self.last_live, live, &self.exited);
+            log::debug!(target: super::READS, "final read: without entry or record: {left:?}");
+        }
+    }
+
+    /// [`Self::drain`], telling `seen` each record's TID.
+    fn drain_with(&mut self, mut seen: impl FnMut(u32)) {
         while let Some(item) = self.ring.next() {
             if item.len() == std::mem::size_of::<ThreadHist>() {
                 // A dying thread's own histograms: its process keeps them.
@@ -275,11 +305,20 @@ impl super::Collector {
                 continue;
             }
             // SAFETY: the kernel wrote an ExitRecord; read unaligned from the ring.
-            let rec: ExitRecord =
+            let mut rec: ExitRecord =
                 unsafe { std::ptr::read_unaligned(item.as_ptr() as *const ExitRecord) };
             // It ran (to die): not one that could be off-CPU all window, even once its
             // record is folded into its process's row.
-            self.idle_at_open.get().remove(&rec.tid);
+            let listed = self.idle_at_open.get().remove(&rec.tid);
+            if rec.stats.tgid == 0 {
+                // An entry only a classic wakeup made (no TGID in its fields), for a
+                // thread whose only slice began after the close: the listing at the
+                // opening knows its process, and /proc no longer does (torture seed
+                // 1005040, system-wide classic tracepoints: 92 threads of a crowd
+                // released at the close reported as PID 0).
+                rec.stats.tgid = listed.map_or(0, |c| c.tgid);
+            }
+            seen(rec.tid);
             let gen = self.generations.entry(rec.tid).or_insert(0);
             self.exited.insert(
                 (rec.tid, *gen),

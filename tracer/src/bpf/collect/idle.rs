@@ -83,7 +83,7 @@ impl Left {
 /// process and name then.
 #[derive(Clone, Debug)]
 pub struct Candidate {
-    tgid: u32,
+    pub(super) tgid: u32,
     comm: [u8; 16],
 }
 
