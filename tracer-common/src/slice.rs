@@ -240,6 +240,17 @@ pub fn open_off_at_close(last_off: u64, began: u64, close: u64) -> u64 {
     }
 }
 
+/// Where a slice began: `start`, or for a switch-in not seen (0) `now` less the
+/// scheduler's runtime of the slice (`running`; None: unknown, 0).
+#[inline(always)]
+pub fn began(start: u64, now: u64, running: Option<u64>) -> u64 {
+    if start != 0 {
+        start
+    } else {
+        now.saturating_sub(running.unwrap_or(now))
+    }
+}
+
 /// A run-queue wait from its start (`runnable`, 0: not waiting) to `ran` (the slice's
 /// start), or [`UNKNOWN`].
 #[inline(always)]

@@ -420,6 +420,18 @@ fn the_open_off_period_at_the_close_counts_up_to_it() {
 }
 
 #[test]
+fn a_slice_whose_switch_in_was_not_seen_began_its_runtime_ago() {
+    assert_eq!(began(510, 530, Some(3)), 510);
+    // Seed 1005108's death after the close: the slice ran 3 of the 30 since 500.
+    assert_eq!(began(0, 530, Some(3)), 527);
+    assert_eq!(open_off_at_close(100, began(0, 530, Some(3)), 500), 400);
+    // Runtime unknown, or more than the clock says: unknown (0), nothing settled.
+    assert_eq!(began(0, 530, None), 0);
+    assert_eq!(began(0, 530, Some(600)), 0);
+    assert_eq!(open_off_at_close(100, began(0, 530, None), 500), 0);
+}
+
+#[test]
 fn runtime_deltas_give_way_to_the_clock_where_a_tick_may_be_missing() {
     for (why, pending, start, want) in [
         ("all deltas seen", 6 * MS, 200 * MS, 6 * MS),
