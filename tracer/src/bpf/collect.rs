@@ -234,7 +234,7 @@ impl Collector {
         // `tracer serve` reads them once, before (`with_hists_apart`).
         let cpu_states = read::cpu_states;
         let traced_slice = |cs: &CpuState| (cs.traced != 0).then_some((cs.tid, cs.slice_start_ns));
-        let (mut tries, mut late) = (0, 0);
+        let (mut tries, mut late, mut unhashed) = (0, 0, exiting::Unhashed::default());
         let apart = if self.hists_with_threads {
             None
         } else {
@@ -266,9 +266,8 @@ impl Collector {
             // Threads that died while the live ones were read: their final totals.
             self.drain();
             // A slice running when the CPUs are read ran until just before: the read's
-            // time, taken here. Taken after, it counted a preemption of the tracer
-            // itself as the slice's (torture seed 1003066, -p with a pinned SCHED_FIFO
-            // spinner: a thread's interval read 211.6 ms on-CPU, 102 ms in its life).
+            // time. Taken after, it counted a preemption of the tracer as the slice's
+            // (torture seed 1003066: an interval of 211.6 ms on-CPU, 102 ms in its life).
             let after_at = crate::sys::clock::monotonic_ns();
             let after = cpu_states(ebpf)?;
             let stable = before
@@ -286,7 +285,7 @@ impl Collector {
                         && b.seq % 2 == 0
                 });
             let on_cpu = after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid);
-            let (gone, unread) = exiting::missing(
+            let (gone, unread, out) = exiting::missing(
                 &self.root,
                 &self.last_live,
                 &live,
@@ -296,6 +295,10 @@ impl Collector {
             );
             let missed = gone.len() + unread.len();
             if (stable && missed == 0) || tries >= 4 {
+                if unhashed.again(&out) {
+                    tries = 0;
+                    continue;
+                }
                 if let Some(w) = &mut self.exit_watch {
                     if w.read_again(ebpf, &self.root)? {
                         tries = 0;
@@ -305,7 +308,6 @@ impl Collector {
                 let armed = self.exit_watch.as_ref().is_some_and(|w| w.armed());
                 if armed && late < LATE_ROUNDS && self.died_unread(&live) {
                     late += 1;
-                    log::debug!(target: READS, "final read: again for a thread that died unread");
                     tries = 0;
                     continue;
                 }
@@ -319,9 +321,7 @@ impl Collector {
             }
             if missed > 0 {
                 // A walk of the entries (the task iterator, or a hash map walk during
-                // deletes) passed over a live thread: its totals are in the kernel. (Every
-                // case looked into so far was an exiting thread, which `missing` now
-                // leaves out.)
+                // deletes) passed over a live thread: its totals are in the kernel.
                 self.rereads += 1;
                 log::info!(
                     target: READS,

@@ -220,6 +220,7 @@ pub fn unread(root: &Root, born: &[u32], seen: &HashSet<u32>) -> Vec<u32> {
 /// record comes with its final switch, which an RT thread spinning on its CPU can hold
 /// off for tens of ms (torture seed 1002123, pinned ping-pong: four such threads were
 /// counted as live ones skipped, in an interval's read).
+/// The third list: those the read before had that are exiting ([`Unhashed`]).
 pub fn missing(
     root: &Root,
     last: &HashMap<u64, u32>,
@@ -227,13 +228,12 @@ pub fn missing(
     exited: &BTreeMap<ThreadKey, ThreadRecord>,
     on_cpu: impl Iterator<Item = u32>,
     born: &[u32],
-) -> (Vec<u32>, Vec<u32>) {
-    let gone: Vec<u32> = skipped(last, live, exited)
+) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let (gone, out): (Vec<u32>, Vec<u32>) = skipped(last, live, exited)
         .into_iter()
-        .filter(|&tid| procfs::thread_exists(root, tid))
-        .collect();
+        .partition(|&tid| procfs::thread_exists(root, tid));
     if born.is_empty() {
-        return (gone, Vec::new());
+        return (gone, Vec::new(), out);
     }
     let seen: HashSet<u32> = live
         .iter()
@@ -241,7 +241,37 @@ pub fn missing(
         .chain(exited.values().map(|r| r.tid))
         .chain(on_cpu)
         .collect();
-    (gone, unread(root, born, &seen))
+    (gone, unread(root, born, &seen), out)
+}
+
+/// How long any read waits for threads the read before had that are now between their
+/// unhashing and their final switch ([`missing`]'s third list).
+pub const UNHASHED_WAIT: Duration = Duration::from_millis(250);
+
+/// A read's wait for the threads the read before had that are exiting: unreachable
+/// until their final switch hands over their totals, their work since that read would
+/// show in the next interval (torture seed 1004013, `record -i 300ms` beside a pinned
+/// SCHED_FIFO spinner that held an exiting thread for 36 ms: 35.9 ms on-CPU in an
+/// interval of 11.9 ms). The final read waits for the traced set's too ([`ExitWatch`]).
+#[derive(Debug, Default)]
+pub struct Unhashed {
+    since: Option<Instant>,
+}
+
+impl Unhashed {
+    /// Whether to take the read again (after a millisecond) for `out`.
+    pub fn again(&mut self, out: &[u32]) -> bool {
+        if out.is_empty() {
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= UNHASHED_WAIT {
+            log::debug!(target: super::READS, "exiting {out:?}: no record in {UNHASHED_WAIT:?}");
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        true
+    }
 }
 
 /// The kernel's traced set as (TID, TGID; 0 where not yet known). A walk of a hash map
@@ -274,10 +304,12 @@ impl super::Collector {
     pub fn died_unread(&mut self, live: &[(ThreadKey, ThreadStats)]) -> bool {
         let mut late = Vec::new();
         self.drain_with(|tid| late.push(tid));
-        !late.is_empty() && {
-            let read: HashSet<u32> = live.iter().map(|((tid, _), _)| *tid).collect();
-            late.iter().any(|tid| !read.contains(tid))
+        let read: HashSet<u32> = live.iter().map(|((tid, _), _)| *tid).collect();
+        let again = late.iter().any(|tid| !read.contains(tid));
+        if again {
+            log::debug!(target: super::READS, "final read: again for {late:?}, dead unread");
         }
+        again
     }
 
     /// Logs the rows the final read takes from the read before: threads it lacks with no
