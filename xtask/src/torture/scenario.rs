@@ -19,10 +19,14 @@ use tracer_truth::Rng;
 /// with half the fix, 0 of 10 after). Then two `-p` targets of a crowd of ~2,100 sleeping
 /// threads (`Scenario::crowd`), where a 5,000-thread process once failed with EMFILE and
 /// reads were quadratic: 121 with a descriptor limit the tracer raises to its hard limit,
-/// 516 with one it cannot (the default counters left out).
+/// 516 with one it cannot (the default counters left out). Then 1004013 (`record -i`
+/// beside a pinned SCHED_FIFO spinner holding exiting threads: an interval read went on
+/// without them and the next interval showed their work, 3 of 10 runs failed before, 0
+/// of 12 after) and 1005040 (system-wide classic tracepoints, a crowd released at the
+/// close: 92 threads shown as PID 0, 0 of 5 after).
 pub(super) const CI_SEEDS: &[u64] = &[
     1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 36917, 36751, 917296, 917278, 345355,
-    345292, 235494, 121, 516,
+    345292, 235494, 121, 516, 1004013, 1005040,
 ];
 
 #[derive(Clone, Copy, PartialEq, Debug)]
