@@ -351,6 +351,10 @@ impl super::Collector {
                 rec.stats.tgid = listed.map_or(0, |c| c.tgid);
             }
             seen(rec.tid);
+            // Dead, not skipped by a read: `exited` may fold its record away (a process's
+            // row past `EXITED_KEEP`), and then only this says so ([`Unhashed`] would
+            // wait for it).
+            self.last_live.remove(&rec.stats.serial);
             let gen = self.generations.entry(rec.tid).or_insert(0);
             self.exited.insert(
                 (rec.tid, *gen),
