@@ -81,9 +81,8 @@ pub struct Collector {
     attached_ns: u64,
     /// Which threads that never ran are listed, off-CPU all window.
     idle: IdleThreads,
-    /// The serials (with TIDs) of the live entries the last snapshot read: one of them a read
-    /// lacks, with no death record either, was skipped by that read.
-    last_live: HashMap<u64, u32>,
+    /// The live entries the last snapshot read (see [`exiting::LastLive`]).
+    last_live: exiting::LastLive,
     /// Reads taken again because they skipped a live thread, and threads still missing
     /// after the last try (their earlier totals stand in, see `Snapshot::adopt_missing`).
     pub rereads: u64,
@@ -132,7 +131,7 @@ impl Collector {
             proc_comms: runq != RunqSource::TaskStorage,
             hists_with_threads: true,
             dead_pending: Vec::new(),
-            last_live: HashMap::new(),
+            last_live: exiting::LastLive::default(),
             rereads: 0,
             still_missing: 0,
             unsettled: 0,
@@ -287,7 +286,7 @@ impl Collector {
             let on_cpu = after.iter().filter(|cs| cs.traced != 0).map(|cs| cs.tid);
             let (gone, unread, out) = exiting::missing(
                 &self.root,
-                &self.last_live,
+                self.last_live.get(),
                 &live,
                 &self.exited,
                 on_cpu,
@@ -335,11 +334,8 @@ impl Collector {
         if close_ns != 0 {
             self.log_left(&live);
         }
-        self.last_live = live
-            .iter()
-            .map(|((tid, _), st)| (st.serial, *tid))
-            .filter(|&(s, _)| s != 0)
-            .collect();
+        self.last_live
+            .set(live.iter().map(|((tid, _), st)| (st.serial, *tid)));
         let at_ns = after_at;
         // Slices still running are cut at the window's close, or at this read.
         let end = if close_ns != 0 {

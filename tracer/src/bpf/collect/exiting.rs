@@ -244,6 +244,37 @@ pub fn missing(
     (gone, unread(root, born, &seen), out)
 }
 
+/// The serials (with TIDs) of the live entries the last snapshot read: one of them a read
+/// lacks, with no death record either, was skipped by that read, or is exiting. Less
+/// those whose death record has come: `exited` may lose it (`tracer serve` forgets its
+/// records after each scrape; past `EXITED_KEEP` one is folded into its process's row),
+/// and a thread read live that died during the read is in both. Kept, such a serial
+/// looked exiting to the next read, which waited [`UNHASHED_WAIT`] for it.
+#[derive(Debug, Default)]
+pub struct LastLive {
+    live: HashMap<u64, u32>,
+    /// Serials of the records drained since the last [`LastLive::set`].
+    dead: HashSet<u64>,
+}
+
+impl LastLive {
+    /// The live entries a read took: (serial, TID); serial 0 is none.
+    pub fn set(&mut self, live: impl Iterator<Item = (u64, u32)>) {
+        let dead = std::mem::take(&mut self.dead);
+        self.live = live.filter(|(s, _)| *s != 0 && !dead.contains(s)).collect();
+    }
+
+    /// A death record of the entry `serial` was drained.
+    pub fn died(&mut self, serial: u64) {
+        self.live.remove(&serial);
+        self.dead.insert(serial);
+    }
+
+    pub fn get(&self) -> &HashMap<u64, u32> {
+        &self.live
+    }
+}
+
 /// How long any read waits for threads the read before had that are now between their
 /// unhashing and their final switch ([`missing`]'s third list).
 pub const UNHASHED_WAIT: Duration = Duration::from_millis(250);
@@ -256,17 +287,19 @@ pub const UNHASHED_WAIT: Duration = Duration::from_millis(250);
 #[derive(Debug, Default)]
 pub struct Unhashed {
     since: Option<Instant>,
+    over: bool,
 }
 
 impl Unhashed {
     /// Whether to take the read again (after a millisecond) for `out`.
     pub fn again(&mut self, out: &[u32]) -> bool {
-        if out.is_empty() {
+        if out.is_empty() || self.over {
             return false;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
         if since.elapsed() >= UNHASHED_WAIT {
             log::debug!(target: super::READS, "exiting {out:?}: no record in {UNHASHED_WAIT:?}");
+            self.over = true;
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -316,7 +349,7 @@ impl super::Collector {
     /// death record (exiting, their final switch not yet made).
     pub(super) fn log_left(&self, live: &[(ThreadKey, ThreadStats)]) {
         if log::log_enabled!(target: super::READS, log::Level::Debug) {
-            let left = skipped(&self.last_live, live, &self.exited);
+            let left = skipped(self.last_live.get(), live, &self.exited);
             log::debug!(target: super::READS, "final read: without entry or record: {left:?}");
         }
     }
@@ -351,10 +384,7 @@ impl super::Collector {
                 rec.stats.tgid = listed.map_or(0, |c| c.tgid);
             }
             seen(rec.tid);
-            // Dead, not skipped by a read: `exited` may fold its record away (a process's
-            // row past `EXITED_KEEP`), and then only this says so ([`Unhashed`] would
-            // wait for it).
-            self.last_live.remove(&rec.stats.serial);
+            self.last_live.died(rec.stats.serial);
             let gen = self.generations.entry(rec.tid).or_insert(0);
             self.exited.insert(
                 (rec.tid, *gen),
@@ -385,6 +415,24 @@ mod tests {
     /// Attached at 100.5 ms, closed at 1100 ms; /proc's tick of 10 ms.
     const WINDOW: (u64, u64) = (100 * MS + MS / 2, 1100 * MS);
     const TICK: u64 = 10 * MS;
+
+    #[test]
+    fn a_dead_entry_is_not_kept_as_live_for_the_next_read() {
+        let mut last = LastLive::default();
+        last.set([(1, 10), (2, 20), (0, 30)].into_iter());
+        assert_eq!(last.get().len(), 2, "serial 0 is no entry");
+        // Between reads: 1's record drained.
+        last.died(1);
+        assert_eq!(last.get().keys().collect::<Vec<_>>(), [&2]);
+        // A read took 2 live, and 2's record came during it (tracer serve then forgets
+        // the record): the next read must not take 2 for an exiting thread.
+        last.died(2);
+        last.set([(2, 20), (3, 31)].into_iter());
+        assert_eq!(last.get().keys().collect::<Vec<_>>(), [&3]);
+        // The records drained before a read count for that read only.
+        last.set([(2, 20)].into_iter());
+        assert_eq!(last.get().keys().collect::<Vec<_>>(), [&2]);
+    }
 
     #[test]
     fn a_thread_born_in_the_window_counts() {
