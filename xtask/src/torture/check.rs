@@ -9,11 +9,12 @@ use tracer_truth::{
 
 use super::consistency::{doc_checks, interval_checks};
 use super::lifetime::{born_when, lifetime, names};
-use super::moves::{counted_sleep, Moves};
+use super::moves::{counted_sleep, Kernel};
 use super::report::{Class, Outcome};
 use super::rows::{ms, num, rows_text, WindowBounds};
 use super::scenario::Target;
 use super::truth::build_entities;
+use super::waits::waited;
 use crate::json::{Items, Json};
 
 // The bounds against the truth are tracer_truth's (on-CPU: ON_CPU, 1% or 1 ms; slices:
@@ -61,8 +62,9 @@ pub(super) fn check(
     lines: &[Json],
     w: WindowBounds,
     ready: (u64, u64, u64),
-    moved: &Moves,
+    kernel: &Kernel,
 ) {
+    let moved = &kernel.moves;
     let Some(total) = docs
         .iter()
         .rev()
@@ -304,16 +306,40 @@ pub(super) fn check(
                     ms(slept as f64)
                 ));
             }
-            let lo_w = if e.b_ns >= attached {
-                wakeup_wait_floor(e.lo.wait - slept as f64, e.lo.slices)
-            } else {
-                0.0
+            // Or, where lower, the same waits as ftrace's tracepoints timed them (see
+            // `waits`): run_delay can count a new thread's time before its first
+            // wakeup, and a stop of the whole VM.
+            let counted = e.lo.wait - slept as f64;
+            let traced = match (&kernel.waits, e.keys.as_slice()) {
+                (Some(w), [k]) => Some(waited(w, k.0, e.b_ns, e.e_ns)),
+                _ => None,
             };
+            let floor = |of: f64| {
+                if e.b_ns >= attached {
+                    wakeup_wait_floor(of, e.lo.slices)
+                } else {
+                    0.0
+                }
+            };
+            let lo_w = floor(traced.map_or(counted, |(t, _)| counted.min(t as f64)));
+            if let Some((t, n)) = traced.filter(|_| wait < floor(counted) && wait >= lo_w) {
+                o.notes.push(format!(
+                    "{}: run-queue wait {} under run_delay's floor {}, above ftrace's {}: ftrace timed its waits at {} ({n}), run_delay at {}",
+                    e.name,
+                    ms(wait),
+                    ms(floor(counted)),
+                    ms(lo_w.max(0.0)),
+                    ms(t as f64),
+                    ms(counted)
+                ));
+            }
             let hi_w = wakeup_wait_ceiling(hi.wait, hi.slices.max(slices), TICK_NS) + exit_wait_ns;
             o.expect(Class::Runq, wait >= lo_w && wait <= hi_w, || {
                 format!(
-                    "{}: run-queue wait {} (from wakeups) {} [{}, {}] (run_delay {} .. {}, {} slices; 90% of run_delay less 25 us a wait; {} per wait allowed for the clock skip, {} for the exit: the window's time after the last record); rows: {}; truth: {}",
-                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(hi.wait), hi.slices, ms(TICK_NS), ms(exit_wait_ns), rows_text(&mine), e.truth_text
+                    "{}: run-queue wait {} (from wakeups) {} [{}, {}] (run_delay {} .. {}, {} slices; ftrace's waits {}; 90% of the lesser less 25 us a wait; {} per wait allowed for the clock skip, {} for the exit: the window's time after the last record); rows: {}; truth: {}",
+                    e.name, ms(wait), side(wait, lo_w), ms(lo_w.max(0.0)), ms(hi_w), ms(e.lo.wait), ms(hi.wait), hi.slices,
+                    traced.map_or("not measured".to_string(), |(t, n)| format!("{} ({n})", ms(t as f64))),
+                    ms(TICK_NS), ms(exit_wait_ns), rows_text(&mine), e.truth_text
                 )
             });
         }

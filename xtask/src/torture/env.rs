@@ -11,7 +11,7 @@ use std::{
 use anyhow::{bail, Context, Result};
 
 use super::check::check;
-use super::moves::{Ledger, Moves};
+use super::moves::{Kernel, Ledger};
 use super::report::{Class, Outcome};
 use super::rows::WindowBounds;
 use super::scenario::{plan, Focus, Scenario, Target};
@@ -358,19 +358,19 @@ impl Env {
         // The workload may outlive a window that closed first.
         let done = wait_for_done(&scratch.truth, Duration::from_secs(30));
         let mut sched_trace = Vec::new();
-        let moved = match ledger.map(|l| l.read()) {
-            Some(Ok((m, n, text))) => {
+        let kernel = match ledger.map(|l| l.read()) {
+            Some(Ok((k, n, text))) => {
                 o.sched_events = n;
                 sched_trace = text;
-                m
+                k
             }
             Some(Err(e)) => {
                 o.notes.push(format!(
-                    "run_delay's count of moved sleepers not measured: {e}"
+                    "ftrace's waits and run_delay's count of moved sleepers not measured: {e}"
                 ));
-                Moves::new()
+                Kernel::default()
             }
-            None => Moves::new(),
+            None => Kernel::default(),
         };
         let stdout = std::fs::read_to_string(&scratch.stdout).unwrap_or_default();
         let stderr = std::fs::read_to_string(&scratch.stderr).unwrap_or_default();
@@ -427,7 +427,7 @@ impl Env {
                 WindowBounds { open: u64::MAX / 2 }
             }
         };
-        check(&mut o, &docs, &lines, w, ready, &moved);
+        check(&mut o, &docs, &lines, w, ready, &kernel);
         if o.scenario.focus == Focus::Record && status.is_some_and(|s| s.success()) {
             let ctx = (steal, self.boot_minus_mono, ready);
             trace::check(&mut o, &self.python, &scratch.trace, &docs, &lines, w, ctx);

@@ -16,6 +16,7 @@ mod scenario;
 mod scratch;
 mod trace;
 mod truth;
+mod waits;
 
 use std::{
     path::Path,

@@ -19,6 +19,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use super::waits::{waits, Waits};
+
 const EVENTS: &[&str] = &[
     "sched/sched_switch",
     "sched/sched_waking",
@@ -30,8 +32,9 @@ const EVENTS: &[&str] = &[
 /// One event of the trace, as far as [`sleep_moves`] needs it.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Event {
-    /// A thread left a CPU; `blocked`: its prev_state was not R (it is asleep now).
-    Switch { prev: u64, blocked: bool },
+    /// A thread left a CPU for `next`; `blocked`: its prev_state was not R (it is
+    /// asleep now).
+    Switch { prev: u64, blocked: bool, next: u64 },
     /// `try_to_wake_up()` began for the thread: a move from here is the wakeup's own.
     Waking(u64),
     /// The thread is runnable again (sched_wakeup, sched_wakeup_new).
@@ -58,7 +61,7 @@ pub(super) fn sleep_moves(events: impl IntoIterator<Item = (u64, Event)>) -> Mov
     let mut out = Moves::new();
     for (ts, e) in events {
         match e {
-            Event::Switch { prev, blocked } => {
+            Event::Switch { prev, blocked, .. } => {
                 let s = if blocked {
                     State::Asleep { moved: None }
                 } else {
@@ -142,9 +145,11 @@ fn parse_after_cpu(rest: &str) -> Option<(u64, Event)> {
     let e = match name {
         "sched_switch" => {
             let (prev, state) = prev_fields(fields)?;
+            // The last `next_pid=`: next_comm comes before it and may hold anything.
             Event::Switch {
                 prev,
                 blocked: !state.starts_with('R'),
+                next: field(fields, " next_pid=")?,
             }
         }
         "sched_waking" => Event::Waking(field(fields, " pid=")?),
@@ -182,6 +187,15 @@ fn prev_fields_at(rest: &str) -> Option<(u64, &str)> {
         return None;
     }
     Some((pid.parse().ok()?, state))
+}
+
+/// What the kernel's own events of a scenario say, where they were read whole.
+#[derive(Default)]
+pub(super) struct Kernel {
+    /// Sleep run_delay counted as waiting (empty where not measured).
+    pub(super) moves: Moves,
+    /// The waits as the tracepoints time them (None: not measured).
+    pub(super) waits: Option<Waits>,
 }
 
 /// The harness's own tracefs instance: its events, buffer and clock, apart from the
@@ -227,10 +241,11 @@ impl Ledger {
         self.write("tracing_on", "1")
     }
 
-    /// Stops recording and reads what run_delay counted of sleep, per TID, with the
-    /// number of events and their text (kept beside a failing scenario's output). An
-    /// overrun ring has lost events: then there is no figure (and no allowance).
-    pub(super) fn read(&self) -> Result<(Moves, usize, Vec<u8>), String> {
+    /// Stops recording and reads what run_delay counted of sleep and the waits, per TID,
+    /// with the number of events and their text (kept beside a failing scenario's
+    /// output). An overrun ring has lost events: then there is no figure (and no
+    /// allowance).
+    pub(super) fn read(&self) -> Result<(Kernel, usize, Vec<u8>), String> {
         self.write("tracing_on", "0")?;
         let mut lost = 0u64;
         if let Ok(cpus) = std::fs::read_dir(self.dir.join("per_cpu")) {
@@ -250,7 +265,11 @@ impl Ledger {
         let text = String::from_utf8_lossy(&raw);
         let events: Vec<(u64, Event)> = text.lines().filter_map(parse_line).collect();
         let n = events.len();
-        Ok((sleep_moves(events), n, raw))
+        let k = Kernel {
+            waits: Some(waits(events.iter().cloned())),
+            moves: sleep_moves(events),
+        };
+        Ok((k, n, raw))
     }
 }
 
@@ -318,6 +337,7 @@ mod tests {
                 Event::Switch {
                     prev: 7,
                     blocked: false,
+                    next: 0,
                 },
             ),
             (2, Event::Migrate(7)),
@@ -326,6 +346,7 @@ mod tests {
                 Event::Switch {
                     prev: 8,
                     blocked: true,
+                    next: 0,
                 },
             ),
             (4, Event::Waking(8)),
@@ -344,7 +365,8 @@ mod tests {
                 5_000_001_000,
                 Event::Switch {
                     prev: 12,
-                    blocked: true
+                    blocked: true,
+                    next: 4
                 }
             ))
         );
