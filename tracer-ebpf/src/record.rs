@@ -323,27 +323,12 @@ fn slow(prev: &Task, next: &Task) {
     if next.tid == 0 || account::traced(next).is_none() {
         return;
     }
-    let runq = c.record.on & on::SLOW_RUNQ != 0;
     let Some(s) = account::existing_entry(next) else {
-        // Its wakeup could not make its storage and kept its time aside, for the
-        // switch-out that makes the storage and times the wait.
-        if let Some(at) = account::wake_aside(next.tid).filter(|_| runq) {
-            slow_send(
-                prev,
-                next,
-                0,
-                kind::SLOW_RUNQ,
-                how::WAKEUP,
-                slice::wait_from(at, now),
-                ran,
-                now,
-            );
-        }
         return;
     };
     // SAFETY: map value or task storage of a thread switching in on this CPU.
     let s = unsafe { &*s };
-    let (k, wait, how_) = if runq {
+    let (k, wait, how_) = if c.record.on & on::SLOW_RUNQ != 0 {
         // The entry keeps the wait's start until the switch-out (`account::switch_out`).
         let wait = slice::wait_from(s.runnable_ns, now);
         let h = if s.off_state == OFF_PREEMPTED {
@@ -359,23 +344,7 @@ fn slow(prev: &Task, next: &Task) {
     } else {
         return;
     };
-    slow_send(prev, next, s.tgid, k, how_, wait, ran, now);
-}
-
-/// Sends `next`'s slow wait, if one (`wait` not unknown) at least the threshold.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn slow_send(
-    prev: &Task,
-    next: &Task,
-    tgid: u32,
-    k: u32,
-    how_: u32,
-    wait: u64,
-    ran: u64,
-    now: u64,
-) {
-    if wait == u64::MAX || wait < config().record.slow_min_ns {
+    if wait == u64::MAX || wait < c.record.slow_min_ns {
         return;
     }
     bump(stat::SENT);
@@ -388,7 +357,7 @@ fn slow_send(
     unsafe {
         (*p).head = head(now, k);
         (*p).tid = next.tid;
-        (*p).tgid = if tgid != 0 { tgid } else { next.tgid() };
+        (*p).tgid = if s.tgid != 0 { s.tgid } else { next.tgid() };
         (*p).prev_tid = prev.tid;
         (*p).how = how_;
         (*p).wait_ns = wait;

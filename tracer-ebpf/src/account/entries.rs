@@ -438,14 +438,6 @@ pub(super) fn take_wake_aside(tid: u32) -> Option<u64> {
     Some(at)
 }
 
-/// The wakeup time kept aside for `tid`, left there for its switch-out (`tracer slow`
-/// times the wait of a thread whose storage its wakeup could not make from it).
-#[inline(always)]
-pub fn wake_aside(tid: u32) -> Option<u64> {
-    // SAFETY: copied out at once.
-    unsafe { WAKE_ASIDE.get(tid) }.copied()
-}
-
 /// `--runq-from schedstat`: the wait that ended at this slice's start, as `run_delay`
 /// (`rd`, read now) grew since the thread's last switch-out read it, or else since
 /// `read_in` (read at the switch-in, if this CPU saw it: `seen_in`). `rd` becomes the

@@ -23,7 +23,7 @@ mod membership;
 mod switch;
 
 #[cfg(feature = "scheduling")]
-pub use entries::{existing_entry, exiting, task_addr, wake_aside};
+pub use entries::{existing_entry, exiting, task_addr};
 #[cfg(feature = "scheduling")]
 pub use events::{add_runtime, exec, runtime_gap, wakeup};
 pub use membership::{follow_exec, fork, member, traced};
