@@ -200,9 +200,8 @@ pub struct CpuState {
     /// `sched_info.run_delay` of `tid` read at its switch-in, before the scheduler added
     /// the wait that just ended: the base for a thread seen for the first time.
     pub run_delay_in: u64,
-    /// Scratch for the switch-out: the run-queue wait of the slice leaving, kept in
-    /// memory rather than a register so the verifier does not split its states on it
-    /// (task-storage mode). Not read by user space.
+    /// The run-queue wait that ended at this slice's switch-in, when its start was kept
+    /// in task-local storage (`u64::MAX`: none or not known there).
     pub wait_ns: u64,
     /// TID running on this CPU (0: idle or untraced).
     pub tid: u32,
@@ -290,8 +289,7 @@ pub mod drop {
     /// BPF's per-CPU allocator had nothing free (`bpf_mem_alloc` refills from an
     /// irq_work, which cannot run inside the interrupt: hrtimer wakeups of threads asleep
     /// since before the window, under thread churn, 2026-12-06). The wakeup's time is
-    /// kept aside (`WAKE_ASIDE`, by TID) until the storage is made (at the thread's
-    /// switch-out at the latest), and the wait timed from it.
+    /// kept aside (`WAKE_ASIDE`, by TID) and the wait timed from it at the switch-in.
     pub const WAKE_ASIDE: u32 = 8;
     pub const COUNT: u32 = 9;
 }

@@ -329,8 +329,15 @@ fn slow(prev: &Task, next: &Task) {
     // SAFETY: map value or task storage of a thread switching in on this CPU.
     let s = unsafe { &*s };
     let (k, wait, how_) = if c.record.on & on::SLOW_RUNQ != 0 {
-        // The entry keeps the wait's start until the switch-out (`account::switch_out`).
-        let wait = slice::wait_from(s.runnable_ns, now);
+        let wait = if c.mode.use_task_storage != 0 {
+            // Timed by the accounting at this switch-in (`switch_in_at`).
+            match CPU_STATE.get(0) {
+                Some(cs) if cs.tid == next.tid && cs.traced != 0 => cs.wait_ns,
+                _ => u64::MAX,
+            }
+        } else {
+            slice::wait_from(s.runnable_ns, now)
+        };
         let h = if s.off_state == OFF_PREEMPTED {
             how::PREEMPTED
         } else if s.flags & WOKEN_NEW != 0 {

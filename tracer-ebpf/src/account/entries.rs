@@ -205,9 +205,6 @@ pub(super) fn thread_entry(
         s.comm = t.comm.read();
     }
     if in_storage(t) {
-        // A wakeup that could not make this storage kept its time aside: the wait it
-        // began is timed from it at the switch-out (see `set_wake_aside`).
-        s.runnable_ns = take_wake_aside(t.tid).unwrap_or(0);
         // SAFETY: as above; the kernel copies `s` into the new storage.
         let p = unsafe { TASK_STATS.get(t.ptr, Some(s)) };
         if p.is_none() {
@@ -416,9 +413,8 @@ pub(super) fn flush_record_as(tid: u32, became: u32, s: &ThreadStats) {
 }
 
 /// A wakeup of `tid` at `now` whose task storage could not be made (see
-/// `drop::WAKE_ASIDE`): kept by TID until its storage is made (`thread_entry`, at its
-/// switch-out at the latest). An earlier time kept stays (the wait began then); a full
-/// map loses the wait, counted.
+/// `drop::WAKE_ASIDE`): kept by TID for its switch-in. An earlier time kept stays (the
+/// wait began then); a full map loses the wait, counted.
 // Not inlined: the wakeup programs' common path does not carry it.
 #[inline(never)]
 pub(super) fn set_wake_aside(tid: u32, now: u64) {

@@ -6,10 +6,9 @@
 //! next thread's slice is opened in per-CPU state.
 //! The cost on the hot path: one per-CPU lookup, one entry lookup for the thread leaving
 //! (task-local storage in tp_btf mode on 6.4+, else the `THREADS` hash), histogram slots
-//! (array lookups in the default scope), and with a target one `TRACKED` lookup for
-//! the next thread. The thread arriving costs no entry lookup: the wait that ends at
-//! its switch-in is timed at its switch-out, from the wakeup time its entry keeps.
-//! Untraced threads cost the per-CPU lookup and the filter lookup only.
+//! (array lookups in the default scope), in task-storage mode one more storage lookup
+//! for the thread arriving (its wakeup time), and with a target one `TRACKED` lookup for
+//! the next thread. Untraced threads cost the per-CPU lookup and the filter lookup only.
 //!
 //! `membership`: the traced set; `entries`: per-thread entries and what a dying thread
 //! hands over; `switch`: the switch itself; `events`: wakeups, execs, runtime records.

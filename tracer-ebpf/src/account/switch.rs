@@ -209,19 +209,22 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     } else {
         0
     };
-    // What ended when this slice began. The run-queue wait is the scheduler's own
-    // (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
-    // schedstat`, no wakeup programs), or it is timed from the wakeup (or preemption)
-    // time the entry keeps (`runnable_ns`) to the switch-in. Timed here, not there: the
-    // switch-in then looks up no entry, and the time stays that wait's start until
-    // now (a wakeup stamps only an entry without one, see `slice::wakeup_stamps`, and
-    // this switch-out clears it). A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`)
-    // happened when the scheduler's runtime of this slice says (`unseen_in`). A slice
-    // running at the opening has none timed: the opening is written before any program
-    // attaches, so a wakeup time kept is after it. (From `running`, not the slice
-    // chosen below: the verifier then walks the two choices one after the other, not
-    // every pair of them.)
-    let wait = if let Some(rd) = prev.run_delay() {
+    // What ended when this slice began. The run-queue wait was timed at switch-in from
+    // the wakeup (or preemption) time in task-local storage; or it is the scheduler's
+    // own (`sched_info.run_delay` grew by it at this slice's start, `--runq-from
+    // schedstat`, no wakeup programs); or it is timed from `runnable_ns` here.
+    // A switch-in not seen (see `drop::UNSEEN_SWITCH_IN`) happened when the
+    // scheduler's runtime of this slice says (`unseen_in`): the wait that ended
+    // there is timed from the wakeup kept in the entry. (From `running`, not the
+    // slice chosen below: the verifier then walks the two choices one after the
+    // other, not every pair of them.)
+    let wait = if c.mode.use_task_storage != 0 {
+        if seen_in {
+            cs.wait_ns
+        } else {
+            slice::wait_from(s.runnable_ns, unseen_in)
+        }
+    } else if let Some(rd) = prev.run_delay() {
         run_delay_wait(s, rd, cs.run_delay_in, seen_in)
     } else {
         slice::wait_from(s.runnable_ns, start.max(unseen_in))
@@ -404,6 +407,8 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
         // in this mode, which stamps none (torture seed 997059: a leaver's last wait,
         // 3.9 ms).
         run_delay_wait(s, rd, cs.run_delay_in, true)
+    } else if c.mode.use_task_storage != 0 {
+        cs.wait_ns
     } else {
         slice::wait_from(s.runnable_ns, start)
     };
@@ -451,7 +456,7 @@ fn settle_reaped(prev: &Task, cs: &mut CpuState, s: *mut ThreadStats) {
         s,
         id,
         th,
-        slice::wait_from(s.runnable_ns, start),
+        cs.wait_ns,
         slice::off_cpu(s.last_off_ns, start, len.saturating_sub(wall)),
     );
     s.on_cpu_ns += len;
@@ -544,6 +549,23 @@ fn switch_in_at(next: Task, mut now: u64) -> u64 {
     } else {
         next.run_delay().unwrap_or(u64::MAX)
     };
+    // Volatile: beside `run_delay_in`'s fallback, LLVM merged the two all-ones stores
+    // into a `memset` call, a byte loop the verifier walks (see `crate::mem`).
+    // SAFETY: a store through a unique reference.
+    unsafe { core::ptr::write_volatile(&mut cs.wait_ns, u64::MAX) };
+    if in_storage(&next) {
+        // The wait ends here; its start is in the task's storage (no hash lookup).
+        // SAFETY: a trusted task pointer (tp_btf argument).
+        if let Some(s) = unsafe { TASK_STATS.get(next.ptr, None) } {
+            // SAFETY: the task's storage; only its own switches and wakeups touch it.
+            let s = unsafe { &mut *s };
+            cs.wait_ns = slice::wait_from(s.runnable_ns, now);
+            s.runnable_ns = 0;
+        } else if let Some(at) = take_wake_aside(next.tid) {
+            // Its wakeup could not make its storage; its switch-out will.
+            cs.wait_ns = slice::wait_from(at, now);
+        }
+    }
     let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
     for i in 0..n_counters {
         cs.counter_base[i] = read_counter(i).unwrap_or(0);

@@ -45,8 +45,7 @@ pub static SLICE_COUNTER0: PerfEventArray<u32> = PerfEventArray::new(0);
 pub static SLICE_COUNTER1: PerfEventArray<u32> = PerfEventArray::new(0);
 
 /// Wakeup times of threads whose task storage a wakeup could not create (see
-/// `drop::WAKE_ASIDE`), by TID, until their storage is made (their switch-out at the
-/// latest) and takes them. Preallocated, so an
+/// `drop::WAKE_ASIDE`), by TID, until their switch-in takes them. Preallocated, so an
 /// insert in an interrupt does not need the allocator that just failed.
 #[map]
 pub static WAKE_ASIDE: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);

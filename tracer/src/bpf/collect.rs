@@ -193,11 +193,9 @@ impl Collector {
     /// settles it only when the thread leaves the CPU.
     fn pending_wait(&self, cs: &CpuState, st: &ThreadStats, begun: u64) -> Option<u64> {
         match self.runq {
-            // The entry keeps the wait's start until the slice's switch-out.
-            RunqSource::TaskStorage | RunqSource::ThreadEntry => {
-                Some(tracer_common::slice::wait_from(st.runnable_ns, begun))
-                    .filter(|&w| w != tracer_common::slice::UNKNOWN)
-            }
+            RunqSource::TaskStorage => (cs.wait_ns != u64::MAX).then_some(cs.wait_ns),
+            RunqSource::ThreadEntry => Some(tracer_common::slice::wait_from(st.runnable_ns, begun))
+                .filter(|&w| w != tracer_common::slice::UNKNOWN),
             RunqSource::RunDelay => {
                 let base = if st.flags & HAVE_RUN_DELAY != 0 {
                     st.last_run_delay

@@ -45,9 +45,9 @@ pub enum RunqFrom {
 /// How run-queue waits are measured in the loaded mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunqSource {
-    /// Per-thread entries (with the wakeup/preemption time, `runnable_ns`, kept until
-    /// the slice's switch-out) in task-local storage; user space reads the entries
-    /// through the `dump_threads` task iterator.
+    /// Per-thread entries (with the wakeup/preemption time) in task-local storage, the
+    /// wait computed at switch-in (`CpuState::wait_ns` while the slice runs); user space
+    /// reads the entries through the `dump_threads` task iterator.
     TaskStorage,
     /// Wakeup/preemption time in the thread's `THREADS` entry (`runnable_ns`).
     ThreadEntry,
