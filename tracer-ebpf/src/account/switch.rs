@@ -280,6 +280,9 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // not chosen in registers: a choice between known values would split the verifier's
     // states on every later comparison (raw-tp's record variant then passes its
     // 1M-instruction limit).
+    if cgroup_mode && cs.tid == prev.tid {
+        settle_rejoined(cs, s);
+    }
     if s.last_sum_exec == 0 && cs.tid == prev.tid && start > 1 {
         s.last_sum_exec = slice::runtime_base(0, cs.sum_in);
     }
@@ -420,6 +423,17 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
         core::ptr::write_volatile(&mut s.runnable_ns, 0);
     }
     seq_bump(cs);
+}
+
+/// A `--cgroup` thread that ran outside since its last slice inside (it left and came
+/// back): that runtime is not the target's, nor the gap off-CPU time in it (when it left
+/// is not known, so none is claimed). Not inlined, as `settle_leaver`.
+#[inline(never)]
+fn settle_rejoined(cs: &CpuState, s: &mut ThreadStats) {
+    if slice::ran_between(s.last_sum_exec, cs.sum_in) {
+        s.last_sum_exec = cs.sum_in;
+        s.last_off_ns = 0;
+    }
 }
 
 /// The old leader's final slice, in which an exec from another thread of its process
