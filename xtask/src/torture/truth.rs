@@ -293,6 +293,7 @@ pub(super) fn build_entities(
         let mut e_ns = t(last);
         let mut life = (born(fin), t(fin));
         let mut whole = None;
+        let mut gap = false;
         if let Some(base) = find("base") {
             lo = f.minus(Stat::of(base));
             // Under -- CMD the time before the baseline is inside the window too.
@@ -318,12 +319,21 @@ pub(super) fn build_entities(
                 whole = None;
                 e_ns = t(lv);
                 life.1 = t(lv);
+                if let Some(rj) = find("rejoin") {
+                    // Back in the cgroup from its record at the return to its last:
+                    // that is the cgroup's too. Its life inside has a hole, so no
+                    // span is certain.
+                    lo = lo.plus(f.minus(Stat::of(rj)));
+                    hi = lo;
+                    e_ns = t(last);
+                    gap = true;
+                }
             }
         }
         // A move out of the cgroup ends what the tracer may see only under --cgroup;
         // elsewhere a leaver's exit tail is traced too (CI's seed 345355: the main
         // thread, 13 slices after its last record, which the tracer had to the slice).
-        let left = find("leave").filter(|_| target == Target::Cgroup);
+        let left = find("leave").filter(|_| target == Target::Cgroup && find("rejoin").is_none());
         if let (Some(z), None, None) = (zombie, find("block"), left) {
             let tail = Stat::of(z).minus(f);
             if tail.run >= 0.0 && tail.wait >= 0.0 && tail.slices >= 0.0 {
@@ -342,7 +352,7 @@ pub(super) fn build_entities(
             born_ns: born(fin),
             b_ns,
             e_ns,
-            life: Some(life),
+            life: (!gap).then_some(life),
             comm,
             slack_ns: 0.0,
             slack_slices: 0.0,
@@ -439,5 +449,24 @@ mod window_tests {
         let (es, _) = build_entities(&lines, Target::Cgroup, (0, 0, 0));
         assert_eq!(es[0].hi.slices, 3.0);
         assert_eq!(es[0].hi.run, 1_000_000.0);
+    }
+
+    /// A thread that left the cgroup and came back: the cgroup's figures are its time
+    /// before the leave and after the return, with its exit tail (it died inside).
+    #[test]
+    fn a_thread_that_comes_back_counts_before_it_left_and_after_it_returned() {
+        let text = r#"{"ev":"leave","role":"leave","tid":5,"pid":5,"t_ns":2000,"born_ns":1000,"run_ns":1000000,"wait_ns":100,"slices":3}
+{"ev":"rejoin","role":"leave","tid":5,"pid":5,"t_ns":3000,"born_ns":1000,"run_ns":1500000,"wait_ns":130,"slices":6}
+{"ev":"end","role":"leave","tid":5,"pid":5,"t_ns":4000,"born_ns":1000,"run_ns":1800000,"wait_ns":150,"slices":8}
+{"ev":"exit","role":"zombie","tid":5,"pid":5,"t_ns":0,"born_ns":0,"run_ns":1900000,"wait_ns":160,"slices":9}"#;
+        let lines = crate::json::lines(text);
+        let (es, problems) = build_entities(&lines, Target::Cgroup, (0, 0, 0));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(es[0].lo.run, 1_300_000.0);
+        assert_eq!(es[0].lo.wait, 120.0);
+        assert_eq!(es[0].lo.slices, 5.0);
+        assert_eq!(es[0].hi.run, 1_400_000.0);
+        assert_eq!(es[0].e_ns, 4000);
+        assert!(es[0].life.is_none());
     }
 }

@@ -323,6 +323,10 @@ pub(crate) fn run(args: &[String], out: &str) {
         if let Some(cg) = &cg_out {
             c.args(["--cg-out", cg]);
         }
+        // Where it may come back to (one in two do, see `roles::child`).
+        if let Some(cg) = &cg_in {
+            c.args(["--cg-in", cg]);
+        }
         children.push((ms / 8, c));
     }
     if parts.exec_thread {
