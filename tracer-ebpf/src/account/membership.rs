@@ -51,6 +51,22 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
     } else if !inside && flags.is_some_and(|f| f & TRACK_EXITING == 0) {
         // An exiting thread stays until its final switch (`untrack_dead`).
         let _ = TRACKED.remove(prev.tid);
+        // It left: its runtime from here is not the target's, should it come back (a
+        // hostile test pass, 2026-12-07; torture seed 1009034, classic tracepoints: 26
+        // ms outside counted at its return). The runtime records of its last slice
+        // inside go (`add_runtime` keeps none while it is out), and so does the base
+        // of its next slice: that one is then timed from its switch-in, as a joiner's.
+        // Nor is its sleep since claimed (when it left is not known). Task storage
+        // has no entry here: there `switch::settle_rejoined` tells the return apart.
+        #[cfg(feature = "scheduling")]
+        if let Some(s) = crate::maps::THREADS.get_ptr_mut(prev.tid) {
+            // SAFETY: map value.
+            unsafe {
+                (*s).pending_runtime = 0;
+                (*s).last_sum_exec = 0;
+                (*s).last_off_ns = 0;
+            }
+        }
     }
     inside
 }
