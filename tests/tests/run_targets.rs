@@ -225,6 +225,43 @@ fn a_window_of_zero_is_refused() {
     );
 }
 
+/// A target that exits while the tracer starts (between its resolution and the seeding
+/// of the traced set, after the programs verified) is one line about the target: it read
+/// "no probe mode works on this kernel" with the same reason once per mode (a hostile
+/// test pass, 2026-12-07). Exits 10-80 ms after the tracer starts cover that stretch.
+#[test]
+#[ignore = "needs root"]
+fn a_target_that_exits_during_start_up_is_one_line_about_it() {
+    require_root();
+    for (ms, opt) in [(10, "-t"), (30, "-p"), (50, "-t"), (80, "-p")] {
+        // Ours to reap: a zombie until the tracer is done.
+        let mut child = Command::new("sleep")
+            .arg(format!("0.0{ms:02}"))
+            .spawn()
+            .expect("sleep");
+        let pid = child.id().to_string();
+        let out = run_tracer(&["run", opt, &pid, "-d", "1s"]);
+        let _ = child.wait();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            // It outlived the start-up: nothing to check of this one.
+            continue;
+        }
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{opt} {pid} after {ms} ms: {err}"
+        );
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            lines.len() == 1
+                && (err.contains("exited") || err.contains("does not exist"))
+                && !err.contains("probe mode"),
+            "{opt} {pid} after {ms} ms: {err}"
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs root"]
 fn pid_target_traces_only_that_process() {

@@ -34,6 +34,11 @@ pub enum TracerError {
         "{what} {id} has already exited (a zombie its parent has not reaped): nothing to trace"
     )]
     AlreadyExited { what: &'static str, id: u32 },
+    /// Every target thread exited after it was resolved and before the programs were
+    /// attached (a hostile test pass: it read "nothing to count: the thread list is
+    /// empty").
+    #[error("{0} exited while the tracer started: nothing to trace")]
+    GoneDuringStartUp(String),
     #[error("cannot start {command:?}: {source}")]
     CommandStart {
         command: String,
@@ -121,6 +126,23 @@ pub enum TracerError {
 /// An error and its causes on one line, each cause once: messages here already end with
 /// their source (`cannot read X: Permission denied`), which anyhow's `{:#}` would print
 /// a second time, and aya shows an empty verifier log as an empty "Verifier output: ".
+/// Whether `e` is about the target (gone, never there), not about how it is traced:
+/// trying another probe mode would fail the same way.
+pub fn about_the_target(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<TracerError>(),
+            Some(
+                TracerError::AlreadyExited { .. }
+                    | TracerError::GoneDuringStartUp(_)
+                    | TracerError::NoSuchProcess(_)
+                    | TracerError::NoSuchThread(_)
+                    | TracerError::ThreadsExited { .. }
+            )
+        )
+    })
+}
+
 pub fn one_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {
@@ -179,6 +201,29 @@ mod tests {
             one_line(&e),
             "opening it: No such file or directory (os error 2)"
         );
+    }
+
+    #[test]
+    fn a_target_gone_is_no_probe_modes_failure() {
+        let gone = anyhow::Error::from(TracerError::AlreadyExited { what: "TID", id: 7 })
+            .context("seeding the traced set");
+        assert!(about_the_target(&gone));
+        let modes = [
+            crate::model::options::ProbeMode::TpBtf,
+            crate::model::options::ProbeMode::RawTp,
+        ];
+        let mut tried = 0;
+        let e = crate::bpf::loader::first_working(&modes, "", |_| -> anyhow::Result<()> {
+            tried += 1;
+            Err(TracerError::AlreadyExited { what: "TID", id: 7 }.into())
+        })
+        .unwrap_err();
+        assert_eq!(tried, 1, "no other mode is tried");
+        assert_eq!(
+            one_line(&e),
+            "TID 7 has already exited (a zombie its parent has not reaped): nothing to trace"
+        );
+        assert!(!about_the_target(&anyhow::anyhow!("BTF: no such type")));
     }
 
     #[test]

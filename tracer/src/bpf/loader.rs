@@ -150,6 +150,10 @@ pub(crate) fn first_working<T>(
     for &mode in modes {
         match try_mode(mode) {
             Ok(t) => return Ok((t, refused)),
+            // The target, not the mode: every other mode would say the same (a hostile
+            // test pass, 2026-12-07: a target that exited during the start-up read
+            // "no probe mode works on this kernel", three times over).
+            Err(e) if crate::error::about_the_target(&e) => return Err(e),
             Err(e) if modes.len() > 1 => {
                 log::info!("probe mode {} refused: {e:#}", mode.name());
                 refused.push((mode, crate::error::one_line(&e)));

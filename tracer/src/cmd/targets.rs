@@ -364,6 +364,12 @@ pub(crate) fn counter_target(
             cpus: procfs::online_cpus(root)?,
         },
         (None, None) if filter_ == Filter::All => CounterTarget::Cpus(procfs::online_cpus(root)?),
+        (None, None) if threads.is_empty() => {
+            let named: Vec<String> = (t.pids.iter().map(|p| format!("PID {p}")))
+                .chain(t.tids.iter().map(|t| format!("TID {t}")))
+                .collect();
+            return Err(crate::error::TracerError::GoneDuringStartUp(named.join(", ")).into());
+        }
         (None, None) => CounterTarget::Threads(threads.to_vec()),
     })
 }
