@@ -60,11 +60,12 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
         // has no entry here: there `switch::settle_rejoined` tells the return apart.
         #[cfg(feature = "scheduling")]
         if let Some(s) = crate::maps::THREADS.get_ptr_mut(prev.tid) {
+            // Volatile: adjacent zero stores become a `memset` call (see `crate::mem`).
             // SAFETY: map value.
             unsafe {
-                (*s).pending_runtime = 0;
-                (*s).last_sum_exec = 0;
-                (*s).last_off_ns = 0;
+                core::ptr::write_volatile(&mut (*s).pending_runtime, 0);
+                core::ptr::write_volatile(&mut (*s).last_sum_exec, 0);
+                core::ptr::write_volatile(&mut (*s).last_off_ns, 0);
             }
         }
     }
