@@ -543,3 +543,27 @@ fn perf_sched_hook_event() -> Result<std::os::fd::OwnedFd> {
     )
     .context("opening a per-task perf event to switch perf's sched hooks on")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::TracerError;
+
+    /// A target gone is no probe mode's failure: no other mode is tried, and the error
+    /// is the target's alone.
+    #[test]
+    fn a_target_gone_stops_the_fallback() {
+        let mut tried = 0;
+        let modes = [ProbeMode::TpBtf, ProbeMode::RawTp];
+        let e = first_working(&modes, "", |_| -> Result<()> {
+            tried += 1;
+            Err(TracerError::AlreadyExited { what: "TID", id: 7 }.into())
+        })
+        .unwrap_err();
+        assert_eq!(tried, 1);
+        assert_eq!(
+            crate::error::one_line(&e),
+            "TID 7 has already exited (a zombie its parent has not reaped): nothing to trace"
+        );
+    }
+}
