@@ -312,3 +312,77 @@ fn intervals_add_up_to_the_totals_across_an_exec_from_a_thread() {
         );
     }
 }
+
+/// A spinner alone on the last CPU runs through the opening, and nothing else may switch
+/// there for a while: every interval still shows it on that CPU for the interval's
+/// length, never 0 ns then several intervals' worth at once (a hostile test pass,
+/// 2026-12-07: 0 ns for two intervals, then 313 ms in a 100 ms one). The tracer runs on
+/// CPU 0, so the spinner's CPU switches only when the kernel has something else to run.
+#[test]
+#[ignore = "needs root"]
+fn a_lone_spinner_running_through_the_opening_is_in_every_interval() {
+    require_root();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(
+        cpus >= 2,
+        "needs two CPUs: one for the spinner alone, one for the tracer"
+    );
+    let last = (cpus - 1).to_string();
+    let mut spinner = Command::new("taskset")
+        .args([
+            "-c",
+            &last,
+            "nice",
+            "-n",
+            "-19",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .spawn()
+        .expect("taskset");
+    // `taskset` and `nice` exec: the PID is the shell's.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = spinner.id();
+    let out = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(tracer_tests::tracer_bin())
+        .args([
+            "run",
+            "--json",
+            "-p",
+            &pid.to_string(),
+            "-i",
+            "100ms",
+            "-d",
+            "700ms",
+        ])
+        .output()
+        .expect("tracer");
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = json_docs(&out);
+    let intervals: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "interval").collect();
+    assert!(intervals.len() >= 4, "{} intervals", intervals.len());
+    for (i, d) in intervals.iter().enumerate() {
+        let dur = ns(d, "duration_ns") as f64;
+        let on: f64 = d["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["tid"].as_u64() == Some(pid as u64))
+            .map(|r| ns(r, "on_cpu_ns") as f64)
+            .sum();
+        // Alone on its CPU at nice -19: nearly all of every interval, never above it.
+        assert!(
+            on >= 0.5 * dur && on <= dur * 1.01 + 1e6,
+            "interval {}: the spinner on-CPU {on} ns in {dur} ns: {d}",
+            i + 1
+        );
+    }
+}

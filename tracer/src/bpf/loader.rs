@@ -416,6 +416,10 @@ impl Tracer {
         let t0 = crate::bpf::window::write(&mut ebpf, monotonic_ns(), 0)?;
         attach::attach_all(&mut ebpf, rest)?;
         let attached_at = monotonic_ns();
+        // Every CPU switches once now, so each read knows what runs there (see `kick`).
+        if let Ok(cpus) = crate::sys::procfs::online_cpus(root) {
+            crate::sys::kick::kick_cpus(cpus);
+        }
         startup::stage(format_args!("{}: attached", mode.name()));
         Ok(Tracer {
             ebpf,

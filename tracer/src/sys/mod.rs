@@ -8,6 +8,7 @@ pub mod cgroups;
 pub mod clock;
 pub mod files;
 pub mod heap;
+pub mod kick;
 pub mod launch;
 pub mod nofile;
 pub mod outfile;
