@@ -63,11 +63,22 @@ impl Copies {
         }
     }
 
-    /// Reads every record waiting in the ring. `sym` knows the processes' mappings
-    /// (read again for a process it has not seen).
-    pub fn drain(&mut self, sym: &mut Symbolizer) {
-        // Copied out (12 KiB at most) so the ring is free while the record is used.
-        while let Some(bytes) = self.ring.next().map(|item| item.to_vec()) {
+    /// Reads the records waiting in the ring, until it is empty or, with a `budget`, that
+    /// long has passed: system-wide the programs can copy stacks faster than they are
+    /// unwound, and a drain to the end ran a `-d 200ms` window to 1 s (a hostile test
+    /// pass, 2026-12-07). What is left waits for the next drain. `sym` knows the
+    /// processes' mappings (read again for a process it has not seen). Returns whether
+    /// the ring was left empty.
+    pub fn drain(&mut self, sym: &mut Symbolizer, budget: Option<std::time::Duration>) -> bool {
+        let started = std::time::Instant::now();
+        loop {
+            if budget.is_some_and(|b| started.elapsed() >= b) {
+                return false;
+            }
+            // Copied out (12 KiB at most) so the ring is free while the record is used.
+            let Some(bytes) = self.ring.next().map(|item| item.to_vec()) else {
+                return true;
+            };
             self.records += 1;
             if bytes.len() < COPY_HEADER {
                 self.malformed += 1;
