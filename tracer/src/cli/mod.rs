@@ -170,11 +170,17 @@ pub struct TargetArgs {
     pub command: Vec<String>,
 }
 
+/// The numbers in the order given, each once (`-p 7 -p 7` names PID 7 once).
+fn once_each(v: Vec<u32>) -> Vec<u32> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|x| seen.insert(*x)).collect()
+}
+
 impl From<TargetArgs> for crate::model::targets::Targets {
     fn from(a: TargetArgs) -> Self {
         Self {
-            pids: a.pids,
-            tids: a.tids,
+            pids: once_each(a.pids),
+            tids: once_each(a.tids),
             cgroup: a.cgroup,
             cgroup_node_only: a.cgroup_node_only,
             workload: match (a.pod, a.container) {

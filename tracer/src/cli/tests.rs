@@ -129,3 +129,17 @@ fn an_error_for_the_terminal_has_its_controls_escaped_and_its_lines_kept() {
             "no probe mode works:\n  tp-btf: \\u{202e}x: cgroup /sys/fs/cgroup/cg\\x1b[31mRED\\x07/nope: gone"
         );
 }
+
+#[test]
+fn a_target_given_twice_is_one_target() {
+    let cli = Cli::try_parse_from([
+        "tracer", "run", "-p", "7", "-p", "9", "-p", "7", "-t", "3", "-t", "3",
+    ])
+    .unwrap();
+    let Command::Run(a) = cli.command else {
+        panic!("not run");
+    };
+    let t: crate::model::targets::Targets = a.target.into();
+    assert_eq!(t.pids, [7, 9]);
+    assert_eq!(t.tids, [3]);
+}
