@@ -57,15 +57,18 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
         // inside go (`add_runtime` keeps none while it is out), and so does the base
         // of its next slice: that one is then timed from its switch-in, as a joiner's.
         // Nor is its sleep since claimed (when it left is not known). Task storage
-        // has no entry here: there `switch::settle_rejoined` tells the return apart.
+        // has no entry here: there `switch::settle_rejoined` tells the return apart
+        // by the runtime.
         #[cfg(feature = "scheduling")]
         if let Some(s) = crate::maps::THREADS.get_ptr_mut(prev.tid) {
             // Volatile: adjacent zero stores become a `memset` call (see `crate::mem`).
+            // The open sleep stays for `switch::settle_leaver`, which may count the one
+            // that ended inside; a return drops it (`switch::settle_rejoined`).
             // SAFETY: map value.
             unsafe {
                 core::ptr::write_volatile(&mut (*s).pending_runtime, 0);
                 core::ptr::write_volatile(&mut (*s).last_sum_exec, 0);
-                core::ptr::write_volatile(&mut (*s).last_off_ns, 0);
+                (*s).flags |= tracer_common::LEFT_TARGET;
             }
         }
     }

@@ -4,8 +4,8 @@ use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf
 use tracer_common::{
     drop, filter,
     hist::{ThreadHist, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
-    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
-    OFF_PREEMPTED, REAPED_BY_EXEC,
+    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, LEFT_TARGET, MAX_SLICE_COUNTERS,
+    OFF_BLOCKED, OFF_PREEMPTED, REAPED_BY_EXEC,
 };
 
 use super::{entries::*, events::hand_over, membership::*};
@@ -370,13 +370,12 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
 }
 
 /// Moves this CPU's `seq` on by one: odd while a switch program writes a traced
-/// thread's entry and the histograms, even when done (`bpf/collect.rs` keeps a read
-/// only where it is even and unchanged across it). Volatile, so the two bumps never
-/// merge; the entry's and histograms' stores stay between them because the compiler
-/// cannot tell those map values from this one (a `compiler_fence` does not lower to
-/// BPF: LLVM cannot select `AtomicFence`). Not an atomic: x86 keeps stores in order
-/// (a `lock` prefix would cost every traced switch); a weakly ordered CPU may show
-/// another CPU's writes out of order, which a read then misses as before.
+/// thread's entry and the histograms, even when done (`bpf/collect.rs` keeps a read only
+/// where it is even and unchanged across it). Volatile, so the two bumps never merge;
+/// the entry's and histograms' stores stay between them as the compiler cannot tell
+/// those map values from this one (`compiler_fence` does not lower to BPF). Not an
+/// atomic: x86 keeps stores in order (a `lock` would cost every traced switch); a weakly
+/// ordered CPU may show another CPU's writes out of order, which a read then misses.
 #[inline(always)]
 fn seq_bump(cs: &mut CpuState) {
     // SAFETY: per-CPU state, only this CPU's switch programs write it.
@@ -425,15 +424,16 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
     seq_bump(cs);
 }
 
-/// A `--cgroup` thread that ran outside since its last slice inside (it left and came
-/// back): that runtime is not the target's, nor the gap off-CPU time in it (when it left
-/// is not known, so none is claimed). Not inlined, as `settle_leaver`.
+/// A `--cgroup` thread back in the target (it ran outside since its last slice inside, or
+/// was seen leaving): neither that runtime nor the gap is the target's. As `settle_leaver`.
 #[inline(never)]
 fn settle_rejoined(cs: &CpuState, s: &mut ThreadStats) {
-    if slice::ran_between(s.last_sum_exec, cs.sum_in) {
-        s.last_sum_exec = cs.sum_in;
+    let ran = slice::ran_between(s.last_sum_exec, cs.sum_in);
+    if ran || s.flags & LEFT_TARGET != 0 {
+        s.last_sum_exec = if ran { cs.sum_in } else { s.last_sum_exec };
         s.last_off_ns = 0;
     }
+    s.flags &= !LEFT_TARGET;
 }
 
 /// The old leader's final slice, in which an exec from another thread of its process
