@@ -123,9 +123,6 @@ pub enum TracerError {
     },
 }
 
-/// An error and its causes on one line, each cause once: messages here already end with
-/// their source (`cannot read X: Permission denied`), which anyhow's `{:#}` would print
-/// a second time, and aya shows an empty verifier log as an empty "Verifier output: ".
 /// Whether `e` is about the target (gone, never there), not about how it is traced:
 /// trying another probe mode would fail the same way.
 pub fn about_the_target(e: &anyhow::Error) -> bool {
@@ -143,6 +140,9 @@ pub fn about_the_target(e: &anyhow::Error) -> bool {
     })
 }
 
+/// An error and its causes on one line, each cause once: messages here already end with
+/// their source (`cannot read X: Permission denied`), which anyhow's `{:#}` would print
+/// a second time, and aya shows an empty verifier log as an empty "Verifier output: ".
 pub fn one_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {

@@ -143,6 +143,7 @@ fn counter_snapshot() -> CounterSnapshot {
             ev("cycles", vec![], Some("no hardware counters")),
         ],
         system_wide: false,
+        idle_in_clocks: false,
         per_thread: true,
     }
 }

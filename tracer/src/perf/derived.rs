@@ -112,9 +112,10 @@ fn derived_for(snap: &CounterSnapshot, ev: &EventReading, elapsed_ns: u64) -> Op
         if elapsed_ns == 0 {
             return None;
         }
-        // Counted per CPU, the clocks run through idle: label it, so the report's
-        // headline (traced threads' on-CPU time, idle excluded) is not contradicted.
-        let unit = if snap.system_wide {
+        // Counted per CPU (or for a cgroup hierarchy's root), the clocks run through
+        // idle: label it, so the report's headline (traced threads' on-CPU time, idle
+        // excluded) is not contradicted.
+        let unit = if snap.idle_in_clocks {
             SYSTEM_WIDE_CLOCK_UNIT
         } else {
             "CPUs utilized"
@@ -299,6 +300,7 @@ pub(crate) mod fixtures {
                 ev("page-faults", &[(t, r(0, 1_000, 0))], None),
             ],
             system_wide: false,
+            idle_in_clocks: false,
             per_thread: false,
         }
     }
@@ -318,6 +320,7 @@ pub(crate) mod fixtures {
                 ev("cache-misses", &[(t, full(250))], None),
             ],
             system_wide: false,
+            idle_in_clocks: false,
             per_thread: false,
         }
     }
@@ -338,6 +341,7 @@ pub(crate) mod fixtures {
                 ev("cs", &[(c(0), r(10, 1, 1)), (c(1), r(30, 1, 1))], None),
             ],
             system_wide: true,
+            idle_in_clocks: true,
             per_thread: false,
         }
     }
@@ -358,6 +362,7 @@ pub(crate) mod fixtures {
                 ev("cycles", &[], Some("ENOENT")),
             ],
             system_wide: false,
+            idle_in_clocks: false,
             per_thread: true,
         }
     }

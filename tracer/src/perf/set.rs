@@ -97,6 +97,9 @@ pub struct CounterSnapshot {
     pub events: Vec<EventReading>,
     /// Counted per CPU (pid -1): utilization is cpu-clock per CPU.
     pub system_wide: bool,
+    /// The clocks run through idle: per CPU, or a cgroup hierarchy's root (which holds
+    /// the idle tasks as perf counts them); their "CPUs utilized" is labelled so.
+    pub idle_in_clocks: bool,
     /// The caller asked for the per-thread breakdown in reports.
     pub per_thread: bool,
 }
@@ -142,6 +145,7 @@ impl CounterSnapshot {
         CounterSnapshot {
             events,
             system_wide: self.system_wide,
+            idle_in_clocks: self.idle_in_clocks,
             per_thread: self.per_thread,
         }
     }
@@ -196,6 +200,7 @@ struct OpenEvent {
 pub struct Counters {
     events: Vec<OpenEvent>,
     system_wide: bool,
+    idle_in_clocks: bool,
     per_thread: bool,
 }
 
@@ -346,6 +351,11 @@ impl Counters {
         Ok(Counters {
             events,
             system_wide: matches!(target, CounterTarget::Cpus(_)),
+            idle_in_clocks: match target {
+                CounterTarget::Cpus(_) => true,
+                CounterTarget::Cgroup { path, .. } => crate::sys::cgroups::is_hierarchy_root(path),
+                _ => false,
+            },
             per_thread: per_thread && matches!(target, CounterTarget::Threads(_)),
         })
     }
@@ -400,6 +410,7 @@ impl Counters {
         Ok(CounterSnapshot {
             events,
             system_wide: self.system_wide,
+            idle_in_clocks: self.idle_in_clocks,
             per_thread: self.per_thread,
         })
     }

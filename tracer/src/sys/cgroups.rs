@@ -130,23 +130,19 @@ pub struct Throttling {
     pub throttled_ns: u64,
 }
 
+/// Whether `dir` is the root cgroup of its hierarchy (kernfs numbers its root 1): it
+/// holds every task, the idle tasks too as perf counts them, so a cgroup task-clock there
+/// runs through idle, as a per-CPU one does (a hostile test pass, 2026-12-07: `--cgroup
+/// /sys/fs/cgroup/unified` said "1.970 CPUs utilized" on an idle 2-CPU machine, and told
+/// the user to trust it). A container's own root under a cgroup namespace is not one.
+pub fn is_hierarchy_root(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    dir.join("cgroup.procs").exists() && std::fs::metadata(dir).is_ok_and(|m| m.ino() == 1)
+}
+
 /// Parses `cpu.stat`: cgroup v2 (`throttled_usec`) or the v1 `cpu` controller's
 /// (`throttled_time`, ns). None when it has no bandwidth figures (v2 without the cpu
 /// controller enabled for the cgroup shows the usage lines only).
-/// Whether `dir` is the root of its cgroup hierarchy (a mount point: its parent is on
-/// another filesystem). The root holds every task, the idle tasks too as perf counts
-/// them: a cgroup task-clock there runs through idle, as a per-CPU one does (a hostile
-/// test pass, 2026-12-07: `--cgroup /sys/fs/cgroup/unified` said "1.970 CPUs utilized"
-/// on an idle 2-CPU machine, and told the user to trust it).
-pub fn is_hierarchy_root(dir: &std::path::Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    let parent = dir.parent().unwrap_or(dir);
-    match (std::fs::metadata(dir), std::fs::metadata(parent)) {
-        (Ok(d), Ok(p)) => d.dev() != p.dev() || d.ino() == p.ino(),
-        _ => false,
-    }
-}
-
 pub fn parse_cpu_stat(text: &[u8]) -> Option<Throttling> {
     let text = std::str::from_utf8(text).ok()?;
     let mut t = Throttling::default();
@@ -261,15 +257,31 @@ pub fn host_pressure(root: &Root) -> Option<Pressure> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_mount_point_is_a_hierarchy_root_and_a_directory_below_is_not() {
+    fn only_a_cgroup_hierarchys_root_is_one() {
         use std::path::Path;
-        assert!(super::is_hierarchy_root(Path::new("/")));
-        assert!(super::is_hierarchy_root(Path::new("/proc")));
+        // Not cgroup directories, whatever their inode.
+        assert!(!super::is_hierarchy_root(Path::new("/")));
+        assert!(!super::is_hierarchy_root(Path::new("/proc")));
         let d = std::env::temp_dir().join(format!("tracer-cg-root-{}", std::process::id()));
-        std::fs::create_dir_all(d.join("kid")).unwrap();
-        assert!(!super::is_hierarchy_root(&d.join("kid")));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cgroup.procs"), "").unwrap();
+        assert!(!super::is_hierarchy_root(&d));
         std::fs::remove_dir_all(&d).unwrap();
-        assert!(!super::is_hierarchy_root(&d.join("gone")));
+        assert!(!super::is_hierarchy_root(&d));
+        // The machine's own, where mounted: its root is, a directory below is not.
+        for m in ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"] {
+            let root = Path::new(m);
+            if root.join("cgroup.procs").exists() {
+                assert!(super::is_hierarchy_root(root), "{m}");
+                let kid = root.join(format!("tracer-cg-root-{}", std::process::id()));
+                if std::fs::create_dir(&kid).is_ok() {
+                    let below = super::is_hierarchy_root(&kid);
+                    let _ = std::fs::remove_dir(&kid);
+                    assert!(!below, "{}", kid.display());
+                }
+                break;
+            }
+        }
     }
 
     use super::*;

@@ -282,6 +282,6 @@ pub(super) fn setup(
                 .targets
                 .cgroup
                 .as_deref()
-                .is_some_and(|cg| crate::sys::cgroups::is_hierarchy_root(&root.path(cg))),
+                .is_some_and(crate::sys::cgroups::is_hierarchy_root),
     })
 }

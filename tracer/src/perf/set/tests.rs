@@ -20,6 +20,7 @@ fn delta_subtracts_per_part() {
     let a = CounterSnapshot {
         events: vec![ev("cs", &[(th(1), r(10, 100, 50))], None)],
         system_wide: false,
+        idle_in_clocks: false,
         per_thread: true,
     };
     let b = CounterSnapshot {
@@ -29,6 +30,7 @@ fn delta_subtracts_per_part() {
             None,
         )],
         system_wide: false,
+        idle_in_clocks: false,
         per_thread: true,
     };
     let d = b.delta(&a);
