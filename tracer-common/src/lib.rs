@@ -88,10 +88,6 @@ pub struct ThreadStats {
 
 /// `ThreadStats::last_run_delay` holds a value read at a switch-out.
 pub const HAVE_RUN_DELAY: u32 = 1;
-/// A `--cgroup` thread left the target (its first switch-out outside saw it): should it
-/// come back, the sleep open since its last slice inside is not the target's.
-pub const LEFT_TARGET: u32 = 8;
-const _: () = assert!(LEFT_TARGET & (HAVE_RUN_DELAY | HANDED_OVER | record::WOKEN_NEW) == 0);
 /// An exec'ing non-main thread's totals were handed over at its first switch-out under
 /// its leader's TID (after `exchange_tids()`): its `sched_process_exec` has nothing more
 /// to hand over.

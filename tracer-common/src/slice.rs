@@ -167,18 +167,6 @@ pub fn runtime_base(last_sum: u64, sum_in: u64) -> u64 {
     }
 }
 
-/// Whether a thread ran since its last counted switch-out (`last_sum`, its runtime
-/// then) before this slice's switch-in (`sum_in`, its runtime read there): in a
-/// `--cgroup` target, a thread that left and came back ran outside meanwhile, and its
-/// slice must not count that runtime (hostile test pass, 2026-12-07: a spinner inside
-/// for 1.0 s of 3.5 read 2.2 s). A thread off-CPU keeps its runtime, so between two
-/// of its slices the two agree unless it ran; the credit a slice may carry from before
-/// its switch-in (see [`Slice::credit`]) is charged after `sum_in` is read.
-#[inline(always)]
-pub fn ran_between(last_sum: u64, sum_in: u64) -> bool {
-    last_sum != 0 && sum_in != UNKNOWN && sum_in > last_sum
-}
-
 /// Where a slice stands against the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Edge {

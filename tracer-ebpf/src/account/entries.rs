@@ -10,8 +10,8 @@ use tracer_common::{
 
 use crate::{
     maps::{
-        count_drop, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL, SLICE_COUNTER0, SLICE_COUNTER1,
-        TASK_STATS, THREADS, TRACKED, WAKE_ASIDE, WINDOW,
+        count_drop, CPU_STATE, EXITED, HIST, HIST_SCOPED, SCRATCH, SERIAL, SLICE_COUNTER0,
+        SLICE_COUNTER1, TASK_STATS, THREADS, TRACKED, WAKE_ASIDE, WINDOW,
     },
     task::config,
     CommSrc, Task,
@@ -422,6 +422,33 @@ pub(super) fn set_wake_aside(tid: u32, now: u64) {
         count_drop(drop::WAKE_ASIDE);
     } else if WAKE_ASIDE.get_ptr(tid).is_none() {
         count_drop(drop::STORAGE);
+    }
+}
+
+/// A `--cgroup` thread seen leaving the target (its first switch-out outside): its
+/// runtime base and runtime records go, so a slice back inside is timed from its
+/// switch-in (`sched_stat_runtime` keeps none while it is out, `add_runtime`). Its open
+/// sleep and its run_delay base go too, unless this slice began inside: then
+/// `switch::settle_leaver` counts what ended at its switch-in and drops them itself.
+#[inline(always)]
+pub(super) fn forget_outside(t: &Task) {
+    let Some(s) = existing_entry(t) else {
+        return;
+    };
+    let settles = CPU_STATE
+        .get_ptr(0)
+        // SAFETY: per-CPU state, copied from at once.
+        .is_some_and(|cs| unsafe { (*cs).traced != 0 && (*cs).tid == t.tid });
+    // Volatile: adjacent zero stores become a `memset` call (see `crate::mem`).
+    // SAFETY: map value or task storage of the task leaving the CPU.
+    unsafe {
+        core::ptr::write_volatile(&mut (*s).pending_runtime, 0);
+        core::ptr::write_volatile(&mut (*s).last_sum_exec, 0);
+        if !settles {
+            core::ptr::write_volatile(&mut (*s).last_off_ns, 0);
+            core::ptr::write_volatile(&mut (*s).runnable_ns, 0);
+            (*s).flags &= !HAVE_RUN_DELAY;
+        }
     }
 }
 

@@ -4,8 +4,8 @@ use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf
 use tracer_common::{
     drop, filter,
     hist::{ThreadHist, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
-    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, LEFT_TARGET, MAX_SLICE_COUNTERS,
-    OFF_BLOCKED, OFF_PREEMPTED, REAPED_BY_EXEC,
+    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
+    OFF_PREEMPTED, REAPED_BY_EXEC,
 };
 
 use super::{entries::*, events::hand_over, membership::*};
@@ -280,9 +280,6 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // not chosen in registers: a choice between known values would split the verifier's
     // states on every later comparison (raw-tp's record variant then passes its
     // 1M-instruction limit).
-    if cgroup_mode && cs.tid == prev.tid {
-        settle_rejoined(cs, s);
-    }
     if s.last_sum_exec == 0 && cs.tid == prev.tid && start > 1 {
         s.last_sum_exec = slice::runtime_base(0, cs.sum_in);
     }
@@ -421,19 +418,10 @@ fn settle_leaver(prev: &Task, cs: &mut CpuState, start: u64) {
         core::ptr::write_volatile(&mut s.last_off_ns, 0);
         core::ptr::write_volatile(&mut s.runnable_ns, 0);
     }
+    // Should it come back, its waits outside are not the target's either (see
+    // `membership::cgroup_member`).
+    s.flags &= !HAVE_RUN_DELAY;
     seq_bump(cs);
-}
-
-/// A `--cgroup` thread back in the target (it ran outside since its last slice inside, or
-/// was seen leaving): neither that runtime nor the gap is the target's. As `settle_leaver`.
-#[inline(never)]
-fn settle_rejoined(cs: &CpuState, s: &mut ThreadStats) {
-    let ran = slice::ran_between(s.last_sum_exec, cs.sum_in);
-    if ran || s.flags & LEFT_TARGET != 0 {
-        s.last_sum_exec = if ran { cs.sum_in } else { s.last_sum_exec };
-        s.last_off_ns = 0;
-    }
-    s.flags &= !LEFT_TARGET;
 }
 
 /// The old leader's final slice, in which an exec from another thread of its process
