@@ -13,7 +13,10 @@ pub fn kick_cpus(cpus: Vec<u32>) {
         .name("tracer-kick".into())
         .spawn(move || {
             // SCHED_FIFO at the lowest priority preempts any fair-class thread at once.
-            let p = libc::sched_param { sched_priority: 1 };
+            // Zeroed, then the priority: musl's `sched_param` has more fields than glibc's.
+            // SAFETY: a plain C struct, all zero is valid.
+            let mut p: libc::sched_param = unsafe { std::mem::zeroed() };
+            p.sched_priority = 1;
             // SAFETY: sets this thread's own policy from a valid parameter.
             let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
             for cpu in cpus {
