@@ -208,7 +208,7 @@ fn build_report(s: &Session, root: &Root, w: Window) -> Report {
     if let Some(c) = &w.counters {
         let cr = perf::report(c, w.duration_ns);
         // (Or a cgroup hierarchy's root, which holds the idle tasks.)
-        let system_wide = s.task_clock_has_idle;
+        let system_wide = c.idle_in_clocks;
         // perf's per-CPU task-clock runs through idle too (perf stat -a says "2.000 CPUs
         // utilized" on an idle 2-CPU machine): system-wide, the headline figure is the
         // traced threads' on-CPU time from the kernel programs, idle excluded.

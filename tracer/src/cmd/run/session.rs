@@ -100,9 +100,6 @@ pub(super) struct Session {
     pub t0: u64,
     /// From the window's open to the counters' enable: time task-clock cannot have seen.
     pub counters_lag_ns: u64,
-    /// task-clock runs through idle here (system-wide per CPU, or a cgroup hierarchy's
-    /// root): not the headline's figure, nor one to check the programs against.
-    pub task_clock_has_idle: bool,
 }
 
 /// The counters, enabled. Out of descriptors, the soft limit is raised to the hard one
@@ -277,11 +274,5 @@ pub(super) fn setup(
         cgroup_cpu,
         notices,
         t0,
-        task_clock_has_idle: plan.filter == Filter::All
-            || args
-                .targets
-                .cgroup
-                .as_deref()
-                .is_some_and(crate::sys::cgroups::is_hierarchy_root),
     })
 }
