@@ -5,7 +5,8 @@ use aya_ebpf::helpers::{bpf_get_smp_processor_id, bpf_perf_event_read_value};
 use tracer_common::{
     drop, filter,
     hist::{bucket_index, pow2_bucket, slot, HistKey, ThreadHist, N_BUCKETS},
-    scope, slice, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, TRACK_EXITING,
+    scope, slice, CpuState, ExitRecord, ThreadStats, Tracked, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS,
+    TRACK_EXITING,
 };
 
 use crate::{
@@ -225,6 +226,15 @@ pub(super) fn thread_entry(
         return p;
     }
     THREADS.get_ptr_mut(t.tid)
+}
+
+/// The `--slice-event` counters at a slice's start, which its switch-out subtracts.
+#[inline(always)]
+pub(super) fn take_counter_base(cs: &mut CpuState) {
+    let n_counters = (config().mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
+    for i in 0..n_counters {
+        cs.counter_base[i] = read_counter(i).unwrap_or(0);
+    }
 }
 
 #[inline(always)]

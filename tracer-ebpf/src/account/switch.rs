@@ -525,6 +525,9 @@ fn switch_in_at(next: Task, mut now: u64) -> u64 {
             }
             cs.slice_start_ns = now;
             cs.sum_in = sum_in(&next);
+            // And its `--slice-event` deltas too: the base of the CPU's last member
+            // would charge it all that ran here since.
+            take_counter_base(cs);
             return now;
         }
         // Untraced or idle: the CPU is known, so the next switch-out does not take this
@@ -568,10 +571,7 @@ fn switch_in_at(next: Task, mut now: u64) -> u64 {
             cs.wait_ns = slice::wait_from(at, now);
         }
     }
-    let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
-    for i in 0..n_counters {
-        cs.counter_base[i] = read_counter(i).unwrap_or(0);
-    }
+    take_counter_base(cs);
     now
 }
 

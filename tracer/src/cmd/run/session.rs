@@ -164,13 +164,16 @@ pub(super) fn setup(
     let mut threads = Vec::new();
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {
         threads = targets::seed(ebpf, root, &args.targets, before, child, args.max_threads)?;
+        // Before the switch programs attach: a switch-in without its counters read a
+        // base of 0, and the slice that followed went without its deltas (a pinned
+        // spinner's first 0.7 s).
+        for (i, (_, fds)) in slice.iter().enumerate() {
+            set_perf_array(ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
+        }
         Ok(())
     };
     let mut tracer = Tracer::start(&opts, root, &mut seed)?;
     args.hook.attached(&mut tracer.ebpf)?;
-    for (i, (_, fds)) in slice.iter().enumerate() {
-        set_perf_array(&tracer.ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
-    }
     if tracer.runqlen_delayed_told == Some(false) {
         notices.push(
             "--runqlen: this kernel counts no tasks kept queued by delayed dequeue (6.12): \
