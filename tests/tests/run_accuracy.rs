@@ -314,6 +314,69 @@ fn a_late_cgroup_joiner_is_charged_its_own_time() {
     }
 }
 
+/// A spinner that joins the cgroup mid-slice has no sleep before that slice: it was
+/// outside, and running. It was once charged the time from the opening to its
+/// switch-in as "blocked" (80-224 ms, with no voluntary switch at all).
+#[test]
+#[ignore = "needs root"]
+fn a_cgroup_joiner_is_not_charged_a_sleep_from_before_its_join() {
+    require_root();
+    let cg = format!("{}/tracer-test-{}-spin", cgroup2_root(), std::process::id());
+    std::fs::create_dir_all(&cg).unwrap();
+    let _guard = ScratchCgroup(cg.clone());
+    let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    // Pinned, so its slices are long: the one running at the join began outside.
+    let mut spinner = Command::new("taskset")
+        .args([
+            "-c",
+            &last_cpu.to_string(),
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .spawn()
+        .expect("start a spinner with taskset");
+    let pid = spinner.id();
+    let tracer = Command::new(tracer_bin())
+        .args(["run", "--cgroup", &cg, "-d", "3s", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        !wait_held(tracer.id()).is_empty(),
+        "the tracer did not attach"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let voluntary = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .expect("voluntary_ctxt_switches in /proc/PID/status")
+    };
+    std::fs::write(format!("{cg}/cgroup.procs"), pid.to_string()).unwrap();
+    let slept_before = voluntary();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let slept = voluntary() - slept_before;
+    // Its exit is its last switch-out inside the window.
+    let _ = spinner.kill();
+    let _ = spinner.wait();
+    let doc = final_report(&tracer.wait_with_output().unwrap());
+    assert_within_window(&doc, "--cgroup with a spinner that joins");
+    let row = thread(&doc, pid.into()).unwrap_or_else(|| panic!("the spinner is missing: {doc}"));
+    assert_eq!(slept, 0, "the spinner slept inside (the kernel's count)");
+    assert!(
+        ns(row, "blocked_ns") == 0,
+        "a spinner that never slept inside shows a sleep: {row}"
+    );
+    assert!(
+        ns(row, "on_cpu_ns") > 600_000_000,
+        "it barely ran inside: {row}"
+    );
+}
+
 /// An exec from a non-main thread keeps the time after the exec under a target (it was
 /// once lost).
 #[test]

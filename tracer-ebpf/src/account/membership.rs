@@ -22,15 +22,25 @@ pub fn traced(t: &Task) -> Option<u32> {
     unsafe { TRACKED.get(t.tid) }.map(|v| if t.tgid != 0 { t.tgid } else { v.tgid })
 }
 
+/// Where a switch-out finds `prev` in cgroup mode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Member {
+    Out,
+    In,
+    /// In, and not in the cache of members: it moved in (or back) since its last
+    /// switch-out, at a time not known.
+    Joined,
+}
+
 /// cgroup mode: whether `current` (the thread leaving the CPU, `prev`) is in the
 /// target cgroup, or below it unless `cgroup_node_only`. Asked at every switch-out,
 /// so a thread that moves out stops counting at once; `TRACKED` follows, as the cache
 /// of members that the wakeup programs (which see other tasks than `current`) read.
 #[inline(always)]
-pub(super) fn cgroup_member(prev: &Task) -> bool {
+pub(super) fn cgroup_member(prev: &Task) -> Member {
     let c = config();
     if prev.tid == 0 {
-        return false;
+        return Member::Out;
     }
     let inside = if c.mode.cgroup_node_only != 0 {
         (unsafe { bpf_get_current_cgroup_id() }) == c.mode.cgroup_id
@@ -48,6 +58,7 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
         if TRACKED.insert(prev.tid, v, 0).is_err() {
             count_drop(drop::TRACKED_FULL);
         }
+        return Member::Joined;
     } else if !inside && flags.is_some_and(|f| f & TRACK_EXITING == 0) {
         // An exiting thread stays until its final switch (`untrack_dead`).
         let _ = TRACKED.remove(prev.tid);
@@ -59,14 +70,18 @@ pub(super) fn cgroup_member(prev: &Task) -> bool {
         #[cfg(feature = "scheduling")]
         super::entries::forget_outside(prev);
     }
-    inside
+    if inside {
+        Member::In
+    } else {
+        Member::Out
+    }
 }
 
 /// Whether `prev` (`current`) is in the traced set now.
 #[inline(always)]
 pub fn member(prev: &Task) -> bool {
     if config().mode.filter == filter::CGROUP {
-        cgroup_member(prev)
+        cgroup_member(prev) != Member::Out
     } else {
         traced(prev).is_some()
     }

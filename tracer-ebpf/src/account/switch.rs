@@ -94,6 +94,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // never reported (see `drop::UNSEEN_SWITCH_OUT`): its slice is lost.
         count_drop(drop::UNSEEN_SWITCH_OUT);
     }
+    let mut joined = false;
     let (prev_traced, start) = if at_open {
         // First switch on this CPU since load: prev has run since before the programs
         // attached; its slice counts from the opening, written before they attached.
@@ -104,10 +105,11 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         // counts from the switch-in, one that left does not count.
         let traced_now = if cgroup_mode {
             let member = cgroup_member(&prev);
-            if !member && cs.traced != 0 && leave != Leave::Dead {
+            if member == Member::Out && cs.traced != 0 && leave != Leave::Dead {
                 settle_leaver(&prev, cs, cs.slice_start_ns);
             }
-            member
+            joined = member == Member::Joined;
+            member != Member::Out
         } else {
             cs.traced != 0
         };
@@ -169,7 +171,10 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
         return now;
     }
-    let Some(s) = thread_entry(&prev, prev.tgid, None, Some(drop::STORAGE)) else {
+    // A thread that joined the cgroup has no sleep before this slice: it was outside
+    // for some of it (a spinner that joined was charged 80 ms "blocked" from the opening).
+    let born = if joined { Some(0) } else { None };
+    let Some(s) = thread_entry(&prev, prev.tgid, born, Some(drop::STORAGE)) else {
         if leave == Leave::Dead {
             untrack_dead(&prev);
         }
