@@ -8,7 +8,7 @@ use tracer_truth::{
 };
 
 use super::consistency::{doc_checks, interval_checks};
-use super::lifetime::{born_when, lifetime, names};
+use super::lifetime::{born_when, joined, lifetime, names};
 use super::moves::{counted_sleep, Kernel};
 use super::report::{Class, Outcome};
 use super::rows::{ms, num, rows_text, WindowBounds};
@@ -217,6 +217,7 @@ pub(super) fn check(
         }
         let hi = e.hi_in(w.open);
         lifetime(o, e, &mine, w, close_min);
+        joined(o, e, &mine, w, close_min);
         names(o, e, &mine);
         let sum = |k: &str| mine.iter().map(|r| num(r, k)).sum::<f64>();
         let (on, wait, slices) = (sum("on_cpu_ns"), sum("runq_wait_ns"), sum("slices"));

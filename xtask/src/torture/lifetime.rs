@@ -56,6 +56,51 @@ pub(super) fn lifetime(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBou
     });
 }
 
+/// A `--cgroup` joiner that stays counts from the switch-in of the slice in which it
+/// moved, which began after its `pre-join` record: on- plus off-CPU cannot exceed the
+/// time from there (or the opening) to its last record (or the close), and its exit
+/// tail after that record (`hi` above `lo`: its zombie's run and wait). A joiner was
+/// once charged the time from the opening as a sleep, while it ran outside (a hostile
+/// test, 2026-12-07).
+pub(super) fn joined(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBounds, close: u64) {
+    let Some(after) = e.joined_after else {
+        return;
+    };
+    if w.open >= u64::MAX / 2 {
+        return;
+    }
+    let from = after.max(w.open);
+    let tail = if e.e_ns < close {
+        (e.hi.run + e.hi.wait - e.lo.run - e.lo.wait).max(0.0)
+    } else {
+        0.0
+    };
+    let span = e.e_ns.min(close).saturating_sub(from) as f64 + tail;
+    let on: f64 = rows.iter().map(|r| num(r, "on_cpu_ns")).sum();
+    let off: f64 = rows.iter().map(|r| num(r, "off_cpu_ns")).sum();
+    let tol = ON_CPU.allowed(span);
+    o.expect(Class::Lifetime, on + off <= span + tol, || {
+        format!(
+            "{}: on-CPU {} + off-CPU {} = {}, above the {} from {} to its end (at most \
+             {} expected, its exit tail included): time from before its move into the \
+             cgroup is counted; rows: {}; truth: {}",
+            e.name,
+            ms(on),
+            ms(off),
+            ms(on + off),
+            ms(span),
+            if after > w.open {
+                "its last record before its move"
+            } else {
+                "the opening"
+            },
+            ms(span + tol),
+            rows_text(rows),
+            e.truth_text
+        )
+    });
+}
+
 /// A thread that named itself (prctl) is shown by that name: exactly when the name is
 /// UTF-8 (control bytes and all; JSON escapes them), and when it is not, as its UTF-8
 /// beginning followed by some rendering of the rest.

@@ -134,6 +134,10 @@ pub(super) struct Entity {
     /// at least that part of it. None for an exec history with a reaped leader (two
     /// threads at once).
     pub(super) life: Option<(u64, u64)>,
+    /// A `--cgroup` joiner that stays: its record before the sleep ahead of its move.
+    /// The slice in which it moved began after it, and nothing before that slice is
+    /// the target's (a joiner was once charged a sleep from the opening).
+    pub(super) joined_after: Option<u64>,
     /// The name it gave itself (prctl), when it did.
     pub(super) comm: Option<Vec<u8>>,
     pub(super) slack_ns: f64,
@@ -257,6 +261,7 @@ pub(super) fn build_entities(
             b_ns: born(fin),
             e_ns: t(fin),
             life: leader.is_none().then(|| (born(fin), t(fin))),
+            joined_after: None,
             comm: None,
             slack_ns,
             slack_slices,
@@ -294,6 +299,7 @@ pub(super) fn build_entities(
         let mut life = (born(fin), t(fin));
         let mut whole = None;
         let mut gap = false;
+        let mut joined_after = None;
         if let Some(base) = find("base") {
             lo = f.minus(Stat::of(base));
             // Under -- CMD the time before the baseline is inside the window too.
@@ -310,6 +316,7 @@ pub(super) fn build_entities(
                 whole = None;
                 b_ns = t(j);
                 life.0 = t(j);
+                joined_after = find("pre-join").map(t);
             }
             if let Some(lv) = find("leave") {
                 // Traced while in the cgroup, and only then: its
@@ -319,6 +326,7 @@ pub(super) fn build_entities(
                 whole = None;
                 e_ns = t(lv);
                 life.1 = t(lv);
+                joined_after = None;
                 if let Some(rj) = find("rejoin") {
                     // Back in the cgroup from its record at the return to its last:
                     // that is the cgroup's too. Its life inside has a hole, so no
@@ -353,6 +361,7 @@ pub(super) fn build_entities(
             b_ns,
             e_ns,
             life: (!gap).then_some(life),
+            joined_after,
             comm,
             slack_ns: 0.0,
             slack_slices: 0.0,
@@ -468,5 +477,23 @@ mod window_tests {
         assert_eq!(es[0].hi.run, 1_400_000.0);
         assert_eq!(es[0].e_ns, 4000);
         assert!(es[0].life.is_none());
+        assert_eq!(es[0].joined_after, None);
+    }
+
+    /// A joiner that stays: nothing before its record ahead of the move is the
+    /// cgroup's (`lifetime::joined`); elsewhere it bounds nothing.
+    #[test]
+    fn a_joiner_counts_from_its_record_before_the_move() {
+        let text = r#"{"ev":"base","role":"joiner","tid":6,"pid":6,"t_ns":1500,"born_ns":1000,"run_ns":100,"wait_ns":10,"slices":1}
+{"ev":"pre-join","role":"joiner","tid":6,"pid":6,"t_ns":1800,"born_ns":1000,"run_ns":500,"wait_ns":20,"slices":2}
+{"ev":"join","role":"joiner","tid":6,"pid":6,"t_ns":2000,"born_ns":1000,"run_ns":600,"wait_ns":30,"slices":3}
+{"ev":"end","role":"joiner","tid":6,"pid":6,"t_ns":3000,"born_ns":1000,"run_ns":900,"wait_ns":40,"slices":5}"#;
+        let lines = crate::json::lines(text);
+        let (es, problems) = build_entities(&lines, Target::Cgroup, (0, 0, 0));
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(es[0].joined_after, Some(1800));
+        assert_eq!(es[0].life, Some((2000, 3000)));
+        let (es, _) = build_entities(&lines, Target::System, (0, 0, 0));
+        assert_eq!(es[0].joined_after, None);
     }
 }

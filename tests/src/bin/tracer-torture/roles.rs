@@ -169,6 +169,8 @@ pub(crate) fn joiner(args: &[String], out: &str) {
     let t0 = now_ns();
     let first = t0 + rng.range(1, ms.max(1)) * 400_000;
     solo(&mut rng, first);
+    // Before the sleep: the slice in which it moves begins after this record.
+    record(out, "pre-join", "joiner", "", born);
     std::thread::sleep(Duration::from_millis(1));
     if let Some(cg) = arg(args, "--cg-in") {
         move_to(&cg);
