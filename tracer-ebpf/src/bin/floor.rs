@@ -18,6 +18,7 @@ use tracer_ebpf as _;
 pub static FLOOR: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[btf_tracepoint(function = "sched_switch")]
+#[inline(always)]
 pub fn floor_switch(_ctx: BtfTracePointContext) -> u32 {
     if let Some(p) = FLOOR.get_ptr_mut(0) {
         // SAFETY: per-CPU slot.

@@ -166,6 +166,7 @@ fn copy_stack(map: &TaskStorage<StackCopy>, owner: *const u8) -> i32 {
 
 /// tp_btf: `sched_switch(preempt, prev, next, prev_state)`, BTF pointers.
 #[btf_tracepoint(function = "sched_switch")]
+#[inline(always)]
 pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
@@ -182,6 +183,7 @@ pub fn offcpu_switch(ctx: BtfTracePointContext) -> u32 {
 /// Raw tracepoint: the same arguments as plain numbers (`next`'s TID by a probe read
 /// at its BTF offset).
 #[raw_tracepoint(tracepoint = "sched_switch")]
+#[inline(always)]
 pub fn offcpu_switch_raw(ctx: RawTracePointContext) -> i32 {
     let preempt: u64 = ctx.arg(0);
     let prev_state: u64 = ctx.arg(3);
@@ -194,6 +196,7 @@ pub fn offcpu_switch_raw(ctx: RawTracePointContext) -> i32 {
 /// Classic tracepoint (kernels without BTF): `prev_state` and `next_pid` from the
 /// record, at offsets from its tracefs format.
 #[tracepoint(category = "sched", name = "sched_switch")]
+#[inline(always)]
 pub fn offcpu_switch_tp(ctx: TracePointContext) -> u32 {
     let c = config();
     // SAFETY: offsets from the format file; read_at checks bounds.
@@ -499,6 +502,7 @@ fn on_waking<C: StackIdContext>(ctx: &C, wakee: u32, wakee_btf: Option<*const u8
 }
 
 #[btf_tracepoint(function = "sched_waking")]
+#[inline(always)]
 pub fn offcpu_waking(ctx: BtfTracePointContext) -> u32 {
     let p: *const u8 = ctx.arg(0);
     on_waking(&ctx, task_from_btf(p, true).tid, Some(p));
@@ -506,6 +510,7 @@ pub fn offcpu_waking(ctx: BtfTracePointContext) -> u32 {
 }
 
 #[raw_tracepoint(tracepoint = "sched_waking")]
+#[inline(always)]
 pub fn offcpu_waking_raw(ctx: RawTracePointContext) -> i32 {
     on_waking(
         &ctx,
@@ -517,6 +522,7 @@ pub fn offcpu_waking_raw(ctx: RawTracePointContext) -> i32 {
 
 /// `sched_waking`'s record has `sched_wakeup`'s layout (one event class).
 #[tracepoint(category = "sched", name = "sched_waking")]
+#[inline(always)]
 pub fn offcpu_waking_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: offset from the format file; read_at checks bounds.
     let pid = unsafe { ctx.read_at::<u32>(config().tp.wakeup_pid as usize) }.unwrap_or(0);
@@ -528,6 +534,7 @@ pub fn offcpu_waking_tp(ctx: TracePointContext) -> u32 {
 // accounting: only `TRACKED` follows a fork or an exec here.
 
 #[btf_tracepoint(function = "sched_process_fork")]
+#[inline(always)]
 pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
     account::fork(current_task(), task_from_btf(ctx.arg(1), true));
     0
@@ -536,6 +543,7 @@ pub fn sched_fork_btf(ctx: BtfTracePointContext) -> u32 {
 /// `sched_process_exec(p, old_pid, bprm)`: a non-main thread that execs takes the
 /// leader's TID (`de_thread()`); its place in the traced set follows it.
 #[btf_tracepoint(function = "sched_process_exec")]
+#[inline(always)]
 pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
     let new = task_from_btf(ctx.arg(0), true).tid;
     let old: u64 = ctx.arg(1);
@@ -544,6 +552,7 @@ pub fn sched_exec_btf(ctx: BtfTracePointContext) -> u32 {
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
+#[inline(always)]
 pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
     account::fork(
         current_task(),
@@ -553,6 +562,7 @@ pub fn sched_fork_raw(ctx: RawTracePointContext) -> i32 {
 }
 
 #[raw_tracepoint(tracepoint = "sched_process_exec")]
+#[inline(always)]
 pub fn sched_exec_raw(ctx: RawTracePointContext) -> i32 {
     let new = task_from_btf(ctx.arg::<u64>(0) as *const u8, false).tid;
     follow_exec(new, ctx.arg::<u64>(1) as u32);
@@ -560,6 +570,7 @@ pub fn sched_exec_raw(ctx: RawTracePointContext) -> i32 {
 }
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]
+#[inline(always)]
 pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
     // SAFETY: offset from the format file; read_at checks bounds.
     let child = unsafe { ctx.read_at::<u32>(config().tp.fork_child_pid as usize) }.unwrap_or(0);
@@ -576,6 +587,7 @@ pub fn sched_fork_tp(ctx: TracePointContext) -> u32 {
 }
 
 #[tracepoint(category = "sched", name = "sched_process_exec")]
+#[inline(always)]
 pub fn sched_exec_tp(ctx: TracePointContext) -> u32 {
     let c = config();
     // SAFETY: as above.
