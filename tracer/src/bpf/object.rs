@@ -174,6 +174,29 @@ mod tests {
         }
     }
 
+    /// A program's body is inlined into its entry (`#[inline(always)]` beside each
+    /// program macro): LLVM otherwise chose by code size, and a body out of line is a
+    /// BPF-to-BPF call on every run (5b61468's record and serve switch programs had one;
+    /// the default switch program, once it did, ran about 10 ns a switch slower). Out of
+    /// line (in `.text`) are only the compiler's builtins and what is `#[inline(never)]`
+    /// on purpose, off the hot path.
+    #[test]
+    fn no_program_body_is_a_call_away() {
+        let deliberate = ["settle_leaver", "settle_reaped", "set_wake_aside"];
+        let builtins = ["memcpy", "memmove", "memset", "memcmp", "bcmp"];
+        for f in ALL {
+            let elf = elf(f);
+            let text = elf.section_by_name(".text").map(|s| s.index());
+            let outlined: Vec<&str> = elf
+                .symbols()
+                .filter(|s| s.kind() == object::SymbolKind::Text && s.section_index() == text)
+                .filter_map(|s| s.name().ok())
+                .filter(|n| !builtins.contains(n) && !deliberate.iter().any(|d| n.ends_with(d)))
+                .collect();
+            assert!(outlined.is_empty(), "{}: {outlined:#?}", f.file_name());
+        }
+    }
+
     /// `new_loader` leaves aya without the kernel's BTF, which aya needs only for CO-RE
     /// relocations: no object may carry one (`.BTF.ext`'s `core_relo_len`, at byte 28
     /// of its header when the header is at least 32 bytes long).
