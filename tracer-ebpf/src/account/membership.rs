@@ -27,26 +27,34 @@ pub fn traced(t: &Task) -> Option<u32> {
 pub(super) enum Member {
     Out,
     In,
-    /// In, and not in the cache of members: it moved in (or back) since its last
-    /// switch-out, at a time not known.
+    /// In, and not in the cache of members, which holds the members listed at the start
+    /// and every child born inside (`fork`): it moved in (or back) since its last
+    /// switch-out, at a time not known. (Or the cache was full: `drop::TRACKED_FULL`.)
     Joined,
 }
 
-/// cgroup mode: whether `current` (the thread leaving the CPU, `prev`) is in the
-/// target cgroup, or below it unless `cgroup_node_only`. Asked at every switch-out,
-/// so a thread that moves out stops counting at once; `TRACKED` follows, as the cache
-/// of members that the wakeup programs (which see other tasks than `current`) read.
+/// Whether `current` is in the target cgroup, or below it unless `cgroup_node_only`.
 #[inline(always)]
-pub(super) fn cgroup_member(prev: &Task) -> Member {
+fn current_inside() -> bool {
     let c = config();
-    if prev.tid == 0 {
-        return Member::Out;
-    }
-    let inside = if c.mode.cgroup_node_only != 0 {
+    if c.mode.cgroup_node_only != 0 {
         (unsafe { bpf_get_current_cgroup_id() }) == c.mode.cgroup_id
     } else {
         CGROUP_TARGET.current_task_under_cgroup(0).unwrap_or(false)
-    };
+    }
+}
+
+/// cgroup mode: whether `current` (the thread leaving the CPU, `prev`) is in the
+/// target cgroup (or below it unless `cgroup_node_only`), and whether it just came in
+/// ([`Member`]). Asked at every switch-out, so a thread that moves out stops counting
+/// at once; `TRACKED` follows, as the cache of members that the wakeup programs (which
+/// see other tasks than `current`) read.
+#[inline(always)]
+pub(super) fn cgroup_member(prev: &Task) -> Member {
+    if prev.tid == 0 {
+        return Member::Out;
+    }
+    let inside = current_inside();
     // SAFETY: the flags are copied out at once.
     let flags = unsafe { TRACKED.get(prev.tid) }.map(|v| v.flags);
     let cached = flags.is_some();
@@ -77,20 +85,45 @@ pub(super) fn cgroup_member(prev: &Task) -> Member {
     }
 }
 
-/// Whether `prev` (`current`) is in the traced set now.
+/// Whether `prev` (`current`) is in the traced set now, and in cgroup mode whether it
+/// just came in.
 #[inline(always)]
-pub fn member(prev: &Task) -> bool {
+pub(super) fn member_state(prev: &Task) -> Member {
     if config().mode.filter == filter::CGROUP {
-        cgroup_member(prev) != Member::Out
+        cgroup_member(prev)
+    } else if traced(prev).is_some() {
+        Member::In
     } else {
-        traced(prev).is_some()
+        Member::Out
     }
 }
 
+/// Whether `prev` (`current`) is in the traced set now.
+#[inline(always)]
+pub fn member(prev: &Task) -> bool {
+    member_state(prev) != Member::Out
+}
+
 /// A new thread or process: it joins the traced set when its parent's set inherits.
+/// In cgroup mode, when its parent (`current`) is inside: the start lists the cgroup's
+/// threads before it caches them, and a child of one born in between was missed by
+/// both, then taken for a joiner (a hostile review, 2026-12-07).
 #[inline(always)]
 pub fn fork(parent: Task, child: Task) {
-    if config().mode.filter == filter::ALL {
+    let mode = config().mode.filter;
+    if mode == filter::ALL {
+        return;
+    }
+    if mode == filter::CGROUP {
+        if current_inside() {
+            let v = Tracked {
+                tgid: child.tgid(),
+                flags: TRACK_INHERIT,
+            };
+            if TRACKED.insert(child.tid, v, 0).is_err() {
+                count_drop(drop::TRACKED_FULL);
+            }
+        }
         return;
     }
     // SAFETY: copied out at once.

@@ -114,14 +114,20 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
             cs.traced != 0
         };
         (traced_now, cs.slice_start_ns)
-    } else if prev.tid != 0 && member(&prev) {
+    } else {
         // The switch-in was not seen under this TID (a program run the kernel skipped,
         // or a TID changed by exec): the slice's start is unknown (0). It is counted
         // from the scheduler's runtime where it can be, and the loss said.
-        count_drop(drop::UNSEEN_SWITCH_IN);
-        (true, 0)
-    } else {
-        (false, 0)
+        let m = if prev.tid != 0 {
+            member_state(&prev)
+        } else {
+            Member::Out
+        };
+        joined = m == Member::Joined;
+        if m != Member::Out {
+            count_drop(drop::UNSEEN_SWITCH_IN);
+        }
+        (m != Member::Out, 0)
     };
     // The CPU is known from here on; switch_in sets the rest.
     cs.traced = 0;
@@ -171,8 +177,8 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
         }
         return now;
     }
-    // A thread that joined the cgroup has no sleep before this slice: it was outside
-    // for some of it (a spinner that joined was charged 80 ms "blocked" from the opening).
+    // A thread that joined the cgroup has no sleep before this slice: when it came in
+    // is not known, and before that it was not the target's.
     let born = if joined { Some(0) } else { None };
     let Some(s) = thread_entry(&prev, prev.tgid, born, Some(drop::STORAGE)) else {
         if leave == Leave::Dead {
