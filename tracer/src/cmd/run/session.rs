@@ -162,17 +162,23 @@ pub(super) fn setup(
         irq: args.irq,
     };
     let mut threads = Vec::new();
+    // Kept aside, not returned from the seed: an error there would read as the probe
+    // mode's and send the start to the next mode.
+    let mut counters_failed = None;
     let mut seed = |ebpf: &mut Ebpf| -> Result<()> {
         threads = targets::seed(ebpf, root, &args.targets, before, child, args.max_threads)?;
         // Before the switch programs attach: a switch-in without its counters read a
         // base of 0, and the slice that followed went without its deltas (a pinned
         // spinner's first 0.7 s).
-        for (i, (_, fds)) in slice.iter().enumerate() {
-            set_perf_array(ebpf, &format!("SLICE_COUNTER{i}"), fds)?;
-        }
+        counters_failed = slice.iter().enumerate().find_map(|(i, (_, fds))| {
+            set_perf_array(ebpf, &format!("SLICE_COUNTER{i}"), fds).err()
+        });
         Ok(())
     };
     let mut tracer = Tracer::start(&opts, root, &mut seed)?;
+    if let Some(e) = counters_failed {
+        return Err(e.context("--slice-event: the counters cannot be given to the programs"));
+    }
     args.hook.attached(&mut tracer.ebpf)?;
     if tracer.runqlen_delayed_told == Some(false) {
         notices.push(
