@@ -247,6 +247,13 @@ pub const EXIT_SLICES: u64 = 8;
 /// after its record); the 1% or 1 ms of the on-CPU bound alone failed 7 scenarios.
 pub const EXIT_RUN_NS: f64 = 3e6;
 
+/// What a process may sleep in its exit path after its last record, which its zombie's
+/// run and wait (schedstat) leave out: unmapping the workload's shared truth file takes
+/// its mapping lock, which other processes exiting at once hold. Not measured; kept
+/// well under what the torture's joiner bound (`lifetime::joined`) must catch: joiners
+/// charged from the opening read 27-276 ms above it (2026-12-07).
+pub const EXIT_SLEEP_NS: f64 = 20e6;
+
 /// Slices against schedstat's pcount in the torture harness: 0.5% plus 2, a slice cut
 /// at the window's edges or at the baseline read.
 pub const TORTURE_SLICES: Bound = Bound::sum(0.005, 2.0);

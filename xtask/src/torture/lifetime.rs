@@ -1,7 +1,7 @@
 //! Per-thread invariants: a thread's on- plus off-CPU time covers its time
 //! inside the window, and its row names it as the kernel does.
 
-use tracer_truth::ON_CPU;
+use tracer_truth::{EXIT_SLEEP_NS, ON_CPU};
 
 use super::report::{Class, Outcome};
 use super::rows::{ms, num, rows_text, WindowBounds};
@@ -59,7 +59,8 @@ pub(super) fn lifetime(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBou
 /// A `--cgroup` joiner that stays counts from the switch-in of the slice in which it
 /// moved, which began after its `pre-join` record: on- plus off-CPU cannot exceed the
 /// time from there (or the opening) to its last record (or the close), and its exit
-/// tail after that record (`hi` above `lo`: its zombie's run and wait). A joiner was
+/// tail after that record (`hi` above `lo`: its zombie's run and wait, and at most
+/// `EXIT_SLEEP_NS` asleep). A joiner was
 /// once charged the time from the opening as a sleep, while it ran outside (a hostile
 /// test, 2026-12-07).
 pub(super) fn joined(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBounds, close: u64) {
@@ -71,7 +72,7 @@ pub(super) fn joined(o: &mut Outcome, e: &Entity, rows: &[&Json], w: WindowBound
     }
     let from = after.max(w.open);
     let tail = if e.e_ns < close {
-        (e.hi.run + e.hi.wait - e.lo.run - e.lo.wait).max(0.0)
+        (e.hi.run + e.hi.wait - e.lo.run - e.lo.wait).max(0.0) + EXIT_SLEEP_NS
     } else {
         0.0
     };
