@@ -404,6 +404,43 @@ impl Drop for Background {
     }
 }
 
+/// A shell spinner pinned to the last CPU (`taskset`, and `nice` with `nice`), where its
+/// slices are long and its own; killed when dropped, a failed test's too.
+pub struct PinnedSpinner(std::process::Child);
+
+impl PinnedSpinner {
+    pub fn start(nice: Option<i32>) -> PinnedSpinner {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut c = Command::new("taskset");
+        c.args(["-c", &(cpus - 1).to_string()]);
+        if let Some(n) = nice {
+            c.args(["nice", "-n", &n.to_string()]);
+        }
+        // `taskset` and `nice` exec: the PID is the shell's.
+        let child = c
+            .args(["sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a spinner with taskset");
+        PinnedSpinner(child)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Ends it now (its exit is its last switch-out).
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for PinnedSpinner {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Waits (up to 20 s) until programs of ours that were not in `before` are loaded: the
 /// tracer started by the test has attached. Returns whether it did.
 pub fn wait_attached(before: &std::collections::BTreeMap<u32, String>) -> bool {

@@ -4,6 +4,7 @@
 use serde_json::Value;
 use tracer_tests::{
     final_report, kernel, require_root, run_tracer, thread, traced_workload, Background,
+    PinnedSpinner,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -308,21 +309,6 @@ fn per_thread_counter_of_an_idle_thread_is_zero() {
     );
 }
 
-/// A shell spinner pinned to the last CPU, where its slices are long and its own.
-fn pinned_spinner() -> std::process::Child {
-    let last_cpu = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
-    std::process::Command::new("taskset")
-        .args([
-            "-c",
-            &last_cpu.to_string(),
-            "sh",
-            "-c",
-            "while :; do :; done",
-        ])
-        .spawn()
-        .expect("start a spinner with taskset")
-}
-
 /// The spinner's task-clock over its slices agrees with its on-CPU time: both are read
 /// at the same switches (they agree to 0.1% on a plain run). It exited inside the
 /// window, so no slice was open at the close, where on-CPU time is cut but counters are
@@ -349,9 +335,8 @@ fn assert_slice_task_clock_is_on_cpu(doc: &Value, pid: u32) {
 #[ignore = "needs root"]
 fn slice_events_of_a_spinner_running_through_the_start_count_its_first_slice() {
     require_root();
-    let mut spinner = pinned_spinner();
-    let pid = spinner.id();
-    let before = tracer_tests::our_loaded_programs();
+    let mut spinner = PinnedSpinner::start(None);
+    let pid = spinner.pid();
     let tracer = std::process::Command::new(tracer_tests::tracer_bin())
         .args([
             "run",
@@ -368,12 +353,11 @@ fn slice_events_of_a_spinner_running_through_the_start_count_its_first_slice() {
         .spawn()
         .unwrap();
     assert!(
-        tracer_tests::wait_attached(&before),
+        !tracer_tests::wait_held(tracer.id()).is_empty(),
         "the tracer never attached"
     );
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let _ = spinner.kill();
-    let _ = spinner.wait();
+    spinner.kill();
     let out = tracer.wait_with_output().unwrap();
     assert_slice_task_clock_is_on_cpu(&final_report(&out), pid);
 }
@@ -389,9 +373,8 @@ fn slice_events_of_a_cgroup_returner_are_its_slices_inside() {
     let cg = cgroup2_dir("slice-return");
     std::fs::create_dir(&cg).expect("create a test cgroup");
     let root_procs = cg.parent().unwrap().join("cgroup.procs");
-    let mut spinner = pinned_spinner();
-    let pid = spinner.id();
-    let before = tracer_tests::our_loaded_programs();
+    let mut spinner = PinnedSpinner::start(None);
+    let pid = spinner.pid();
     let tracer = std::process::Command::new(tracer_tests::tracer_bin())
         .args(["run", "--json", "--slice-event", "task-clock", "-d", "3s"])
         .arg("--cgroup")
@@ -401,7 +384,7 @@ fn slice_events_of_a_cgroup_returner_are_its_slices_inside() {
         .spawn()
         .unwrap();
     assert!(
-        tracer_tests::wait_attached(&before),
+        !tracer_tests::wait_held(tracer.id()).is_empty(),
         "the tracer never attached"
     );
     let ms = std::time::Duration::from_millis;
@@ -413,8 +396,7 @@ fn slice_events_of_a_cgroup_returner_are_its_slices_inside() {
     std::thread::sleep(ms(600));
     std::fs::write(cg.join("cgroup.procs"), &pid_text).unwrap();
     std::thread::sleep(ms(500));
-    let _ = spinner.kill();
-    let _ = spinner.wait();
+    spinner.kill();
     let out = tracer.wait_with_output().unwrap();
     let _ = std::fs::remove_dir(&cg);
     assert_slice_task_clock_is_on_cpu(&final_report(&out), pid);

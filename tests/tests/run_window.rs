@@ -327,23 +327,9 @@ fn a_lone_spinner_running_through_the_opening_is_in_every_interval() {
         cpus >= 2,
         "needs two CPUs: one for the spinner alone, one for the tracer"
     );
-    let last = (cpus - 1).to_string();
-    let mut spinner = Command::new("taskset")
-        .args([
-            "-c",
-            &last,
-            "nice",
-            "-n",
-            "-19",
-            "sh",
-            "-c",
-            "while :; do :; done",
-        ])
-        .spawn()
-        .expect("taskset");
-    // `taskset` and `nice` exec: the PID is the shell's.
+    let mut spinner = tracer_tests::PinnedSpinner::start(Some(-19));
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let pid = spinner.id();
+    let pid = spinner.pid();
     let out = Command::new("taskset")
         .args(["-c", "0"])
         .arg(tracer_tests::tracer_bin())
@@ -359,8 +345,7 @@ fn a_lone_spinner_running_through_the_opening_is_in_every_interval() {
         ])
         .output()
         .expect("tracer");
-    let _ = spinner.kill();
-    let _ = spinner.wait();
+    spinner.kill();
     assert!(
         out.status.success(),
         "{}",
