@@ -404,12 +404,13 @@ impl Drop for Background {
     }
 }
 
-/// A shell spinner pinned to the last CPU (`taskset`, and `nice` with `nice`), where its
-/// slices are long and its own; killed when dropped, a failed test's too.
-pub struct PinnedSpinner(std::process::Child);
+/// A shell spinner, killed when dropped (a failed test's too).
+pub struct Spinner(std::process::Child);
 
-impl PinnedSpinner {
-    pub fn start(nice: Option<i32>) -> PinnedSpinner {
+impl Spinner {
+    /// Pinned to the last CPU (`taskset`, and `nice` with `nice`), where its slices are
+    /// long and its own.
+    pub fn pinned(nice: Option<i32>) -> Spinner {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut c = Command::new("taskset");
         c.args(["-c", &(cpus - 1).to_string()]);
@@ -421,7 +422,16 @@ impl PinnedSpinner {
             .args(["sh", "-c", "while :; do :; done"])
             .spawn()
             .expect("start a spinner with taskset");
-        PinnedSpinner(child)
+        Spinner(child)
+    }
+
+    /// Free to run on any CPU.
+    pub fn free() -> Spinner {
+        let child = Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .spawn()
+            .expect("start a spinner");
+        Spinner(child)
     }
 
     pub fn pid(&self) -> u32 {
@@ -435,7 +445,7 @@ impl PinnedSpinner {
     }
 }
 
-impl Drop for PinnedSpinner {
+impl Drop for Spinner {
     fn drop(&mut self) {
         self.kill();
     }
@@ -478,6 +488,22 @@ pub fn wait_held(pid: u32) -> std::collections::BTreeSet<u32> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Starts the tracer with `args`, its output piped, and waits until it holds its
+/// programs (it has attached).
+pub fn spawn_attached<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Child {
+    let tracer = Command::new(tracer_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the tracer");
+    assert!(
+        !wait_held(tracer.id()).is_empty(),
+        "the tracer did not attach"
+    );
+    tracer
 }
 
 /// Waits (up to 5 s) until none of the programs `ids` is loaded; returns those still

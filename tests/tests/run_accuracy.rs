@@ -272,16 +272,7 @@ fn a_late_cgroup_joiner_is_charged_its_own_time() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
-    let tracer = Command::new(tracer_bin())
-        .args(["run", "--cgroup", &cg, "-d", "3s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        !wait_held(tracer.id()).is_empty(),
-        "the tracer did not attach"
-    );
+    let tracer = tracer_tests::spawn_attached(&["run", "--cgroup", &cg, "-d", "3s", "--json"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let truth_file = scratch("late-joiner");
     let joiner = Command::new("sh")
@@ -325,18 +316,9 @@ fn a_cgroup_joiner_is_not_charged_a_sleep_from_before_its_join() {
     std::fs::create_dir_all(&cg).unwrap();
     let _guard = ScratchCgroup(cg.clone());
     // Pinned, so its slices are long: the one running at the join began outside.
-    let mut spinner = tracer_tests::PinnedSpinner::start(None);
+    let mut spinner = tracer_tests::Spinner::pinned(None);
     let pid = spinner.pid();
-    let tracer = Command::new(tracer_bin())
-        .args(["run", "--cgroup", &cg, "-d", "3s", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        !wait_held(tracer.id()).is_empty(),
-        "the tracer did not attach"
-    );
+    let tracer = tracer_tests::spawn_attached(&["run", "--cgroup", &cg, "-d", "3s", "--json"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
     let voluntary = || {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -3,8 +3,7 @@
 //! command, and for a thread that stays asleep.
 use serde_json::Value;
 use tracer_tests::{
-    final_report, kernel, require_root, run_tracer, thread, traced_workload, Background,
-    PinnedSpinner,
+    final_report, kernel, require_root, run_tracer, thread, traced_workload, Background, Spinner,
 };
 
 const WORKLOAD: &str = env!("CARGO_BIN_EXE_tracer-workload");
@@ -335,27 +334,19 @@ fn assert_slice_task_clock_is_on_cpu(doc: &Value, pid: u32) {
 #[ignore = "needs root"]
 fn slice_events_of_a_spinner_running_through_the_start_count_its_first_slice() {
     require_root();
-    let mut spinner = PinnedSpinner::start(None);
+    let mut spinner = Spinner::pinned(None);
     let pid = spinner.pid();
-    let tracer = std::process::Command::new(tracer_tests::tracer_bin())
-        .args([
-            "run",
-            "--json",
-            "--slice-event",
-            "task-clock",
-            "-d",
-            "3s",
-            "-p",
-        ])
-        .arg(pid.to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        !tracer_tests::wait_held(tracer.id()).is_empty(),
-        "the tracer never attached"
-    );
+    let pid_text = pid.to_string();
+    let tracer = tracer_tests::spawn_attached(&[
+        "run",
+        "--json",
+        "--slice-event",
+        "task-clock",
+        "-d",
+        "3s",
+        "-p",
+        &pid_text,
+    ]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     spinner.kill();
     let out = tracer.wait_with_output().unwrap();
@@ -373,20 +364,19 @@ fn slice_events_of_a_cgroup_returner_are_its_slices_inside() {
     let cg = cgroup2_dir("slice-return");
     std::fs::create_dir(&cg).expect("create a test cgroup");
     let root_procs = cg.parent().unwrap().join("cgroup.procs");
-    let mut spinner = PinnedSpinner::start(None);
+    let mut spinner = Spinner::pinned(None);
     let pid = spinner.pid();
-    let tracer = std::process::Command::new(tracer_tests::tracer_bin())
-        .args(["run", "--json", "--slice-event", "task-clock", "-d", "3s"])
-        .arg("--cgroup")
-        .arg(&cg)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    assert!(
-        !tracer_tests::wait_held(tracer.id()).is_empty(),
-        "the tracer never attached"
-    );
+    let cg_text = cg.display().to_string();
+    let tracer = tracer_tests::spawn_attached(&[
+        "run",
+        "--json",
+        "--slice-event",
+        "task-clock",
+        "-d",
+        "3s",
+        "--cgroup",
+        &cg_text,
+    ]);
     let ms = std::time::Duration::from_millis;
     let pid_text = pid.to_string();
     std::thread::sleep(ms(200));
@@ -400,4 +390,45 @@ fn slice_events_of_a_cgroup_returner_are_its_slices_inside() {
     let out = tracer.wait_with_output().unwrap();
     let _ = std::fs::remove_dir(&cg);
     assert_slice_task_clock_is_on_cpu(&final_report(&out), pid);
+}
+
+/// `--slice-event` deltas only for slices whose switch-in this CPU saw: after one the
+/// programs did not see, the base is another slice's. Three spinners on the CPUs of
+/// this machine (with a sleeper, under `-p`) once read context switches 15-21 above
+/// their slices and task-clock 92 ms above on-CPU, with 3-12 switch-ins unseen.
+#[test]
+#[ignore = "needs root"]
+fn slice_events_never_span_an_unseen_switch_in() {
+    require_root();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut spinners: Vec<Spinner> = (0..cpus + 1).map(|_| Spinner::free()).collect();
+    let pids: Vec<String> = spinners.iter().map(|s| s.pid().to_string()).collect();
+    let mut args = vec!["run", "--json", "-d", "3s", "--slice-event"];
+    args.push("task-clock,context-switches");
+    for p in &pids {
+        args.extend(["-p", p.as_str()]);
+    }
+    let tracer = tracer_tests::spawn_attached(&args);
+    let out = tracer.wait_with_output().unwrap();
+    spinners.iter_mut().for_each(Spinner::kill);
+    let doc = final_report(&out);
+    for p in &pids {
+        let t = thread(&doc, p.parse().unwrap())
+            .unwrap_or_else(|| panic!("spinner {p} is not in the report: {}", doc["threads"]));
+        let on = t["on_cpu_ns"].as_f64().unwrap();
+        let slices = t["slices"].as_f64().unwrap();
+        let tc = t["slice_counters"]["task-clock"].as_f64().unwrap();
+        let cs = t["slice_counters"]["context-switches"].as_f64().unwrap();
+        // One context switch a slice: into it (perf counts it after the tracepoint).
+        assert!(
+            cs <= slices,
+            "{cs} context switches over {slices} slices: {t}; drops {}",
+            doc["drops"]
+        );
+        assert!(
+            tc <= on * 1.01 + 1e6,
+            "task-clock over its slices {tc} ns above on-CPU {on} ns: {t}; drops {}",
+            doc["drops"]
+        );
+    }
 }

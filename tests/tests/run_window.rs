@@ -327,7 +327,7 @@ fn a_lone_spinner_running_through_the_opening_is_in_every_interval() {
         cpus >= 2,
         "needs two CPUs: one for the spinner alone, one for the tracer"
     );
-    let mut spinner = tracer_tests::PinnedSpinner::start(Some(-19));
+    let mut spinner = tracer_tests::Spinner::pinned(Some(-19));
     std::thread::sleep(std::time::Duration::from_millis(500));
     let pid = spinner.pid();
     let out = Command::new("taskset")

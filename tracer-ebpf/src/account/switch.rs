@@ -4,8 +4,8 @@ use aya_ebpf::helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id, bpf
 use tracer_common::{
     drop, filter,
     hist::{ThreadHist, KIND_OFF_CPU, KIND_ON_CPU, KIND_RUNQ},
-    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, MAX_SLICE_COUNTERS, OFF_BLOCKED,
-    OFF_PREEMPTED, REAPED_BY_EXEC,
+    slice, CpuState, ThreadStats, HANDED_OVER, HAVE_RUN_DELAY, OFF_BLOCKED, OFF_PREEMPTED,
+    REAPED_BY_EXEC,
 };
 
 use super::{entries::*, events::hand_over, membership::*};
@@ -338,14 +338,7 @@ pub fn switch_out(prev: Task, leave: Leave) -> u64 {
     // after the entry and the histograms: user space takes a read whose CPU records
     // kept their busy time for one where neither changed (`bpf/collect.rs`).
     cs.busy_ns += slice;
-    let n_counters = (c.mode.n_counters as usize).min(MAX_SLICE_COUNTERS);
-    for i in 0..n_counters {
-        if cs.counter_base[i] != 0 {
-            if let Some(v) = read_counter(i) {
-                s.counters[i] += v.wrapping_sub(cs.counter_base[i]);
-            }
-        }
-    }
+    add_slice_counters(cs, s, start > 1 && cs.tid == prev.tid);
     s.last_off_ns = now - gap;
     s.runnable_ns = 0;
     match leave {
