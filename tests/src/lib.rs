@@ -8,7 +8,7 @@ use std::{
 use serde_json::Value;
 
 mod procs;
-pub use procs::{Background, Spinner};
+pub use procs::{status_count, Background, Spinner};
 
 mod compile;
 pub use compile::std_only_workload;

@@ -93,3 +93,15 @@ impl Drop for Spinner {
         self.kill();
     }
 }
+
+/// A field of `/proc/PID/status` that is a count, e.g. `nonvoluntary_ctxt_switches`:
+/// the kernel's own figure.
+pub fn status_count(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+}

@@ -320,14 +320,7 @@ fn a_cgroup_joiner_is_not_charged_a_sleep_from_before_its_join() {
     let pid = spinner.pid();
     let tracer = tracer_tests::spawn_attached(&["run", "--cgroup", &cg, "-d", "3s", "--json"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let voluntary = || {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .expect("voluntary_ctxt_switches in /proc/PID/status")
-    };
+    let voluntary = || tracer_tests::status_count(pid, "voluntary_ctxt_switches");
     std::fs::write(format!("{cg}/cgroup.procs"), pid.to_string()).unwrap();
     let slept_before = voluntary();
     std::thread::sleep(std::time::Duration::from_millis(1200));

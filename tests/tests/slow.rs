@@ -323,14 +323,7 @@ fn slow_with_a_tiny_min_does_not_feed_itself() {
         .map(|_| tracer_tests::Spinner::free())
         .collect();
     let pid = spinners[0].pid();
-    let involuntary = || {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("nonvoluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .expect("nonvoluntary_ctxt_switches in /proc/PID/status")
-    };
+    let involuntary = || tracer_tests::status_count(pid, "nonvoluntary_ctxt_switches");
     // The kernel's own count, without the tracer and with it, over the same time.
     let before = involuntary();
     std::thread::sleep(std::time::Duration::from_secs(2));
