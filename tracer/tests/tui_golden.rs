@@ -277,3 +277,23 @@ fn hostile_names_are_escaped_in_every_cell() {
     assert!(f.contains("\\x1b]2;OWNED\\x07"), "{f}");
     check("top_hostile_80x24", &f);
 }
+
+/// A hostile pass ran `top` in a 50-column tmux pane: every column was squeezed and PID
+/// and COMM vanished. Narrow terminals drop the rightmost columns instead.
+#[test]
+fn narrow_terminals_keep_pid_comm_and_cpu() {
+    let t = top(2);
+    for w in [30u16, 40, 50, 60, 70, 79] {
+        let f = frame(&t, w, 12);
+        let header = f.lines().find(|l| l.contains("CPU%")).unwrap_or("");
+        assert!(
+            header.contains(" PID ") && header.contains("COMM"),
+            "{w} columns:\n{f}"
+        );
+        for name in ["postgres", "nginx"] {
+            assert!(f.contains(name), "{w} columns, {name}:\n{f}");
+        }
+    }
+    assert_eq!(render::shown_columns(80), 10, "80 columns show them all");
+    check("top_table_50x12", &frame(&t, 50, 12));
+}

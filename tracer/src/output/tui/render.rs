@@ -210,20 +210,36 @@ fn cells(l: &Line) -> Vec<String> {
     ]
 }
 
+/// Each column's width in `Col::ALL`'s order; COMM's is its least (it takes the rest).
+const COL_WIDTHS: [u16; 10] = [8, 10, 6, 7, 7, 7, 7, 7, 5, 5];
+
+/// How many of the leading columns fit `width` whole: the rightmost go first, so a narrow
+/// terminal keeps PID, COMM and CPU% (cropped, if it must) rather than squeezing every
+/// column to nothing. One cell is the highlight symbol, one the space between columns.
+pub fn shown_columns(width: u16) -> usize {
+    let mut used = 1u16;
+    let mut n = 0;
+    for (i, w) in COL_WIDTHS.iter().enumerate() {
+        let need = w + u16::from(i > 0);
+        if n >= 3 && used + need > width {
+            break;
+        }
+        used = used.saturating_add(need);
+        n += 1;
+    }
+    n
+}
+
 fn draw_table(f: &mut Frame, top: &Top, area: Rect, lines: &[Line], cursor: Option<usize>) {
-    let widths = [
-        Constraint::Length(8),
-        Constraint::Fill(1),
-        Constraint::Length(6),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(5),
-        Constraint::Length(5),
-    ];
-    let header = Row::new(Col::ALL.iter().map(|&c| {
+    let n = shown_columns(area.width);
+    let widths = COL_WIDTHS[..n].iter().enumerate().map(|(i, &w)| {
+        if Col::ALL[i] == Col::Comm {
+            Constraint::Fill(1)
+        } else {
+            Constraint::Length(w)
+        }
+    });
+    let header = Row::new(Col::ALL[..n].iter().map(|&c| {
         let mark = if c != top.sort {
             ""
         } else if top.ascending {
@@ -245,7 +261,9 @@ fn draw_table(f: &mut Frame, top: &Top, area: Rect, lines: &[Line], cursor: Opti
         } else {
             Style::default()
         };
-        Row::new(cells(l)).style(st)
+        let mut c = cells(l);
+        c.truncate(n);
+        Row::new(c).style(st)
     });
     let highlight = if top.color {
         Style::default().bg(Color::Blue).fg(Color::White)
