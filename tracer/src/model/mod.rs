@@ -4,6 +4,7 @@ pub mod boundaries;
 pub mod cgroup_cpu;
 pub mod cross_check;
 pub mod diff;
+pub mod drops;
 pub mod events;
 pub mod hist;
 pub mod irq;
