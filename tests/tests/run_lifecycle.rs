@@ -9,7 +9,9 @@ use std::{
 };
 
 use serde_json::Value;
-use tracer_tests::{require_root, run_tracer, scratch, tracer_bin, wait_held, Background};
+use tracer_tests::{
+    probe_modes, read_truth, require_root, run_tracer, scratch, tracer_bin, wait_held, Background,
+};
 
 #[path = "run_lifecycle/broken_output.rs"]
 mod broken_output;
@@ -159,7 +161,7 @@ fn the_commands_state_is_told_right() {
         "st-kill-text",
         None,
     );
-    assert!(out.contains("(killed by SIGKILL)"), "{out}");
+    assert!(out.contains("(killed by SIGKILL, CPU "), "{out}");
 
     // Exited.
     let (st, out) = run_to_file(
@@ -198,7 +200,7 @@ fn a_huge_command_line_is_cut_in_the_text_header() {
     let line = text.lines().find(|l| l.contains("command: true")).unwrap();
     assert!(line.len() < 300, "{} bytes", line.len());
     assert!(
-        line.contains("more bytes)") && line.contains("(exit 0)"),
+        line.contains("more bytes)") && line.contains("(exit 0, CPU "),
         "{line}"
     );
     let mut json_args = vec!["run", "--json", "--", "true"];
@@ -360,4 +362,61 @@ fn duration_ends_the_run_even_while_the_command_goes_on() {
         "{doc}"
     );
     assert!(doc["command"]["exit_code"].is_null());
+}
+
+/// `-- COMMAND` is reaped with `wait4`, whose rusage is the kernel's own runtime of the
+/// command and of the children it waited for. With the window around the whole command,
+/// the report's threads sum to it (less what the held child ran before its release),
+/// in every probe mode: threads that exited, child processes, spinners. The workload's
+/// own records (schedstat at each thread's end) are below it: the figure is the kernel's.
+#[test]
+#[ignore = "needs root"]
+fn a_commands_threads_sum_to_the_kernels_cpu_time_of_it() {
+    require_root();
+    for probe in probe_modes() {
+        let (a, b) = (
+            scratch(&format!("cpu-a-{probe}")),
+            scratch(&format!("cpu-b-{probe}")),
+        );
+        let script = format!(
+            "{WORKLOAD} busy-sleep --threads 3 --work-ms 5 --sleep-ms 3 --duration-ms 500 --out {} & \
+             {WORKLOAD} churn --per-sec 200 --duration-ms 400 --out {}; wait",
+            a.display(),
+            b.display()
+        );
+        let out = run_tracer(&[
+            "run", "--json", "--probe", &probe, "--", "sh", "-c", &script,
+        ]);
+        assert!(
+            out.status.success(),
+            "{probe}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = last_doc(&String::from_utf8_lossy(&out.stdout));
+        let c = &doc["command"];
+        let cpu = c["user_ns"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{probe}: {c}"))
+            + c["system_ns"].as_u64().unwrap();
+        let threads = doc["threads"].as_array().unwrap();
+        let on: u64 = threads
+            .iter()
+            .map(|t| t["on_cpu_ns"].as_u64().unwrap())
+            .sum();
+        let tol = tracer_truth::ON_CPU.allowed(cpu as f64) as u64;
+        assert!(
+            on <= cpu + tol && on + tol + 1_000_000 >= cpu,
+            "{probe}: the threads' on-CPU {on} ns against the kernel's {cpu} ns ({} threads)",
+            threads.len()
+        );
+        let recorded: u64 = [a, b]
+            .iter()
+            .flat_map(|f| read_truth(f))
+            .map(|t| t.run_ns)
+            .sum();
+        assert!(
+            recorded > 0 && recorded <= cpu,
+            "{probe}: the workload's records {recorded} ns against the kernel's {cpu} ns"
+        );
+    }
 }

@@ -20,7 +20,7 @@ use tracer::{
     },
     perf::{self, CounterSnapshot, EventReading, Reading, Scope},
     pseries::hypervisor::{CpuStealReport, HypervisorReport},
-    sys::launch::ChildState,
+    sys::launch::{ChildCpu, ChildState},
 };
 use tracer_common::ThreadStats;
 
@@ -235,6 +235,10 @@ fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> 
         command: with_counters.then(|| Command {
             argv: vec!["sh".into(), "-c".into(), "true".into()],
             state: ChildState::Exited(3),
+            cpu: Some(ChildCpu {
+                user_ns: 12_000_000,
+                system_ns: 3_456_000,
+            }),
         }),
         options,
     })
@@ -429,6 +433,7 @@ fn hostile_names_are_escaped_in_the_run_report() {
         command: Some(Command {
             argv: vec!["sh".into(), "-c".into(), "printf '\x1b]2;x\x07'".into()],
             state: ChildState::Exited(0),
+            cpu: None,
         }),
         options: ReportOptions {
             top: None,

@@ -16,7 +16,7 @@ use crate::model::{
     options::{RunqSource, SortKey},
     snapshot::{HistKind, HistSet, Snapshot, ThreadRecord},
 };
-use crate::sys::launch::ChildState;
+use crate::sys::launch::{ChildCpu, ChildState};
 
 pub use crate::model::drops::{drop_advice, drop_note, Drops};
 
@@ -254,14 +254,18 @@ pub struct Maps {
 pub struct Command {
     pub argv: Vec<String>,
     pub state: ChildState,
+    /// Once reaped: its CPU time as the kernel counts it (`wait4`).
+    pub cpu: Option<ChildCpu>,
 }
 
 impl Serialize for Command {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(3))?;
+        let mut m = s.serialize_map(Some(5))?;
         m.serialize_entry("argv", &self.argv)?;
         m.serialize_entry("exit_code", &self.state.exit_code())?;
         m.serialize_entry("state", self.state.name())?;
+        m.serialize_entry("user_ns", &self.cpu.map(|c| c.user_ns))?;
+        m.serialize_entry("system_ns", &self.cpu.map(|c| c.system_ns))?;
         m.end()
     }
 }

@@ -12,6 +12,8 @@ use std::{
 
 use crate::error::TracerError;
 
+pub use super::child::{signal_name, try_wait_exit, wait_exit, ChildCpu, ChildState, Reaped};
+
 /// Signals (bit n-1 for signal n) that were ignored when the tracer started, as `nohup`
 /// leaves SIGHUP: the command inherits them as it would without the tracer. SIGPIPE is
 /// never among them, since Rust's runtime ignores it before `main` runs.
@@ -353,84 +355,6 @@ fn pid_of(pid: u32) -> Option<rustix::process::Pid> {
     rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)
 }
 
-/// What became of `-- COMMAND` by the end of the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChildState {
-    /// Still running when the window closed: it goes on, untraced.
-    Running { pid: u32 },
-    /// Exited with this status.
-    Exited(i32),
-    /// Killed by this signal.
-    Killed(i32),
-}
-
-impl ChildState {
-    fn from_status(status: rustix::process::WaitStatus) -> ChildState {
-        if let Some(sig) = status.terminating_signal() {
-            ChildState::Killed(sig)
-        } else if let Some(code) = status.exit_status() {
-            ChildState::Exited(code)
-        } else {
-            ChildState::Exited(255)
-        }
-    }
-
-    /// Shell-style exit code (128+signal when killed); none while it runs.
-    pub fn exit_code(self) -> Option<i32> {
-        match self {
-            ChildState::Running { .. } => None,
-            ChildState::Exited(c) => Some(c),
-            ChildState::Killed(sig) => Some(128 + sig),
-        }
-    }
-
-    /// The JSON `state`: "running", "exited" or "killed".
-    pub fn name(self) -> &'static str {
-        match self {
-            ChildState::Running { .. } => "running",
-            ChildState::Exited(_) => "exited",
-            ChildState::Killed(_) => "killed",
-        }
-    }
-
-    /// For the text header: "exit 0", "killed by SIGKILL", "still running, PID 42".
-    pub fn describe(self) -> String {
-        match self {
-            ChildState::Running { pid } => format!("still running, PID {pid}"),
-            ChildState::Exited(c) => format!("exit {c}"),
-            ChildState::Killed(sig) => format!("killed by {}", signal_name(sig)),
-        }
-    }
-}
-
-/// "SIGKILL" for 9; "signal N" for the rest.
-pub fn signal_name(sig: i32) -> String {
-    const NAMES: &[(i32, &str)] = &[
-        (libc::SIGHUP, "SIGHUP"),
-        (libc::SIGINT, "SIGINT"),
-        (libc::SIGQUIT, "SIGQUIT"),
-        (libc::SIGILL, "SIGILL"),
-        (libc::SIGTRAP, "SIGTRAP"),
-        (libc::SIGABRT, "SIGABRT"),
-        (libc::SIGBUS, "SIGBUS"),
-        (libc::SIGFPE, "SIGFPE"),
-        (libc::SIGKILL, "SIGKILL"),
-        (libc::SIGUSR1, "SIGUSR1"),
-        (libc::SIGSEGV, "SIGSEGV"),
-        (libc::SIGUSR2, "SIGUSR2"),
-        (libc::SIGPIPE, "SIGPIPE"),
-        (libc::SIGALRM, "SIGALRM"),
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGXCPU, "SIGXCPU"),
-        (libc::SIGXFSZ, "SIGXFSZ"),
-        (libc::SIGSYS, "SIGSYS"),
-    ];
-    NAMES
-        .iter()
-        .find(|(n, _)| *n == sig)
-        .map_or_else(|| format!("signal {sig}"), |(_, name)| name.to_string())
-}
-
 /// Longest command line the text header shows (JSON keeps argv whole).
 pub const COMMAND_SHOWN: usize = 200;
 
@@ -446,35 +370,6 @@ pub fn short_command(argv: &[String], max: usize) -> String {
         cut -= 1;
     }
     format!("{}… ({} more bytes)", &s[..cut], s.len() - cut)
-}
-
-/// Reaps the child if it has ended (never blocks).
-pub fn try_wait_exit(pid: u32) -> Option<ChildState> {
-    let p = pid_of(pid)?;
-    loop {
-        match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::NOHANG) {
-            Ok(Some((_, status))) => return Some(ChildState::from_status(status)),
-            Err(rustix::io::Errno::INTR) => {}
-            Ok(None) | Err(_) => return None,
-        }
-    }
-}
-
-/// Waits for the child and turns its end into a shell-style exit code (128+signal);
-/// 255 if it cannot be waited for.
-pub fn wait_exit(pid: u32) -> i32 {
-    let Some(p) = pid_of(pid) else {
-        return 255;
-    };
-    loop {
-        match rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty()) {
-            Ok(Some((_, status))) => {
-                return ChildState::from_status(status).exit_code().unwrap_or(255)
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Ok(None) | Err(_) => return 255,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ pub mod birth;
 pub mod bounded;
 pub mod btf;
 pub mod cgroups;
+pub mod child;
 pub mod clock;
 pub mod files;
 pub mod heap;

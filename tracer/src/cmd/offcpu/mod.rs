@@ -269,7 +269,7 @@ async fn trace(
     let end = ends::run(signals, &ends, root, &[], Inbox::None, &mut work).await?;
     let mut known = std::mem::take(&mut work.known);
     let (child_state, targets_exited) = match end {
-        End::CommandExited(st) => (Some(st), false),
+        End::CommandExited(r) => (Some(r.state), false),
         End::TargetsExited => (None, true),
         _ => (None, false),
     };

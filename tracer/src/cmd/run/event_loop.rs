@@ -144,10 +144,16 @@ fn read_runqlen(s: &Session) -> Result<Option<Vec<crate::model::runqlen::CpuSamp
     }
 }
 
-/// What became of the command when the run ended (None without one).
-fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launch::ChildState> {
+/// What became of the command when the run ended (None without one), and its CPU time
+/// once reaped.
+fn command_state(
+    s: &mut Session,
+    end: &End,
+    child: Option<u32>,
+) -> Option<(launch::ChildState, Option<launch::ChildCpu>)> {
+    let reaped = |r: launch::Reaped| (r.state, Some(r.cpu));
     match end {
-        End::CommandExited(state) => Some(*state),
+        End::CommandExited(r) => Some(reaped(*r)),
         End::Output(_) | End::TargetsExited => None,
         End::Failed => child.map(|pid| stop_command(s, pid)),
         End::Signal(_) | End::Quit | End::Duration | End::Count => child.map(|pid| {
@@ -163,11 +169,11 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }
-            state.unwrap_or_else(|| {
+            state.map(reaped).unwrap_or_else(|| {
                 s.notices.push(format!(
                     "the window ended before the command did; PID {pid} goes on untraced"
                 ));
-                launch::ChildState::Running { pid }
+                (launch::ChildState::Running { pid }, None)
             })
         }),
     }
@@ -176,25 +182,25 @@ fn command_state(s: &mut Session, end: &End, child: Option<u32>) -> Option<launc
 /// The run failed with the command still running: SIGTERM it, as `perf record` does
 /// with its workload, and wait a second for it to end; one that does not goes on,
 /// untraced, and the report says so.
-fn stop_command(s: &mut Session, pid: u32) -> launch::ChildState {
-    if let Some(state) = launch::try_wait_exit(pid) {
-        return state;
+fn stop_command(s: &mut Session, pid: u32) -> (launch::ChildState, Option<launch::ChildCpu>) {
+    if let Some(r) = launch::try_wait_exit(pid) {
+        return (r.state, Some(r.cpu));
     }
     // SAFETY: a signal to our own child, not reaped yet (the PID is still ours).
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     for _ in 0..100 {
-        if let Some(state) = launch::try_wait_exit(pid) {
+        if let Some(r) = launch::try_wait_exit(pid) {
             s.notices.push(format!(
                 "the run failed before the command ended: PID {pid} was sent SIGTERM"
             ));
-            return state;
+            return (r.state, Some(r.cpu));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     s.notices.push(format!(
         "the run failed before the command ended: PID {pid} was sent SIGTERM, is still running and goes on untraced"
     ));
-    launch::ChildState::Running { pid }
+    (launch::ChildState::Running { pid }, None)
 }
 
 /// The run's part of the loop: interval reports when due, death records drained as
@@ -339,9 +345,10 @@ pub(super) async fn event_loop(
             .push("all targets exited: the run ended with them".to_string());
     }
     let state = command_state(&mut s, &end, child);
-    let command = state.map(|state| Command {
+    let command = state.map(|(state, cpu)| Command {
         argv: args.targets.command.clone(),
         state,
+        cpu,
     });
     let mut r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
     r.sections.record = record;
@@ -352,5 +359,5 @@ pub(super) async fn event_loop(
     if let Some(e) = args.hook.error() {
         return Err(e);
     }
-    Ok(state.and_then(|s| s.exit_code()).unwrap_or(0))
+    Ok(state.and_then(|s| s.0.exit_code()).unwrap_or(0))
 }

@@ -28,7 +28,8 @@ pub(crate) enum End {
     Signal(&'static str),
     /// The front end asked (top's quit key).
     Quit,
-    CommandExited(launch::ChildState),
+    /// The command ended (reaped, with its CPU time).
+    CommandExited(launch::Reaped),
     /// Every -p/-t target exited (perf stat -p ends the same way).
     TargetsExited,
     /// A report could not be written (closed pipe, full disk).
