@@ -71,15 +71,9 @@ pub fn format_text(r: &Report) -> String {
     }
     if let Some(c) = &r.command {
         let shown = launch::short_command(&c.argv, launch::COMMAND_SHOWN);
-        let cpu = c.cpu.map_or(String::new(), |c| {
-            let ms = |ns: u64| ns as f64 / 1e6;
-            format!(
-                ", CPU {:.3} ms: {:.3} user + {:.3} system",
-                ms(c.total_ns()),
-                ms(c.user_ns),
-                ms(c.system_ns)
-            )
-        });
+        let cpu = c
+            .cpu
+            .map_or(String::new(), |c| format!(", {}", c.describe()));
         out += &format!(
             "  command: {} ({}{cpu})\n",
             words::escape(&shown),

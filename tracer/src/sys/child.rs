@@ -103,6 +103,24 @@ impl ChildCpu {
     pub fn total_ns(self) -> u64 {
         self.user_ns + self.system_ns
     }
+
+    /// For a text line: "CPU 15.456 ms: 12.000 user + 3.456 system".
+    pub fn describe(self) -> String {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        format!(
+            "CPU {:.3} ms: {:.3} user + {:.3} system",
+            ms(self.total_ns()),
+            ms(self.user_ns),
+            ms(self.system_ns)
+        )
+    }
+}
+
+impl Reaped {
+    /// "exit 0, CPU 15.456 ms: 12.000 user + 3.456 system".
+    pub fn describe(self) -> String {
+        format!("{}, {}", self.state.describe(), self.cpu.describe())
+    }
 }
 
 /// A reaped command: how it ended and what it used.

@@ -269,7 +269,7 @@ async fn trace(
     let end = ends::run(signals, &ends, root, &[], Inbox::None, &mut work).await?;
     let mut known = std::mem::take(&mut work.known);
     let (child_state, targets_exited) = match end {
-        End::CommandExited(r) => (Some(r.state), false),
+        End::CommandExited(r) => (Some(r), false),
         End::TargetsExited => (None, true),
         _ => (None, false),
     };
@@ -318,7 +318,7 @@ async fn trace(
             .with_context(|| format!("writing {}", o.svg.as_ref().unwrap().display()))?;
     }
     Ok(match child_state {
-        Some(st) => st.exit_code().unwrap_or(0),
+        Some(r) => r.state.exit_code().unwrap_or(0),
         None => 0,
     })
 }
