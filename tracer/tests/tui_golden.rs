@@ -17,7 +17,7 @@ use tracer::{
     },
     output::{
         report::{Report, ReportInput, ReportOptions, Sections},
-        tui::{render, Action, Sample, Top},
+        tui::{render, Action, Col, Sample, Top},
     },
     pseries::hypervisor::{CpuStealReport, HypervisorReport},
 };
@@ -295,5 +295,11 @@ fn narrow_terminals_keep_pid_comm_and_cpu() {
         }
     }
     assert_eq!(render::shown_columns(80), 10, "80 columns show them all");
+    // Sorted by a column off the screen: the footer says so.
+    let mut sorted = top(2);
+    press(&mut sorted, "<<<");
+    assert_eq!(sorted.sort, Col::Migrations);
+    assert!(frame(&sorted, 50, 12).contains("sorted by MIG/s"));
+    assert!(!frame(&sorted, 80, 12).contains("sorted by"));
     check("top_table_50x12", &frame(&t, 50, 12));
 }

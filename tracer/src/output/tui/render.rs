@@ -473,6 +473,14 @@ fn draw_footer(f: &mut Frame, top: &Top, area: Rect) {
         s.clone()
     } else if !top.filter.is_empty() {
         format!("filter \"{}\" (esc clears)  {}", top.filter, *FOOTER)
+    } else if Col::ALL
+        .iter()
+        .position(|&c| c == top.sort)
+        .is_some_and(|i| i >= shown_columns(area.width))
+    {
+        // The sorted column is off a narrow screen: say what the order is.
+        let dir = if top.ascending { "^" } else { "v" };
+        format!("sorted by {}{dir}  {}", top.sort.title(), *FOOTER)
     } else {
         FOOTER.clone()
     };
