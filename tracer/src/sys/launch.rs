@@ -2,7 +2,10 @@
 //! adds it to the traced set and opens inheriting counters on it, then lets it exec, so
 //! not one instruction of the command runs untraced.
 use std::{
-    os::{fd::OwnedFd, unix::process::CommandExt as _},
+    os::{
+        fd::{AsRawFd as _, OwnedFd},
+        unix::process::CommandExt as _,
+    },
     path::Path,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -264,7 +267,16 @@ pub fn spawn_held(
             .stdout(out)
             .stderr(err);
     }
+    // The child's copies of our pipe ends (CLOEXEC closes them only at its exec): with
+    // its copy of `go_w` open, the read below never saw EOF, and a tracer killed during
+    // start-up left its held fork behind for good, holding our stdout (a pipeline hung).
+    let (go_w_fd, pid_r_fd) = (go_w.as_raw_fd(), pid_r.as_raw_fd());
     let hold = move || -> std::io::Result<()> {
+        // SAFETY: close(2) of two descriptors this forked child inherited and never uses.
+        unsafe {
+            libc::close(go_w_fd);
+            libc::close(pid_r_fd);
+        }
         // SAFETY: we are in the child between fork and exec; reset_signals makes only
         // async-signal-safe calls.
         unsafe { reset_signals(ignored, &mask) };
@@ -284,14 +296,17 @@ pub fn spawn_held(
         write_full(&pid_w, &pid.to_ne_bytes())?;
         let mut b = [0u8; 1];
         if !read_full(&go_r, &mut b) {
-            // EOF: the tracer died (or gave up) before releasing the command.
-            return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
+            // EOF: the tracer died (or gave up) before releasing the command. Nobody is
+            // left to hear an error (`Command` would abort on its closed error pipe,
+            // printing "fatal runtime error"): end quietly, as `abort` expects.
+            // SAFETY: _exit(2) is async-signal-safe and runs no atexit work.
+            unsafe { libc::_exit(125) };
         }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec and makes only
-    // async-signal-safe calls (signal, sigprocmask, setgroups, setgid, setuid, getpid,
-    // read, write); it allocates nothing and takes no lock (the io::Errors it builds are
+    // async-signal-safe calls (close, signal, sigprocmask, setgroups, setgid, setuid,
+    // getpid, read, write); it allocates nothing and takes no lock (the io::Errors it builds are
     // plain OS codes; the groups were copied before the fork).
     unsafe { cmd.pre_exec(hold) };
     let spawned = std::thread::Builder::new()
