@@ -254,6 +254,14 @@ pub const EXIT_RUN_NS: f64 = 3e6;
 /// charged from the opening read 27-276 ms above it (2026-12-07).
 pub const EXIT_SLEEP_NS: f64 = 20e6;
 
+/// What a thread that exits runs after the kernel folded its runtime into its process's
+/// total (`__exit_signal()`, in `exit_notify()` for a thread that is not the leader),
+/// until its last switch: in the tracer's figure (the scheduler's runtime at that
+/// switch), not in the process's `wait4` rusage. Measured on 2026-12-08: about 3 us a
+/// thread with both CPUs contended (2.4-5.0 ms over 1000-1500 short threads), within
+/// 1 ms in all on a quiet machine; allowed per exited thread.
+pub const EXIT_AFTER_RELEASE_NS: f64 = 20e3;
+
 /// Slices against schedstat's pcount in the torture harness: 0.5% plus 2, a slice cut
 /// at the window's edges or at the baseline read.
 pub const TORTURE_SLICES: Bound = Bound::sum(0.005, 2.0);

@@ -419,24 +419,30 @@ const HELD_RUN_NS: f64 = 1e6;
 /// `-- CMD`, once the tracer reaped the command: the kernel's CPU time of its whole tree
 /// (`wait4`'s user + system, the scheduler's runtime to the microsecond). The report's
 /// threads must sum to it, and what the command ran after its threads' last records
-/// is that less their records: the exact bound on any thread's exit tail (the main
-/// thread's, which unmaps the process, once ran 4.5 ms past it: seed 3000058).
+/// is that less their records (and what each exited thread ran after the kernel folded
+/// its runtime in): the bound on any thread's exit tail (the main thread's, which
+/// unmaps the process, once ran 4.5 ms past its record: seed 3000058).
 fn command_tails(o: &mut Outcome, total: &Json, entities: &[super::truth::Entity]) -> Option<f64> {
     if o.scenario.target != Target::Cmd {
         return None;
     }
     let c = &total["command"];
     let cpu = c["user_ns"].as_f64()? + c["system_ns"].as_f64()?;
-    let on: f64 = total["threads"]
-        .items()
+    let rows = total["threads"].items();
+    let on: f64 = rows.iter().map(|r| num(r, "on_cpu_ns")).sum();
+    // Each thread that exited ran a little after the kernel folded its runtime into
+    // the command's (`EXIT_AFTER_RELEASE_NS`); a folded row stands for its threads.
+    let exited: f64 = rows
         .iter()
-        .map(|r| num(r, "on_cpu_ns"))
+        .filter(|r| r["exited"].as_bool() == Some(true))
+        .map(|r| r["folded_threads"].as_f64().unwrap_or(1.0))
         .sum();
+    let released = exited * tracer_truth::EXIT_AFTER_RELEASE_NS;
     let tol = ON_CPU.allowed(cpu);
-    let (lo, hi) = (cpu - tol - HELD_RUN_NS, cpu + tol);
+    let (lo, hi) = (cpu - tol - HELD_RUN_NS, cpu + tol + released);
     o.expect(Class::OnCpu, on >= lo && on <= hi, || {
         format!(
-            "the command's threads: on-CPU {} in all, {} [{}, {}] (the kernel's CPU time of the command, wait4: {})",
+            "the command's threads: on-CPU {} in all, {} [{}, {}] (the kernel's CPU time of the command, wait4: {}; {exited} exited threads)",
             ms(on),
             side(on, lo),
             ms(lo.max(0.0)),
@@ -449,5 +455,5 @@ fn command_tails(o: &mut Outcome, total: &Json, entities: &[super::truth::Entity
         .filter(|e| e.expected)
         .map(|e| e.lo.run)
         .sum();
-    Some((cpu - recorded).max(0.0))
+    Some((cpu - recorded).max(0.0) + released)
 }
