@@ -428,3 +428,25 @@ fn a_commands_threads_sum_to_the_kernels_cpu_time_of_it() {
         );
     }
 }
+
+/// A child the command did not wait for outlives it: the table has its time, the
+/// kernel's CPU time of the command (wait4) has not, and the report says so rather
+/// than letting the header and the table disagree in silence (a hostile pass).
+#[test]
+#[ignore = "needs root"]
+fn a_child_that_outlives_the_command_is_named_in_a_notice() {
+    require_root();
+    let out = run_tracer(&["run", "--json", "--", "sh", "-c", "(sleep 2.41 &); true"]);
+    let _ = Command::new("pkill").args(["-f", "sleep 2.41"]).status();
+    assert!(out.status.success());
+    let doc = last_doc(&String::from_utf8_lossy(&out.stdout));
+    let notices = doc["notices"].to_string();
+    assert!(notices.contains("outlived the command"), "{notices}");
+    let out = run_tracer(&["run", "--json", "--", "sh", "-c", "sleep 0.05 & wait"]);
+    let doc = last_doc(&String::from_utf8_lossy(&out.stdout));
+    let notices = doc["notices"].to_string();
+    assert!(
+        !notices.contains("outlived"),
+        "a waited-for child: {notices}"
+    );
+}

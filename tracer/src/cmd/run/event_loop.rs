@@ -351,6 +351,7 @@ pub(super) async fn event_loop(
         cpu,
     });
     let mut r = window_report(&s, args, root, ReportKind::Total, (&start, &last), command);
+    r.notices.extend(outlived_notice(&r));
     r.sections.record = record;
     r.notices.extend(hook_notices);
     if args.hook.report() {
@@ -360,4 +361,19 @@ pub(super) async fn event_loop(
         return Err(e);
     }
     Ok(state.and_then(|s| s.0.exit_code()).unwrap_or(0))
+}
+
+/// Threads of the command's tree still alive when the command was reaped: children it
+/// did not wait for, whose time the table has and the kernel's CPU time of the command
+/// (wait4) has not. Said, so the header and the table do not silently disagree.
+fn outlived_notice<S>(r: &crate::model::report::Report<S>) -> Option<String> {
+    r.command.as_ref()?.cpu?;
+    let live: Vec<&crate::model::report::ThreadRow> =
+        r.threads.rows.iter().filter(|t| !t.exited).collect();
+    let first = live.first()?;
+    Some(format!(
+        "{} traced thread(s) outlived the command (children it did not wait for, PID {} first): their time is in the table, not in the command's CPU time",
+        live.len(),
+        first.pid
+    ))
 }
