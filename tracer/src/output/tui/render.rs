@@ -210,8 +210,10 @@ fn cells(l: &Line) -> Vec<String> {
     ]
 }
 
-/// Each column's width in `Col::ALL`'s order; COMM's is its least (it takes the rest).
-const COL_WIDTHS: [u16; 10] = [8, 10, 6, 7, 7, 7, 7, 7, 5, 5];
+/// Each column's width in `Col::ALL`'s order: a whole comm (15 bytes) at least for COMM,
+/// which takes the rest; times are at most 6 cells ("12.3ms"), titles with their sort
+/// mark too ("MIG/sv"). All ten fit 80 columns.
+const COL_WIDTHS: [u16; 10] = [8, 15, 6, 6, 6, 6, 6, 6, 5, 6];
 
 /// How many of the leading columns fit `width` whole: the rightmost go first, so a narrow
 /// terminal keeps PID, COMM and CPU% (cropped, if it must) rather than squeezing every
