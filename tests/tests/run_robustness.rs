@@ -77,6 +77,57 @@ fn a_tracer_killed_during_start_up_leaves_no_held_command() {
     }
 }
 
+/// The held command killed from outside before the tracer lets it go: the error names
+/// the command and how it ended (it read "no such process: PID N does not exist").
+#[test]
+#[ignore = "needs root"]
+fn a_command_killed_while_held_is_named_in_the_error() {
+    require_root();
+    let child = Command::new(tracer_bin())
+        .args(["run", "--", "sleep", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tracer = child.id();
+    let t = Instant::now();
+    let held = loop {
+        let kids = std::fs::read_dir(format!("/proc/{tracer}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|d| std::fs::read_to_string(d.path().join("children")).ok())
+            .flat_map(|c| {
+                c.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .collect::<Vec<_>>()
+            })
+            .next();
+        if let Some(pid) = kids {
+            break pid;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "no held command appeared"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    // SAFETY: the tracer's child, held before its exec.
+    unsafe { libc::kill(held, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    // Killed before or after its hook sent its PID: either way the error says the
+    // command ended, and how.
+    assert!(
+        err.contains(&format!(
+            "the command (PID {held}) ended before it was started (killed by SIGKILL)"
+        )) || err.contains("the command ended before it could be held (killed by SIGKILL)"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
 #[test]
 #[ignore = "needs root"]
 fn sigint_and_sigterm_print_the_final_report() {

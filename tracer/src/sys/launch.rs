@@ -321,8 +321,18 @@ pub fn spawn_held(
         let source = match spawned.join() {
             Ok(Err(e)) => e,
             Ok(Ok(mut child)) => {
-                let _ = child.wait();
-                std::io::Error::other("the command ended before it could be held")
+                use std::os::unix::process::ExitStatusExt as _;
+                let how = match child.wait() {
+                    Ok(st) => match st.signal() {
+                        Some(sig) => format!(" ({})", ChildState::Killed(sig).describe()),
+                        None => format!(
+                            " ({})",
+                            ChildState::Exited(st.code().unwrap_or(255)).describe()
+                        ),
+                    },
+                    Err(_) => String::new(),
+                };
+                std::io::Error::other(format!("the command ended before it could be held{how}"))
             }
             Err(_) => std::io::Error::other("the launch thread panicked"),
         };
@@ -355,14 +365,22 @@ impl Held {
         Ok(self.pid)
     }
 
-    /// Kills a child that will never be released (setup failed).
-    pub fn abort(self) {
-        if let Some(pid) = pid_of(self.pid) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    /// Kills a child that will never be released (setup failed). Returns how it ended
+    /// when it had ended on its own before (killed from outside while held): that, not
+    /// the setup's error, is what the user needs to hear.
+    pub fn abort(self) -> Option<ChildState> {
+        let ended = try_wait_exit(self.pid).map(|r| r.state);
+        if ended.is_none() {
+            if let Some(pid) = pid_of(self.pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
         }
         drop(self.go);
         let _ = self.spawned.join();
-        wait_exit(self.pid);
+        if ended.is_none() {
+            wait_exit(self.pid);
+        }
+        ended
     }
 }
 

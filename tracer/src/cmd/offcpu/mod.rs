@@ -82,10 +82,7 @@ pub fn run(o: OffcpuOptions, root: Root) -> Result<i32> {
     let child = prepared.child();
     let tracer = match start(&o, &root, &prepared.before, child) {
         Ok(t) => t,
-        Err(e) => {
-            prepared.abort();
-            return Err(e);
-        }
+        Err(e) => return Err(prepared.abort(e)),
     };
     let rt = signals::runtime()?;
     // The handlers are in place before the command runs.

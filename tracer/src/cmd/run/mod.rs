@@ -135,10 +135,7 @@ fn trace(
     let child = prepared.child();
     let mut session = match session::setup(args, root, &prepared.before, child, event_specs) {
         Ok(s) => s,
-        Err(e) => {
-            prepared.abort();
-            return Err(e);
-        }
+        Err(e) => return Err(prepared.abort(e)),
     };
     // The kernel log (/dev/kmsg, CAP_SYSLOG under dmesg_restrict) is read while it can be.
     if !args.events.is_empty() {

@@ -82,10 +82,19 @@ impl Prepared {
         self.held.as_ref().map(|h| h.pid)
     }
 
-    /// Loading failed: the held command is killed, never run untraced.
-    pub(crate) fn abort(self) {
-        if let Some(h) = self.held {
-            h.abort();
+    /// Loading failed with `e`: the held command is killed, never run untraced. When it
+    /// had already ended (killed from outside while held), the error says so first:
+    /// alone, "no such process: PID N" did not say it was the command.
+    pub(crate) fn abort(self, e: anyhow::Error) -> anyhow::Error {
+        match self.held.and_then(|h| {
+            let pid = h.pid;
+            h.abort().map(|st| (pid, st))
+        }) {
+            Some((pid, st)) => e.context(format!(
+                "the command (PID {pid}) ended before it was started ({})",
+                st.describe()
+            )),
+            None => e,
         }
     }
 
