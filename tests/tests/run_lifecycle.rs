@@ -219,8 +219,9 @@ fn a_huge_command_line_is_cut_in_the_text_header() {
 #[ignore = "needs root"]
 fn each_cause_of_an_error_is_said_once() {
     require_root();
+    // A command that cannot start: a shell's 127 (not found) and 126 (not executable).
     let out = run_tracer(&["run", "--", "/nonexistent/prog"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(127));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         "tracer: error: cannot start \"/nonexistent/prog\": command not found\n"
@@ -230,7 +231,7 @@ fn each_cause_of_an_error_is_said_once() {
     let out = run_tracer(&["run", "--", file.to_str().unwrap()]);
     let _ = std::fs::remove_file(&file);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(126));
     assert_eq!(err.matches("Permission denied").count(), 1, "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -161,6 +161,22 @@ pub fn one_line(e: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
+/// The exit status of a failed run: 2, except a command that could not be started,
+/// which gets a shell's 127 (not found) or 126 (found, not executable), as `env`,
+/// `nice`, `timeout` and `sudo` give: a script can tell the tracer's failure from the
+/// command's.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    let start = e.chain().find_map(|c| match c.downcast_ref::<TracerError>() {
+        Some(TracerError::CommandStart { source, .. }) => Some(source.kind()),
+        _ => None,
+    });
+    match start {
+        Some(std::io::ErrorKind::NotFound) => 127,
+        Some(std::io::ErrorKind::PermissionDenied) => 126,
+        _ => 2,
+    }
+}
+
 /// Whether the error (or any cause) is standard output closed by its reader.
 pub fn is_output_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

@@ -575,7 +575,7 @@ pub fn main() -> i32 {
                 "tracer: error: {}",
                 error_for_terminal(&e)
             );
-            2
+            crate::error::exit_code(&e)
         }
     }
 }
