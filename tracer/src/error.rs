@@ -166,10 +166,12 @@ pub fn one_line(e: &anyhow::Error) -> String {
 /// `nice`, `timeout` and `sudo` give: a script can tell the tracer's failure from the
 /// command's.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
-    let start = e.chain().find_map(|c| match c.downcast_ref::<TracerError>() {
-        Some(TracerError::CommandStart { source, .. }) => Some(source.kind()),
-        _ => None,
-    });
+    let start = e
+        .chain()
+        .find_map(|c| match c.downcast_ref::<TracerError>() {
+            Some(TracerError::CommandStart { source, .. }) => Some(source.kind()),
+            _ => None,
+        });
     match start {
         Some(std::io::ErrorKind::NotFound) => 127,
         Some(std::io::ErrorKind::PermissionDenied) => 126,

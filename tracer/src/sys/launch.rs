@@ -391,10 +391,29 @@ fn pid_of(pid: u32) -> Option<rustix::process::Pid> {
 /// Longest command line the text header shows (JSON keeps argv whole).
 pub const COMMAND_SHOWN: usize = 200;
 
-/// The command line joined by spaces, cut at about `max` bytes (on a character boundary)
-/// with how much was left out: a 180 KB command line must not flood the header.
+/// An argument as a shell would need it to read it back: as it is when it has only
+/// word characters, else in single quotes (`sh -c 'exit 3'`, not the ambiguous
+/// `sh -c exit 3`).
+fn shell_word(a: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| {
+        !c.is_ascii() && !c.is_control() || c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c)
+    };
+    if !a.is_empty() && a.chars().all(plain) {
+        a.into()
+    } else {
+        format!("'{}'", a.replace('\'', r"'\''")).into()
+    }
+}
+
+/// The command line as a shell would read it back, cut at about `max` bytes (on a
+/// character boundary) with how much was left out: a 180 KB command line must not flood
+/// the header.
 pub fn short_command(argv: &[String], max: usize) -> String {
-    let s = argv.join(" ");
+    let s = argv
+        .iter()
+        .map(|a| shell_word(a))
+        .collect::<Vec<_>>()
+        .join(" ");
     if s.len() <= max {
         return s;
     }
@@ -416,6 +435,15 @@ mod tests {
         assert!(s.len() < 220, "{s}");
         assert!(s.ends_with("… (206 more bytes)"), "{s}");
         assert_eq!(short_command(&argv[..1], 200), "prog");
+    }
+
+    #[test]
+    fn command_lines_are_quoted_as_a_shell_reads_them() {
+        let a = argv(&["sh", "-c", "(sleep 1 &); it's", "", "a=b", "/x/y.z"]);
+        assert_eq!(
+            short_command(&a, 200),
+            r"sh -c '(sleep 1 &); it'\''s' '' a=b /x/y.z"
+        );
     }
 
     fn argv(a: &[&str]) -> Vec<String> {
