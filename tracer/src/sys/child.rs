@@ -116,18 +116,18 @@ impl ChildCpu {
     }
 }
 
-impl Reaped {
-    /// "exit 0, CPU 15.456 ms: 12.000 user + 3.456 system".
-    pub fn describe(self) -> String {
-        format!("{}, {}", self.state.describe(), self.cpu.describe())
-    }
-}
-
 /// A reaped command: how it ended and what it used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reaped {
     pub state: ChildState,
     pub cpu: ChildCpu,
+}
+
+impl Reaped {
+    /// "exit 0, CPU 15.456 ms: 12.000 user + 3.456 system".
+    pub fn describe(self) -> String {
+        format!("{}, {}", self.state.describe(), self.cpu.describe())
+    }
 }
 
 /// `wait4` on `pid`: Some once it has ended (and is reaped), None while it runs (with
