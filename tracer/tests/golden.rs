@@ -235,10 +235,7 @@ fn build(interval: Option<u64>, with_counters: bool, options: ReportOptions) -> 
         command: with_counters.then(|| Command {
             argv: vec!["sh".into(), "-c".into(), "true".into()],
             state: ChildState::Exited(3),
-            cpu: Some(ChildCpu {
-                user_ns: 12_000_000,
-                system_ns: 3_456_000,
-            }),
+            cpu: Some(ChildCpu::new(12_000_000, 3_456_000)),
         }),
         options,
     })

@@ -90,6 +90,10 @@ pub struct ChildCpu {
 }
 
 impl ChildCpu {
+    pub const fn new(user_ns: u64, system_ns: u64) -> ChildCpu {
+        ChildCpu { user_ns, system_ns }
+    }
+
     fn of(ru: &libc::rusage) -> ChildCpu {
         let ns = |t: libc::timeval| {
             t.tv_sec.max(0) as u64 * 1_000_000_000 + t.tv_usec.max(0) as u64 * 1_000
